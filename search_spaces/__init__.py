@@ -1,0 +1,1 @@
+"""Architecture families the search explores: model code, knobs and ranges, FLOP accounting."""

@@ -1,0 +1,102 @@
+"""What every residual family's language model shares: embeddings, init, executed FLOPs, diagnostics.
+
+A family subclasses `ResidualLM`, builds its blocks, and implements `forward(idx) -> logits`
+and `routers()`. Diagnostics are recorded only inside `with model.recording_diagnostics():`,
+so training steps pay nothing for them; executed FLOPs are always known after a forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from .config import ArchConfig
+from .flops import SublayerKey, forward_flops
+from .routing import DepthRouter, LinearRouter
+
+INIT_STD = 0.02  # GPT-2 / nanoGPT
+
+
+class ResidualLM(nn.Module):
+    """Token embedding -> L blocks -> unembedding. Subclasses define the residual stream."""
+
+    def __init__(self, cfg: ArchConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.recording = False
+        self.last_residual_rms: list[Tensor] = []
+        self._last_shape: tuple[int, int] = (0, 0)
+
+    @property
+    def unembedding(self) -> Tensor:
+        """(V, d) unembedding matrix: the embedding itself when tied."""
+        return self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
+
+    def init_weights(self) -> None:
+        """N(0, 0.02) everywhere; output projections of sublayers scaled by 1/sqrt(2L) (GPT-2)."""
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = INIT_STD / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("out_proj.weight", "w_out.weight")) else INIT_STD
+                nn.init.normal_(p, 0.0, std)
+
+    def routers(self) -> dict[SublayerKey, DepthRouter]:
+        """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block)."""
+        raise NotImplementedError
+
+    def begin_forward(self, idx: Tensor) -> None:
+        if idx.dim() != 2 or idx.shape[1] > self.cfg.seq_len:
+            raise ValueError(f"idx: expected (B, T) with T <= seq_len={self.cfg.seq_len}, got {tuple(idx.shape)}")
+        self._last_shape = tuple(idx.shape)
+        self.last_residual_rms = []
+
+    def record_residual_rms(self, rms_per_token: Tensor) -> None:
+        """Append the mean over tokens of the residual stream's per-token RMS (one entry per depth)."""
+        if self.recording:
+            self.last_residual_rms.append(rms_per_token.detach().float().mean())
+
+    def last_executed_flops(self) -> dict[str, float]:
+        """Forward FLOPs the last forward pass executed, by component, summed over its batch."""
+        batch, seq_len = self._last_shape
+        counts = {key: r.last_counts for key, r in self.routers().items() if r.last_counts is not None}
+        return {k: float(v) for k, v in forward_flops(self.cfg, seq_len, counts, batch).items()}
+
+    def last_executed_flops_per_token(self) -> float:
+        batch, seq_len = self._last_shape
+        return sum(self.last_executed_flops().values()) / (batch * seq_len)
+
+    @contextlib.contextmanager
+    def recording_diagnostics(self) -> Iterator[None]:
+        """Record per-layer diagnostics during the forward passes inside this block."""
+        modules = [m for m in self.modules() if hasattr(m, "recording")]
+        for m in modules:
+            m.recording = True
+        try:
+            yield
+        finally:
+            for m in modules:
+                m.recording = False
+
+    def diagnostics(self) -> dict:
+        """Plain-Python diagnostics of the last forward pass (recorded ones only where recording)."""
+        routers = self.routers()
+        return {
+            "residual_rms": [float(x) for x in self.last_residual_rms],
+            "skip_rate": {f"{k}{j}": float(r.last_skip_rate) for (k, j), r in routers.items() if r.last_skip_rate is not None},
+            "mod_threshold": {f"{k}{j}": float(r.threshold) for (k, j), r in routers.items()},
+            "executed_flops_per_token": self.last_executed_flops_per_token() if self._last_shape[0] else None,
+        }
+
+
+def make_router(cfg: ArchConfig, block: int, linear: bool) -> DepthRouter | None:
+    """The router for a sublayer of block `block` (1-based), or None if that block is dense."""
+    if block not in cfg.routed_blocks:
+        return None
+    if linear:
+        return LinearRouter(cfg.d_model, cfg.mod_rate, cfg.mod_routing)
+    return DepthRouter(cfg.mod_rate, cfg.mod_routing)

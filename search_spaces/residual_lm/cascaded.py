@@ -1,0 +1,80 @@
+"""`cascaded`: the pre-norm baseline, and the block it shares with ANCRe.
+
+    z  = x + Attn(norm(x))
+    x' = z + MLP(norm(z))
+
+On a routed block each sublayer only runs on the tokens its `LinearRouter` keeps; a skipped
+token gets nothing added (the identity), a kept one gets sigmoid(r) * sublayer(.) (Raposo et al.).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .base import ResidualLM, make_router
+from .common import CausalSelfAttention, SwiGLU
+from .config import ArchConfig
+from .flops import SublayerKey
+from .routing import Delta, DepthRouter, LinearRouter, gather_tokens
+
+
+def run_prenorm_sublayer(sublayer: nn.Module, norm: nn.Module, router: LinearRouter | None, x: Tensor) -> Delta:
+    """sublayer(norm(x)) on every token, or on the tokens the router keeps (scaled by sigmoid(score))."""
+    h = norm(x)
+    if router is None:
+        return Delta(sublayer(h))
+    score = router.score(h)  # (B, T)
+    sel = router.select(score)
+    gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1)
+    return Delta(sublayer(gather_tokens(h, sel), sel) * gate, sel)
+
+
+class PreNormBlock(nn.Module):
+    """Attention then SwiGLU, each behind an RMSNorm. Returns base + a + m, where m reads x + a."""
+
+    def __init__(self, cfg: ArchConfig, index: int):
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
+        self.attn = CausalSelfAttention(cfg)
+        self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
+        self.mlp = SwiGLU(cfg)
+        self.attn_router = make_router(cfg, index, linear=True)
+        self.mlp_router = make_router(cfg, index, linear=True)
+
+    def forward(self, x: Tensor, base: Tensor | None = None) -> Tensor:
+        a = run_prenorm_sublayer(self.attn, self.attn_norm, self.attn_router, x)
+        z = a.added_to(x)  # (B, T, d)
+        m = run_prenorm_sublayer(self.mlp, self.mlp_norm, self.mlp_router, z)
+        return m.added_to(z if base is None else a.added_to(base))
+
+
+def block_routers(blocks: nn.ModuleList, attn: str, mlp: str) -> dict[SublayerKey, DepthRouter]:
+    """{("attn" | "mlp", j): router} over the routed sublayers of 1-based blocks j."""
+    found = {}
+    for j, block in enumerate(blocks, start=1):
+        for kind, name in (("attn", attn), ("mlp", mlp)):
+            router = getattr(block, name)
+            if router is not None:
+                found[(kind, j)] = router
+    return found
+
+
+class CascadedLM(ResidualLM):
+    def __init__(self, cfg: ArchConfig):
+        super().__init__(cfg)
+        self.blocks = nn.ModuleList(PreNormBlock(cfg, j) for j in range(1, cfg.n_layers + 1))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
+        self.init_weights()
+
+    def routers(self) -> dict[SublayerKey, DepthRouter]:
+        return block_routers(self.blocks, "attn_router", "mlp_router")
+
+    def forward(self, idx: Tensor) -> Tensor:
+        self.begin_forward(idx)
+        x = self.tok_emb(idx)  # (B, T, d)
+        self.record_residual_rms(x.pow(2).mean(-1).sqrt())
+        for block in self.blocks:
+            x = block(x)
+            self.record_residual_rms(x.pow(2).mean(-1).sqrt())
+        return self.norm(x) @ self.unembedding.T  # (B, T, V)

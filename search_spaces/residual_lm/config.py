@@ -1,0 +1,97 @@
+"""`ArchConfig`: the validated description of one `residual_lm` architecture, and named flavours.
+
+Every knob a search proposes lives here. Construction validates each field and raises
+`pydantic.ValidationError` (a `ValueError`) naming the field and the accepted range;
+`config_error_message` turns that into the one-line message the CLI prints.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ResidualFamily = Literal["cascaded", "nag", "ancre"]
+ModRouting = Literal["causal_threshold", "topk"]
+
+
+class ArchConfig(BaseModel):
+    """A decoder-only LLaMA-style language model with a choice of residual family and depth sparsity."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vocab_size: int = Field(256, ge=2, description="tokens in the vocabulary (256 = bytes)")
+    seq_len: int = Field(128, ge=1, le=1 << 20, description="maximum context length")
+    n_layers: int = Field(4, ge=1, le=512, description="transformer blocks L")
+    d_model: int = Field(128, ge=2, description="residual width d")
+    n_heads: int = Field(4, ge=1, description="attention heads; d_model / n_heads must be even (RoPE)")
+    mlp_ratio: float = Field(8 / 3, gt=0, le=64, description="SwiGLU hidden = mlp_ratio * d, rounded to 32")
+    residual: ResidualFamily = "cascaded"
+    ancre_tau: float = Field(0.01, gt=0, le=100, description="ANCRe softmax temperature (paper: 0.01 for LMs)")
+    mod_rate: float = Field(0.0, ge=0, lt=0.9, description="share of (token, sublayer) pairs skipped on routed blocks")
+    mod_every: int = Field(2, ge=1, description="route every mod_every-th block (never the first)")
+    mod_routing: ModRouting = "causal_threshold"  # "topk" is per-sequence expert choice: NOT causal
+    nag_gate_components: int = Field(32, ge=1, le=1024, description="C in the NAG sigmoid-mixture gate")
+    tie_embeddings: bool = False
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> "ArchConfig":
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"d_model / n_heads = {self.d_model // self.n_heads} must be even (RoPE rotates pairs)"
+            )
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        """SwiGLU hidden width: mlp_ratio * d rounded to the nearest multiple of 32 (at least 32)."""
+        return max(32, 32 * round(self.mlp_ratio * self.d_model / 32))
+
+    @property
+    def routed_blocks(self) -> list[int]:
+        """1-based indices of blocks whose sublayers are routed (every mod_every-th, never block 1)."""
+        if self.mod_rate == 0:
+            return []
+        return [j for j in range(2, self.n_layers + 1) if j % self.mod_every == 0]
+
+    @property
+    def is_causal(self) -> bool:
+        """True unless per-sequence top-k routing lets a token's fate depend on later tokens."""
+        return not (self.routed_blocks and self.mod_routing == "topk")
+
+    @property
+    def n_ancre_logits(self) -> int:
+        """ANCRe adds one logit per shortcut i:j, 0 <= i < j <= L: L(L+1)/2 scalars."""
+        return self.n_layers * (self.n_layers + 1) // 2
+
+
+def config_error_message(err: ValidationError, prefix: str = "") -> str:
+    """One line naming each offending field and what it accepts, e.g. `mod_rate: Input should be less than 0.9`."""
+    parts = []
+    for e in err.errors():
+        field = ".".join(str(x) for x in e["loc"]) or "config"
+        msg = e["msg"].removeprefix("Value error, ")
+        parts.append(f"{prefix}{field}: {msg} (got {e.get('input')!r})" if e["loc"] else f"{msg}")
+    return "; ".join(parts)
+
+
+# Named flavours, smallest first. `debug` is for tests; `bench` is the CPU benchmark size.
+FLAVOURS: dict[str, ArchConfig] = {
+    "debug": ArchConfig(vocab_size=64, seq_len=16, n_layers=3, d_model=32, n_heads=2, mod_every=1),
+    "bench": ArchConfig(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4),
+    "proxy": ArchConfig(vocab_size=256, seq_len=256, n_layers=8, d_model=256, n_heads=4),
+}
+
+
+def flavour(name: str, **overrides) -> ArchConfig:
+    """A named flavour with some fields replaced (validated again)."""
+    if name not in FLAVOURS:
+        raise ValueError(f"flavour: unknown name {name!r}; known: {sorted(FLAVOURS)}")
+    return ArchConfig(**{**FLAVOURS[name].model_dump(), **overrides})
+

@@ -1,0 +1,98 @@
+"""Forward FLOPs of a `residual_lm` model, factor by factor (DESIGN.md §3.5).
+
+Convention: matmul FLOPs only, 2 per multiply-add; norms, softmax, RoPE and elementwise
+updates are not counted. Training costs 3x the forward pass. Per sequence of T tokens:
+
+    attention sublayer executing c tokens   8 d^2 c                  Q, K, V, O projections
+                                          + 4 d c (c + 1) / 2        QK^T and AV over the causal keys
+    SwiGLU MLP executing c tokens           6 d h c                  gate, up (d x 2h) and down (h x d)
+    router of a routed sublayer (not NAG)   2 d T                    r = w . x, every token is scored
+    NAG gate, every sublayer                2 C d T                  the C pre-activations w_c . u
+    ANCRe mixing into block j               2 j d T                  sum_i p_ij o_i over j states
+    unembedding                             2 d V T
+
+Dense sublayers execute c = T tokens. `flops_per_token(cfg)` gives the nominal count (every pair
+executed) and the expected executed count (routed sublayers executing c = (1 - mod_rate) T);
+`forward_flops(cfg, T, counts)` gives what a real forward executed, from the routers' counts.
+
+On CPU, `torch.utils.flop_counter.FlopCounterMode` does not count the fused SDPA kernel, so
+it sees exactly this total minus the `attn_core` term; the tests check that equality.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Union
+
+from torch import Tensor
+
+from .config import ArchConfig
+
+Count = Union[float, Tensor]  # executed tokens per sequence: a number, or a (B,) tensor
+SublayerKey = tuple[str, int]  # ("attn" | "mlp", 1-based block index)
+
+
+@dataclass(frozen=True)
+class FlopsPerToken:
+    """Forward FLOPs per token: every pair executed (nominal) and at the target skip rate (executed)."""
+
+    nominal: float
+    executed: float
+    executed_breakdown: dict[str, float]
+
+    @property
+    def training_executed(self) -> float:
+        """Forward + backward: 3x the executed forward FLOPs."""
+        return 3.0 * self.executed
+
+
+def _tokens_and_key_pairs(count: Count, batch: int) -> tuple[float | Tensor, float | Tensor]:
+    """Executed tokens and causal (query, key) pairs over the batch: sum c and sum c (c + 1) / 2."""
+    if isinstance(count, Tensor):  # realised integer counts per sequence: stay exact
+        return count.sum(), (count * (count + 1) // 2).sum()
+    return batch * count, batch * count * (count + 1) / 2
+
+
+def forward_flops(cfg: ArchConfig, seq_len: int, counts: Mapping[SublayerKey, Count], batch: int = 1) -> dict:
+    """FLOPs of one forward pass over `batch` sequences of `seq_len`, by component.
+
+    `counts[(kind, j)]` is the executed tokens per sequence of that sublayer; missing means dense (T).
+    Values are numbers, or 0-d tensors when counts are tensors (no host sync).
+    """
+    d, T, n = cfg.d_model, seq_len, batch
+    routed = set(cfg.routed_blocks)
+    parts = dict.fromkeys(("attn_proj", "attn_core", "mlp", "router", "nag_gate", "ancre_mix", "unembed"), 0)
+    for j in range(1, cfg.n_layers + 1):
+        attn_tokens, key_pairs = _tokens_and_key_pairs(counts.get(("attn", j), T), n)
+        mlp_tokens, _ = _tokens_and_key_pairs(counts.get(("mlp", j), T), n)
+        parts["attn_proj"] += 8 * d * d * attn_tokens
+        parts["attn_core"] += 4 * d * key_pairs
+        parts["mlp"] += 6 * d * cfg.mlp_hidden * mlp_tokens
+        if j in routed and cfg.residual != "nag":
+            parts["router"] += 2 * (2 * d * T * n)  # attention and MLP routers score every token
+        if cfg.residual == "nag":
+            parts["nag_gate"] += 2 * (2 * cfg.nag_gate_components * d * T * n)  # both sublayers, every token
+        if cfg.residual == "ancre":
+            parts["ancre_mix"] += 2 * j * d * T * n
+    parts["unembed"] = 2 * d * cfg.vocab_size * T * n
+    return parts
+
+
+def expected_counts(cfg: ArchConfig, seq_len: int) -> dict[SublayerKey, float]:
+    """Executed tokens per sequence of each routed sublayer at the target rate: (1 - mod_rate) T."""
+    kept = (1.0 - cfg.mod_rate) * seq_len
+    if cfg.mod_routing == "topk":
+        kept = float(max(1, round(kept)))
+    return {(kind, j): kept for j in cfg.routed_blocks for kind in ("attn", "mlp")}
+
+
+def flops_per_token(cfg: ArchConfig, seq_len: int | None = None) -> FlopsPerToken:
+    """Nominal and expected-executed forward FLOPs per token at context length seq_len (default cfg.seq_len)."""
+    T = seq_len or cfg.seq_len
+    nominal = forward_flops(cfg, T, {})
+    executed = forward_flops(cfg, T, expected_counts(cfg, T))
+    return FlopsPerToken(
+        nominal=sum(nominal.values()) / T,
+        executed=sum(executed.values()) / T,
+        executed_breakdown={k: v / T for k, v in executed.items()},
+    )

@@ -1,0 +1,148 @@
+"""`nag`: the norm-agnostic residual (Figliolia & Millidge 2026, arXiv 2606.16112).
+
+The stream is a unit-RMS direction u (||u|| = sqrt d) and a log-norm lane s; x = exp(s) u.
+
+    encode     e = emb(token) - mean,  u_0 = sqrt(d) e / ||e||,  s_0 = log(||e|| / sqrt d) + g
+    sublayer l reads u (no pre-norm); its output f is mean-centred and orthogonalised:
+               f_perp = f - (<f, u> / d) u,   v = sqrt(d) f_perp / ||f_perp||
+    gate       m = (sum_c softmax(w)_c sigmoid(w_c . u + b_c))^beta,  beta = softplus(.) > 0
+    update     tan(theta) = alpha_l m,  u' = cos(theta) u + sin(theta) v,  s' = s + log1p((alpha_l m)^2) / 2
+    output     logits = (W_hat u / d) exp(s),  W_hat = unembedding rows at unit RMS
+
+alpha_l starts at l^-0.5 (l = 1..2L counts sublayers). The update's relative size is alpha m
+whatever ||x|| is, and scaling e by c > 0 changes only s (by log c): the tests check both.
+Under Mixture-of-Depths the score is the rotation the sublayer would apply, |alpha m|, known
+before the sublayer runs; a skipped token keeps (u, s).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import ResidualLM, make_router
+from .common import CausalSelfAttention, SwiGLU
+from .config import ArchConfig
+from .flops import SublayerKey
+from .routing import DepthRouter, gather_tokens
+
+NORM_EPS = 1e-6
+
+
+class NagGate(nn.Module):
+    """m(u) = (sum_c p_c sigmoid(w_c . u + b_c))^beta in [0, 1]: 2 C d FLOPs per token."""
+
+    def __init__(self, d_model: int, components: int):
+        super().__init__()
+        self.pre = nn.Linear(d_model, components)
+        self.mix_logits = nn.Parameter(torch.zeros(components))
+        self.beta_raw = nn.Parameter(torch.tensor(math.log(math.e - 1.0)))  # softplus -> beta = 1
+
+    def forward(self, u: Tensor) -> Tensor:
+        mixture = (torch.sigmoid(self.pre(u)) * torch.softmax(self.mix_logits, 0)).sum(-1)
+        return mixture.clamp_min(NORM_EPS) ** F.softplus(self.beta_raw)  # (...,)
+
+
+def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotate u towards the part of f orthogonal to it. Returns (u', s' - s)."""
+    d = u.shape[-1]
+    f = f - f.mean(-1, keepdim=True)
+    f_perp = f - (f * u).sum(-1, keepdim=True) / d * u
+    v = f_perp * (math.sqrt(d) / f_perp.norm(dim=-1, keepdim=True).clamp_min(NORM_EPS))
+    moved = u + tan_theta.unsqueeze(-1) * v  # = (cos u + sin v) / cos: renormalise below
+    u_next = moved * (math.sqrt(d) / moved.norm(dim=-1, keepdim=True))
+    return u_next, 0.5 * torch.log1p(tan_theta.square())
+
+
+class NagSublayer(nn.Module):
+    """One NAG sublayer: its gate, its alpha_l, its (optional) router, around attention or MLP."""
+
+    def __init__(self, cfg: ArchConfig, inner: nn.Module, position: int, block: int):
+        super().__init__()
+        self.inner = inner
+        self.gate = NagGate(cfg.d_model, cfg.nag_gate_components)
+        self.alpha = nn.Parameter(torch.tensor(position**-0.5))  # l^-0.5, l = 1..2L
+        self.router = make_router(cfg, block, linear=False)
+        self.recording = False
+        self.last_angle = self.last_gate = None
+
+    def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
+        gate = self.gate(u)  # (B, T)
+        tan_theta = self.alpha * gate
+        if self.router is None:
+            u_next, ds = rotate(u, self.inner(u), tan_theta)
+            self._record(gate, tan_theta)
+            return u_next, s + ds
+        sel = self.router.select(tan_theta.abs())  # rotation it would apply, known beforehand
+        u_sel, tan_sel = gather_tokens(u, sel), gather_tokens(tan_theta, sel)  # (N, d), (N,)
+        u_next, ds = rotate(u_sel, self.inner(u_sel, sel), tan_sel)
+        self._record(gate, tan_sel)
+        u = u.flatten(0, 1).index_copy(0, sel.index, u_next).view_as(u)
+        return u, s.flatten().index_add(0, sel.index, ds).view_as(s)
+
+    def _record(self, gate: Tensor, tan_executed: Tensor) -> None:
+        if self.recording:
+            self.last_gate = gate.detach().float().mean()
+            self.last_angle = torch.atan(tan_executed.detach().float().abs()).mean()
+
+
+class NagBlock(nn.Module):
+    def __init__(self, cfg: ArchConfig, index: int):
+        super().__init__()
+        self.attn = NagSublayer(cfg, CausalSelfAttention(cfg), 2 * index - 1, index)
+        self.mlp = NagSublayer(cfg, SwiGLU(cfg), 2 * index, index)
+
+    def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
+        return self.mlp(*self.attn(u, s))
+
+
+class NagLM(ResidualLM):
+    def __init__(self, cfg: ArchConfig):
+        super().__init__(cfg)
+        self.blocks = nn.ModuleList(NagBlock(cfg, j) for j in range(1, cfg.n_layers + 1))
+        self.g_encode = nn.Parameter(torch.zeros(()))
+        self.init_weights()
+        nn.init.normal_(self.tok_emb.weight, 0.0, 1.0)  # unit RMS: s_0 starts near g_encode = 0
+
+    def routers(self) -> dict[SublayerKey, DepthRouter]:
+        found = {}
+        for j, block in enumerate(self.blocks, start=1):
+            for kind, sub in (("attn", block.attn), ("mlp", block.mlp)):
+                if sub.router is not None:
+                    found[(kind, j)] = sub.router
+        return found
+
+    def encode(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+        """(u_0, s_0) from the mean-centred embedding rows."""
+        e = self.tok_emb(idx)
+        e = e - e.mean(-1, keepdim=True)
+        rms = e.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(NORM_EPS)  # ||e|| / sqrt(d)
+        return e / rms, rms.squeeze(-1).log() + self.g_encode
+
+    def stream(self, idx: Tensor) -> tuple[Tensor, Tensor]:
+        """The final (u, s): direction (B, T, d) and log-norm (B, T) lanes."""
+        self.begin_forward(idx)
+        u, s = self.encode(idx)
+        self.record_residual_rms(s.exp())  # RMS of x = exp(s) u
+        for block in self.blocks:
+            u, s = block(u, s)
+            self.record_residual_rms(s.exp())
+        return u, s
+
+    def forward(self, idx: Tensor) -> Tensor:
+        u, s = self.stream(idx)  # (B, T, d), (B, T)
+        w = self.unembedding
+        w_hat = w * torch.rsqrt(w.pow(2).mean(-1, keepdim=True).clamp_min(NORM_EPS**2))  # unit-RMS rows
+        return (u @ w_hat.T) * (s.exp() / self.cfg.d_model).unsqueeze(-1)  # (B, T, V)
+
+    def diagnostics(self) -> dict:
+        subs = [sub for block in self.blocks for sub in (block.attn, block.mlp)]
+        return {
+            **super().diagnostics(),
+            "nag_angle": [None if s.last_angle is None else float(s.last_angle) for s in subs],
+            "nag_gate": [None if s.last_gate is None else float(s.last_gate) for s in subs],
+            "nag_alpha": [float(s.alpha.detach()) for s in subs],
+        }

@@ -1,0 +1,133 @@
+"""Mixture-of-Depths: which (token, sublayer) pairs a routed sublayer executes.
+
+A routed sublayer scores every token, executes the tokens whose score passes a threshold and
+leaves the others unchanged (identity). The default decision is causal:
+
+    keep[b, t] = score[b, t] > threshold
+
+where `threshold` is a buffer carried in from *earlier* batches. Only after the decision does a
+training batch move the threshold towards its own `mod_rate`-quantile (a running quantile:
+a plain average over the first `1/momentum` batches, then an exponential moving average), so a
+token's fate never depends on later tokens of its own sequence. An uninitialised threshold
+executes every token. The threshold is saved with the model (`state_dict`).
+
+`mod_routing="topk"` instead keeps the top (1 - mod_rate) * T tokens of each sequence (expert
+choice, Raposo et al. 2024). It hits the rate exactly but is NOT causal.
+
+Executed tokens are gathered into a flat (N, d) batch (`TokenSelection`), so the projections
+of a routed sublayer really do (1 - mod_rate) of the work; attention pads them per sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+THRESHOLD_MOMENTUM = 0.05  # EMA weight of each batch's quantile once warmed up (20 batches)
+
+
+@dataclass
+class TokenSelection:
+    """The executed tokens of a (B, T) batch, in ascending (b, t) order."""
+
+    index: Tensor  # (N,) flat index b * T + t into the (B * T) token rows
+    positions: Tensor  # (N,) position t of each token, for RoPE
+    padded_index: Tensor  # (N,) row b * max_count + rank in a per-sequence padded layout
+    counts: Tensor  # (B,) executed tokens per sequence
+    batch: int
+    max_count: int
+
+    @classmethod
+    def from_mask(cls, keep: Tensor) -> "TokenSelection":
+        batch, seq_len = keep.shape
+        index = keep.flatten().nonzero().squeeze(1)
+        counts = keep.sum(1)
+        max_count = int(counts.max()) if batch else 0
+        rank = (keep.cumsum(1) - 1).flatten()[index]  # position among the kept tokens of its sequence
+        padded_index = (index // seq_len) * max_count + rank
+        return cls(index, index % seq_len, padded_index, counts, batch, max_count)
+
+
+@dataclass
+class Delta:
+    """A sublayer's output: dense (B, T, d) values, or (N, d) values on `sel`'s tokens only."""
+
+    values: Tensor
+    sel: TokenSelection | None = None
+
+    def added_to(self, x: Tensor) -> Tensor:
+        """x + delta, where skipped tokens get nothing added (the identity)."""
+        if self.sel is None:
+            return x + self.values
+        return x.flatten(0, 1).index_add(0, self.sel.index, self.values).view_as(x)
+
+
+def gather_tokens(x: Tensor, sel: TokenSelection) -> Tensor:
+    """(B, T, ...) -> (N, ...): the executed tokens' rows."""
+    return x.flatten(0, 1)[sel.index]
+
+
+class DepthRouter(nn.Module):
+    """Decides, from a per-token score, which tokens a routed sublayer executes.
+
+    Records the executed-token counts of its last call (`last_counts`, per sequence), from
+    which the model computes its executed FLOPs, and the realised skip rate.
+    """
+
+    def __init__(self, rate: float, routing: str = "causal_threshold"):
+        super().__init__()
+        if not 0 < rate < 1:
+            raise ValueError(f"mod_rate: router needs 0 < rate < 1, got {rate}")
+        self.rate = rate
+        self.routing = routing
+        self.register_buffer("threshold", torch.tensor(-math.inf))
+        self.register_buffer("batches_seen", torch.tensor(0, dtype=torch.long))
+        self.last_counts: Tensor | None = None
+        self.last_skip_rate: Tensor | None = None
+
+    def select(self, score: Tensor) -> TokenSelection:
+        """score: (B, T), larger = more worth executing. Returns the executed tokens."""
+        score = score.detach()
+        if self.routing == "topk":
+            keep = self._topk_mask(score)
+        else:
+            keep = score > self.threshold  # decided with the threshold carried in
+            if self.training:
+                self._update_threshold(score)  # only then learn from this batch
+        sel = TokenSelection.from_mask(keep)
+        self.last_counts = sel.counts
+        self.last_skip_rate = 1.0 - sel.counts.sum() / keep.numel()
+        return sel
+
+    def _topk_mask(self, score: Tensor) -> Tensor:
+        seq_len = score.shape[1]
+        k = max(1, round((1.0 - self.rate) * seq_len))
+        keep = torch.zeros_like(score, dtype=torch.bool)
+        return keep.scatter_(1, score.topk(k, dim=1).indices, True)
+
+    @torch.no_grad()
+    def _update_threshold(self, score: Tensor) -> None:
+        batch_quantile = torch.quantile(score.flatten().float(), self.rate)
+        self.batches_seen += 1
+        weight = max(THRESHOLD_MOMENTUM, 1.0 / float(self.batches_seen))
+        if not torch.isfinite(self.threshold):
+            self.threshold.copy_(batch_quantile)
+        else:
+            self.threshold.lerp_(batch_quantile, weight)
+
+
+class LinearRouter(DepthRouter):
+    """Raposo et al. 2024's router for cascaded/ANCRe: score r = w . norm(x).
+
+    The executed output is scaled by sigmoid(r) so that w receives gradient.
+    """
+
+    def __init__(self, d_model: int, rate: float, routing: str = "causal_threshold"):
+        super().__init__(rate, routing)
+        self.scorer = nn.Linear(d_model, 1, bias=False)
+
+    def score(self, h: Tensor) -> Tensor:
+        return self.scorer(h).squeeze(-1)  # (B, T)
