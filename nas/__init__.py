@@ -1,0 +1,1 @@
+"""Search orchestration, the CLI, and (later) the store, budgets and export."""

@@ -6,10 +6,19 @@ leaves the others unchanged (identity). The default decision is causal:
     keep[b, t] = score[b, t] > threshold
 
 where `threshold` is a buffer carried in from *earlier* batches. Only after the decision does a
-training batch move the threshold towards its own `mod_rate`-quantile (a running quantile:
-a plain average over the first `1/momentum` batches, then an exponential moving average), so a
-token's fate never depends on later tokens of its own sequence. An uninitialised threshold
-executes every token. The threshold is saved with the model (`state_dict`).
+training batch move the threshold, so a token's fate never depends on later tokens of its own
+sequence. The threshold is a running quantile with integral feedback:
+
+    level     <- clip(level + GAIN * (mod_rate - realised skip rate of this batch), 0, 1)
+    threshold <- quantile(this batch's scores, level)
+
+While training moves the scores (gates and routers learn fast early on), the previous batch's
+quantile lags behind and the realised rate misses; `level` absorbs that bias (measured on the
+demo size, NAG at mod_rate 0.25, steps 40-80: realised 0.001 with an EMA of batch quantiles,
+0.19 with the last batch's quantile alone, 0.26 with this feedback). One batch's quantile is
+noisy, though, so evaluation and export use `eval_threshold`, an EMA of the training thresholds
+(frozen weights: realised rate within 2 points of the target; the last threshold alone missed by
+up to 3.7). An uninitialised threshold executes every token. All of it is saved with the model.
 
 `mod_routing="topk"` instead keeps the top (1 - mod_rate) * T tokens of each sequence (expert
 choice, Raposo et al. 2024). It hits the rate exactly but is NOT causal.
@@ -26,7 +35,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-THRESHOLD_MOMENTUM = 0.05  # EMA weight of each batch's quantile once warmed up (20 batches)
+LEVEL_GAIN = 0.5  # integral gain on the quantile level, per batch
+EVAL_MOMENTUM = 0.1  # weight of the newest training threshold in eval_threshold
 
 
 @dataclass
@@ -84,7 +94,9 @@ class DepthRouter(nn.Module):
         self.rate = rate
         self.routing = routing
         self.register_buffer("threshold", torch.tensor(-math.inf))
-        self.register_buffer("batches_seen", torch.tensor(0, dtype=torch.long))
+        self.register_buffer("level", torch.tensor(float(rate)))  # quantile level that hits the rate
+        self.register_buffer("eval_threshold", torch.tensor(-math.inf))  # smoothed, for eval and export
+        self.last_selection: TokenSelection | None = None
         self.last_counts: Tensor | None = None
         self.last_skip_rate: Tensor | None = None
 
@@ -94,11 +106,11 @@ class DepthRouter(nn.Module):
         if self.routing == "topk":
             keep = self._topk_mask(score)
         else:
-            keep = score > self.threshold  # decided with the threshold carried in
+            keep = score > (self.threshold if self.training else self.eval_threshold)  # carried in
             if self.training:
-                self._update_threshold(score)  # only then learn from this batch
+                self._update_threshold(score, keep)  # only then learn from this batch
         sel = TokenSelection.from_mask(keep)
-        self.last_counts = sel.counts
+        self.last_selection, self.last_counts = sel, sel.counts
         self.last_skip_rate = 1.0 - sel.counts.sum() / keep.numel()
         return sel
 
@@ -109,14 +121,15 @@ class DepthRouter(nn.Module):
         return keep.scatter_(1, score.topk(k, dim=1).indices, True)
 
     @torch.no_grad()
-    def _update_threshold(self, score: Tensor) -> None:
-        batch_quantile = torch.quantile(score.flatten().float(), self.rate)
-        self.batches_seen += 1
-        weight = max(THRESHOLD_MOMENTUM, 1.0 / float(self.batches_seen))
-        if not torch.isfinite(self.threshold):
-            self.threshold.copy_(batch_quantile)
+    def _update_threshold(self, score: Tensor, keep: Tensor) -> None:
+        if torch.isfinite(self.threshold):  # the first batch executed everything: nothing to correct
+            realised = 1.0 - keep.float().mean()
+            self.level.add_(LEVEL_GAIN * (self.rate - realised)).clamp_(0.0, 1.0)
+        self.threshold.copy_(torch.quantile(score.flatten().float(), self.level))
+        if torch.isfinite(self.eval_threshold):
+            self.eval_threshold.lerp_(self.threshold, EVAL_MOMENTUM)
         else:
-            self.threshold.lerp_(batch_quantile, weight)
+            self.eval_threshold.copy_(self.threshold)
 
 
 class LinearRouter(DepthRouter):

@@ -1,0 +1,132 @@
+"""Mixture-of-Depths: realised rate, identity on skipped pairs, attention over selected tokens only."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import FAMILIES, small_cfg, tokens, warmed_model
+from search_spaces.residual_lm import build_model
+from search_spaces.residual_lm.common import apply_rope
+from search_spaces.residual_lm.routing import DepthRouter, TokenSelection
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("mod_rate", [0.125, 0.25, 0.5])
+def test_realised_rate_hits_the_target_after_warm_up(family, mod_rate):
+    cfg = small_cfg(residual=family, mod_rate=mod_rate, seq_len=32)
+    model = warmed_model(cfg, batches=40, batch=16)
+    skipped = total = 0
+    with torch.no_grad():
+        for i in range(10):
+            model(tokens(cfg, batch=16, seed=i))
+            for router in model.routers().values():
+                skipped += router.last_counts.numel() * cfg.seq_len - router.last_counts.sum().item()
+                total += router.last_counts.numel() * cfg.seq_len
+    assert abs(skipped / total - mod_rate) < 0.02
+
+
+def test_threshold_warm_up_executes_everything_then_tracks_the_quantile():
+    router = DepthRouter(0.25).train()
+    scores = torch.randn(64, 32)
+    first = router.select(scores)
+    assert first.counts.sum() == scores.numel()  # no threshold carried in yet: nothing skipped
+    torch.testing.assert_close(router.threshold, torch.quantile(scores.flatten(), 0.25))
+    first_threshold = router.threshold.item()
+    second = router.select(scores)
+    assert abs(1 - second.counts.sum().item() / scores.numel() - 0.25) < 0.01
+    torch.testing.assert_close(router.eval_threshold, router.threshold.new_tensor(first_threshold))
+
+
+def test_level_feedback_corrects_a_drifting_score():
+    """Scores rising every batch: the previous batch's quantile alone would skip too few tokens."""
+    router = DepthRouter(0.25).train()
+    realised = []
+    for step in range(60):
+        sel = router.select(torch.randn(16, 32) + 0.2 * step)
+        realised.append(1 - sel.counts.sum().item() / (16 * 32))
+    assert abs(sum(realised[30:]) / 30 - 0.25) < 0.02
+    assert router.level > 0.25
+
+
+def test_threshold_is_saved_with_the_model():
+    cfg = small_cfg(residual="cascaded", mod_rate=0.25)
+    model = warmed_model(cfg)
+    state = model.state_dict()
+    thresholds = [k for k in state if k.endswith("eval_threshold")]
+    assert len(thresholds) == 2 * len(cfg.routed_blocks)
+    fresh = build_model(cfg)
+    fresh.load_state_dict(state)
+    idx = tokens(cfg)
+    torch.testing.assert_close(fresh.eval()(idx), model(idx))
+
+
+def test_token_selection_pads_each_sequence_in_order():
+    keep = torch.tensor([[1, 0, 1, 1], [0, 0, 1, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    sel = TokenSelection.from_mask(keep)
+    assert sel.index.tolist() == [0, 2, 3, 6]
+    assert sel.positions.tolist() == [0, 2, 3, 2]
+    assert sel.counts.tolist() == [3, 1, 0] and sel.max_count == 3
+    assert sel.padded_index.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("family", ["cascaded", "ancre"])
+def test_skipped_pairs_are_the_identity_prenorm(family):
+    cfg = small_cfg(residual=family, mod_rate=0.5, n_layers=2)
+    model = warmed_model(cfg)
+    block = model.blocks[1]  # block 2 is routed
+    x = torch.randn(4, cfg.seq_len, cfg.d_model)
+    with torch.no_grad():
+        out = block(x)
+    kept = torch.zeros(4 * cfg.seq_len, dtype=torch.bool)
+    kept[block.attn_router.last_selection.index] = True
+    kept[block.mlp_router.last_selection.index] = True
+    flat_in, flat_out = x.flatten(0, 1), out.flatten(0, 1)
+    assert (~kept).any() and kept.any()
+    assert torch.equal(flat_out[~kept], flat_in[~kept])
+    assert (flat_out[kept] != flat_in[kept]).any(-1).all()
+
+
+def test_skipped_pairs_are_the_identity_nag():
+    cfg = small_cfg(residual="nag", mod_rate=0.5, n_layers=2)
+    model = warmed_model(cfg)
+    sub = model.blocks[1].attn
+    u, _ = model.encode(tokens(cfg))
+    s = torch.randn(u.shape[:2])
+    with torch.no_grad():
+        u2, s2 = sub(u, s)
+    kept = torch.zeros(u.shape[0] * u.shape[1], dtype=torch.bool)
+    kept[sub.router.last_selection.index] = True
+    assert torch.equal(u2.flatten(0, 1)[~kept], u.flatten(0, 1)[~kept])
+    assert torch.equal(s2.flatten()[~kept], s.flatten()[~kept])
+    assert (s2.flatten()[kept] > s.flatten()[kept]).all()
+
+
+def test_routed_attention_attends_over_selected_tokens_only():
+    """The routed path equals dense attention masked to (selected query, selected earlier key) pairs."""
+    cfg = small_cfg(residual="cascaded", mod_rate=0.5, seq_len=12)
+    attn = build_model(cfg).blocks[1].attn
+    x = torch.randn(3, cfg.seq_len, cfg.d_model)
+    keep = torch.rand(3, cfg.seq_len) > 0.5
+    sel = TokenSelection.from_mask(keep)
+    with torch.no_grad():
+        routed = attn(x.flatten(0, 1)[sel.index], sel)
+        q, k, v = attn.qkv(x).unflatten(-1, (3, cfg.n_heads, cfg.head_dim)).unbind(-3)
+        cos, sin = attn.cos[:, None], attn.sin[:, None]
+        q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
+        causal = torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool).tril()
+        allowed = causal & keep[:, None, :] | torch.eye(cfg.seq_len, dtype=torch.bool)  # (B, Tq, Tk)
+        dense = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), attn_mask=allowed[:, None])
+        reference = attn.out_proj(dense.transpose(1, 2).flatten(2)).flatten(0, 1)[sel.index]
+    torch.testing.assert_close(routed, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_sequences_with_no_selected_token_are_handled():
+    cfg = small_cfg(residual="nag", mod_rate=0.5)
+    model = warmed_model(cfg)
+    for router in model.routers().values():
+        router.eval_threshold.fill_(math.inf)  # skip everything
+    logits = model(tokens(cfg))
+    assert torch.isfinite(logits).all()
+    assert all(r.last_counts.sum() == 0 for r in model.routers().values())
