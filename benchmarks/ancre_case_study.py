@@ -255,6 +255,11 @@ def ancre_verdict(depth: int, runs: dict) -> dict:
     return out
 
 
+def _num(value, spec: str) -> str:
+    """Format a fitted number, or 'n/a' when a short run had too few points to fit."""
+    return "n/a" if value is None else format(value, spec)
+
+
 def summary_text(gaps: dict, ancre: dict) -> str:
     """One-paragraph plain-text verdict."""
     parts = [
@@ -268,12 +273,12 @@ def summary_text(gaps: dict, ancre: dict) -> str:
     for depth, gap in gaps.items():
         parts.append(
             f"K={depth}: {'REPRODUCED' if gap['reproduced'] else 'NOT reproduced'} -- "
-            f"0:1 tail slope {gap['slow_tail_loglog_slope']:.3f} (bound exponent "
-            f"{gap['theory_slow_exponent_bound']:.2f}); {gap['fast_variant']} falls "
-            f"{gap['fast_loglinear_decades_per_1k_steps']:.3f} decades/1k steps "
-            f"(R^2 {gap['fast_loglinear_r2']:.4f}, tail log-log slope "
-            f"{gap['fast_tail_loglog_slope']:.1f}); final-loss ratio "
-            f"{gap['final_loss_ratio_fast_over_slow']:.2e}."
+            f"0:1 tail slope {_num(gap['slow_tail_loglog_slope'], '.3f')} (bound exponent "
+            f"{_num(gap['theory_slow_exponent_bound'], '.2f')}); {gap['fast_variant']} falls "
+            f"{_num(gap['fast_loglinear_decades_per_1k_steps'], '.3f')} decades/1k steps "
+            f"(R^2 {_num(gap['fast_loglinear_r2'], '.4f')}, tail log-log slope "
+            f"{_num(gap['fast_tail_loglog_slope'], '.1f')}); final-loss ratio "
+            f"{_num(gap['final_loss_ratio_fast_over_slow'], '.2e')}."
         )
     for depth, per_tau in ancre.items():
         for name, info in per_tau.items():

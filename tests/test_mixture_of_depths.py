@@ -113,7 +113,7 @@ def test_routed_attention_attends_over_selected_tokens_only():
     with torch.no_grad():
         routed = attn(x.flatten(0, 1)[sel.index], sel)
         q, k, v = attn.qkv(x).unflatten(-1, (3, cfg.n_heads, cfg.head_dim)).unbind(-3)
-        cos, sin = attn.cos[:, None], attn.sin[:, None]
+        cos, sin = attn.cos[:, None], attn.sin[:, None]  # (T, 1, hs/2): RoPE at the original positions
         q, k = apply_rope(q, cos, sin).transpose(1, 2), apply_rope(k, cos, sin).transpose(1, 2)
         causal = torch.ones(cfg.seq_len, cfg.seq_len, dtype=torch.bool).tril()
         allowed = causal & keep[:, None, :] | torch.eye(cfg.seq_len, dtype=torch.bool)  # (B, Tq, Tk)

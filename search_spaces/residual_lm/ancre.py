@@ -63,11 +63,11 @@ class AncreLM(ResidualLM):
     def forward(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)
         states = [self.tok_emb(idx)]  # o_0: (B, T, d)
-        self.record_residual_rms(states[0].pow(2).mean(-1).sqrt())
+        self.record_residual_rms(states[0])
         for j, block in enumerate(self.blocks, start=1):
             mixed = mix_states(self.connectivity.coefficients(j), states)  # sum_i p_ij o_i
             states.append(block(states[-1], base=mixed))
-            self.record_residual_rms(states[-1].pow(2).mean(-1).sqrt())
+            self.record_residual_rms(states[-1])
         return self.norm(states[-1]) @ self.unembedding.T  # (B, T, V)
 
     def diagnostics(self) -> dict:

@@ -55,10 +55,15 @@ class ResidualLM(nn.Module):
         self._last_shape = tuple(idx.shape)
         self.last_residual_rms = []
 
-    def record_residual_rms(self, rms_per_token: Tensor) -> None:
-        """Append the mean over tokens of the residual stream's per-token RMS (one entry per depth)."""
+    def record_residual_rms(self, stream: Tensor, log_norm: bool = False) -> None:
+        """Append the mean over tokens of the residual stream's per-token RMS (one entry per depth).
+
+        `stream` is x: (B, T, d), or for NAG the log-norm lane s: (B, T), where RMS(x) = exp(s).
+        """
         if self.recording:
-            self.last_residual_rms.append(rms_per_token.detach().float().mean())
+            stream = stream.detach().float()
+            rms = stream.exp() if log_norm else stream.pow(2).mean(-1).sqrt()
+            self.last_residual_rms.append(rms.mean())
 
     def last_executed_flops(self) -> dict[str, float]:
         """Forward FLOPs the last forward pass executed, by component, summed over its batch."""

@@ -73,8 +73,8 @@ class CascadedLM(ResidualLM):
     def forward(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)
         x = self.tok_emb(idx)  # (B, T, d)
-        self.record_residual_rms(x.pow(2).mean(-1).sqrt())
+        self.record_residual_rms(x)
         for block in self.blocks:
             x = block(x)
-            self.record_residual_rms(x.pow(2).mean(-1).sqrt())
+            self.record_residual_rms(x)
         return self.norm(x) @ self.unembedding.T  # (B, T, V)

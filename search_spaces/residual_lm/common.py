@@ -41,35 +41,25 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, x: Tensor, sel: TokenSelection | None = None) -> Tensor:
+        qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (B, T, 3, nh, hs) or (N, ...)
         if sel is None:
-            return self.out_proj(self._attend_dense(x))
-        return self.out_proj(self._attend_selected(x, sel))
-
-    def _split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        q, k, v = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim)).unbind(-3)
-        return q, k, v  # each (..., nh, hs)
-
-    def _attend_dense(self, x: Tensor) -> Tensor:
-        seq_len = x.shape[1]
-        q, k, v = self._split_heads(x)  # (B, T, nh, hs)
-        cos, sin = self.cos[:seq_len, None], self.sin[:seq_len, None]  # (T, 1, hs/2)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        return y.transpose(1, 2).flatten(2)  # (B, T, d)
-
-    def _attend_selected(self, x: Tensor, sel: TokenSelection) -> Tensor:
+            return self.out_proj(self._attend(qkv, self.cos[: x.shape[1]], self.sin[: x.shape[1]]))
         if sel.max_count == 0:
             return x  # (0, d): nothing executed
-        q, k, v = self._split_heads(x)  # (N, nh, hs)
-        cos, sin = self.cos[sel.positions, None], self.sin[sel.positions, None]  # (N, 1, hs/2)
-        qkv = torch.stack((apply_rope(q, cos, sin), apply_rope(k, cos, sin), v))  # (3, N, nh, hs)
-        # Pad per sequence: kept tokens stay in order, so a causal mask over the compact
-        # index is causal over the original positions, and padding sits after every real key.
-        padded = qkv.new_zeros(3, sel.batch * sel.max_count, self.n_heads, self.head_dim)
-        padded = padded.index_copy(1, sel.padded_index, qkv)
-        q, k, v = padded.unflatten(1, (sel.batch, sel.max_count)).transpose(2, 3).unbind(0)  # (B, nh, K, hs)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return y.transpose(1, 2).flatten(0, 1)[sel.padded_index].flatten(1)  # (N, d)
+        # Pad per sequence: kept tokens stay in order, so a causal mask over the compact index is
+        # causal over the original positions, and padding sits after every real key.
+        padded = qkv.new_zeros(sel.batch * sel.max_count, *qkv.shape[1:]).index_copy(0, sel.padded_index, qkv)
+        positions = sel.positions.new_zeros(sel.batch * sel.max_count).index_copy(0, sel.padded_index, sel.positions)
+        cos, sin = self.cos[positions].unflatten(0, (sel.batch, -1)), self.sin[positions].unflatten(0, (sel.batch, -1))
+        y = self._attend(padded.unflatten(0, (sel.batch, sel.max_count)), cos, sin)  # (B, K, d)
+        return self.out_proj(y.flatten(0, 1).index_select(0, sel.padded_index))  # (N, d)
+
+    def _attend(self, qkv: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """Causal attention of qkv: (B, T, 3, nh, hs), RoPE angles cos/sin (T or (B, T), hs/2) -> (B, T, d)."""
+        qk = apply_rope(qkv[:, :, :2], cos[..., None, None, :], sin[..., None, None, :])  # q and k at once
+        q, k = qk.transpose(1, 3).unbind(2)  # (B, nh, T, hs)
+        y = F.scaled_dot_product_attention(q, k, qkv[:, :, 2].transpose(1, 2), is_causal=True)
+        return y.transpose(1, 2).flatten(2)
 
 
 class SwiGLU(nn.Module):

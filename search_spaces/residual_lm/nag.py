@@ -47,13 +47,21 @@ class NagGate(nn.Module):
 
 
 def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
-    """Rotate u towards the part of f orthogonal to it. Returns (u', s' - s)."""
+    """Rotate u towards the part of f orthogonal to it. Returns (u', s' - s).
+
+    u is zero-mean with ||u||^2 = d, so 1 and u are orthogonal and, with m = mean(f) and
+    a = <f, u> / d, f_perp = f - m - a u has ||f_perp||^2 = ||f||^2 - d m^2 - d a^2. Then
+    u + tan v = (1 - k a) u + k (f - m) with k = tan sqrt(d) / ||f_perp||: three row reductions
+    and one pass over f, instead of materialising f_perp and v. The final renormalisation keeps
+    ||u'||^2 = d exactly even where f is almost parallel to u (cancellation in ||f_perp||).
+    """
     d = u.shape[-1]
-    f = f - f.mean(-1, keepdim=True)
-    f_perp = f - (f * u).sum(-1, keepdim=True) / d * u
-    v = f_perp * (math.sqrt(d) / f_perp.norm(dim=-1, keepdim=True).clamp_min(NORM_EPS))
-    moved = u + tan_theta.unsqueeze(-1) * v  # = (cos u + sin v) / cos: renormalise below
-    u_next = moved * (math.sqrt(d) / moved.norm(dim=-1, keepdim=True))
+    mean = f.mean(-1, keepdim=True)
+    along_u = (f * u).sum(-1, keepdim=True) / d
+    perp_sq = (f * f).sum(-1, keepdim=True) - d * (mean.square() + along_u.square())
+    k = tan_theta.unsqueeze(-1) * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))
+    moved = torch.addcmul(u * (1.0 - k * along_u), k, f) - k * mean  # u + tan(theta) v, (..., d)
+    u_next = moved * (math.sqrt(d) * torch.rsqrt(moved.square().sum(-1, keepdim=True)))
     return u_next, 0.5 * torch.log1p(tan_theta.square())
 
 
@@ -126,10 +134,10 @@ class NagLM(ResidualLM):
         """The final (u, s): direction (B, T, d) and log-norm (B, T) lanes."""
         self.begin_forward(idx)
         u, s = self.encode(idx)
-        self.record_residual_rms(s.exp())  # RMS of x = exp(s) u
+        self.record_residual_rms(s, log_norm=True)  # RMS of x = exp(s) u
         for block in self.blocks:
             u, s = block(u, s)
-            self.record_residual_rms(s.exp())
+            self.record_residual_rms(s, log_norm=True)
         return u, s
 
     def forward(self, idx: Tensor) -> Tensor:

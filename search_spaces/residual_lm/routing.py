@@ -77,7 +77,7 @@ class Delta:
 
 def gather_tokens(x: Tensor, sel: TokenSelection) -> Tensor:
     """(B, T, ...) -> (N, ...): the executed tokens' rows."""
-    return x.flatten(0, 1)[sel.index]
+    return x.flatten(0, 1).index_select(0, sel.index)  # backward: index_add, not index_put
 
 
 class DepthRouter(nn.Module):

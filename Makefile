@@ -1,0 +1,32 @@
+# Two entry points for a fresh machine: `make demo` (install + main job) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench case-study clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, pinned: the CPU build on this machine; an unpinned resolve may pull a multi-GB CUDA wheel.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/nas demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
+
+case-study: $(STAMP)
+	$(PY) benchmarks/ancre_case_study.py --out-dir benchmarks/results
+
+clean:
+	rm -rf $(VENV) .pytest_cache *.egg-info

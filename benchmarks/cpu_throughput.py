@@ -1,0 +1,206 @@
+"""CPU training throughput of each residual family beside a minimal nanoGPT-style reference.
+
+One run measures, side by side and interleaved (so machine noise hits every model alike):
+- the machine's fp32 matmul peak (best GFLOP/s of square torch.mm over a few sizes);
+- step time (forward + backward + AdamW) of the reference GPT and of each residual_lm variant
+  at d_model 128, 4 layers, 4 heads, seq 128, batch 16, byte vocabulary;
+- tokens/s, ratio to the reference, step-time ratios (NAG and ANCRe vs cascaded, MoD vs dense),
+  and achieved GFLOP/s as a share of the measured peak, with FLOPs = 3 x executed forward FLOPs
+  (DESIGN.md §3.5: matmuls only, attention over causal keys).
+
+    python benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
+
+log = logging.getLogger("cpu_throughput")
+
+SIZE = dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4)
+BATCH = 16
+# mod_every=1 routes blocks 2-4: at mod_rate 0.25 that skips 3/4 * 25% of all sublayer pairs.
+# (mod_every=2 routes only blocks 2 and 4, so 12.5%: it cannot reach 0.85x by construction.)
+VARIANTS = {
+    "cascaded": dict(residual="cascaded"),
+    "nag": dict(residual="nag"),
+    "ancre": dict(residual="ancre"),
+    "cascaded_mod0.25": dict(residual="cascaded", mod_rate=0.25, mod_every=1),
+    "nag_mod0.25": dict(residual="nag", mod_rate=0.25, mod_every=1),
+    "ancre_mod0.25": dict(residual="ancre", mod_rate=0.25, mod_every=1),
+}
+TARGETS = {
+    "cascaded_vs_reference_tokens_per_s": 0.95,  # at least
+    "nag_vs_cascaded_step_time": 1.15,  # at most
+    "ancre_vs_cascaded_step_time": 1.15,  # at most
+    "mod0.25_vs_dense_step_time": 0.85,  # at most, per family
+    "fp32_share_of_matmul_peak": 0.55,  # at least
+}
+
+
+class ReferenceGPT(nn.Module):
+    """nanoGPT's model at the same size: learned positions, LayerNorm, GELU MLP (4d), tied head."""
+
+    def __init__(self, vocab: int, seq_len: int, n_layers: int, d: int, n_heads: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(seq_len, d)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(dict(ln1=nn.LayerNorm(d), qkv=nn.Linear(d, 3 * d), proj=nn.Linear(d, d),
+                               ln2=nn.LayerNorm(d), fc=nn.Linear(d, 4 * d), out=nn.Linear(4 * d, d)))
+            for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        B, T = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for b in self.blocks:
+            q, k, v = b["qkv"](b["ln1"](x)).view(B, T, 3, self.n_heads, -1).permute(2, 0, 3, 1, 4)
+            x = x + b["proj"](F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1))
+            x = x + b["out"](F.gelu(b["fc"](b["ln2"](x))))
+        return self.ln_f(x) @ self.wte.weight.T
+
+    def forward_flops_per_token(self, seq_len: int) -> float:
+        """2 per matmul weight (positions and token embedding excluded, tied head counted) + attention core."""
+        d = self.wte.weight.shape[1]
+        weights = sum(p.numel() for n, p in self.named_parameters() if p.dim() == 2 and not n.startswith("wpe"))
+        return 2 * weights + len(self.blocks) * 4 * d * (seq_len + 1) / 2
+
+
+def matmul_peak_gflops(sizes=(512, 1024, 2048), repeats: int = 5) -> dict:
+    """Best fp32 GFLOP/s of torch.mm on n x n matrices."""
+    best = {}
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            times.append(time.perf_counter() - start)
+        best[n] = 2 * n**3 / min(times) / 1e9
+    return {"gflops": max(best.values()), "by_size": best}
+
+
+def make_step(model: nn.Module):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, SIZE["vocab_size"], (BATCH, SIZE["seq_len"] + 1), generator=gen) for _ in range(4)]
+    state = {"i": 0}
+
+    def step() -> None:
+        window = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        logits = model(window[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def time_interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> dict[str, list[float]]:
+    """Median-ready step times: each round runs every model for `per_round` steps, in turn."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times = {name: [] for name in steps}
+    for r in range(rounds):
+        for name, step in steps.items():
+            for _ in range(per_round):
+                start = time.perf_counter()
+                step()
+                times[name].append(time.perf_counter() - start)
+        log.info("round %d/%d done", r + 1, rounds)
+    return times
+
+
+def machine_info() -> dict:
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    return {"platform": platform.platform(), "cpu": cpu, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "python": platform.python_version()}
+
+
+def build_models() -> tuple[dict, dict]:
+    """The models to time and their training FLOPs per token."""
+    models, train_flops = {}, {}
+    torch.manual_seed(0)
+    ref = ReferenceGPT(SIZE["vocab_size"], SIZE["seq_len"], SIZE["n_layers"], SIZE["d_model"], SIZE["n_heads"])
+    models["reference_gpt"], train_flops["reference_gpt"] = ref, 3 * ref.forward_flops_per_token(SIZE["seq_len"])
+    for name, knobs in VARIANTS.items():
+        cfg = ArchConfig(**SIZE, **knobs)
+        models[name], train_flops[name] = build_model(cfg).train(), 3 * flops_per_token(cfg).executed
+    return models, train_flops
+
+
+def summarise(times: dict, train_flops: dict, models: dict, peak: float) -> dict:
+    tokens_per_step = BATCH * SIZE["seq_len"]
+    rows = {}
+    for name, ts in times.items():
+        median = statistics.median(ts)
+        gflops = train_flops[name] * tokens_per_step / median / 1e9
+        rows[name] = {"median_step_s": median, "min_step_s": min(ts), "tokens_per_s": tokens_per_step / median,
+                      "train_flops_per_token": train_flops[name], "gflops": gflops, "share_of_peak": gflops / peak,
+                      "params": sum(p.numel() for p in models[name].parameters())}
+    step = {n: r["median_step_s"] for n, r in rows.items()}
+    ratios = {
+        "cascaded_vs_reference_tokens_per_s": step["reference_gpt"] / step["cascaded"],
+        "nag_vs_cascaded_step_time": step["nag"] / step["cascaded"],
+        "ancre_vs_cascaded_step_time": step["ancre"] / step["cascaded"],
+        **{f"{fam}_mod0.25_vs_dense_step_time": step[f"{fam}_mod0.25"] / step[fam] for fam in ("cascaded", "nag", "ancre")},
+        "fp32_share_of_matmul_peak": rows["cascaded"]["share_of_peak"],
+    }
+    return {"models": rows, "ratios": ratios}
+
+
+def verdicts(ratios: dict) -> dict:
+    met = {}
+    for key, target in TARGETS.items():
+        if key == "mod0.25_vs_dense_step_time":
+            for fam in ("cascaded", "nag", "ancre"):
+                met[f"{fam}_{key}"] = ratios[f"{fam}_{key}"] <= target
+        elif key.endswith("step_time"):
+            met[key] = ratios[key] <= target
+        else:
+            met[key] = ratios[key] >= target
+    return met
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu_throughput.json"))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--per-round", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    peak = matmul_peak_gflops()
+    log.info("fp32 matmul peak: %.1f GFLOP/s", peak["gflops"])
+    models, train_flops = build_models()
+    times = time_interleaved({n: make_step(m) for n, m in models.items()}, args.rounds, args.per_round, args.warmup)
+    result = summarise(times, train_flops, models, peak["gflops"])
+    result.update(machine=machine_info(), matmul_peak=peak, size={**SIZE, "batch": BATCH}, targets=TARGETS,
+                  targets_met=verdicts(result["ratios"]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    for k, v in result["ratios"].items():
+        log.info("%-42s %.3f", k, v)
+    log.info("targets met: %s", result["targets_met"])
+
+
+if __name__ == "__main__":
+    main()
