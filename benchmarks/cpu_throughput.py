@@ -183,8 +183,8 @@ def verdicts(ratios: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu_throughput.json"))
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--per-round", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--per-round", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

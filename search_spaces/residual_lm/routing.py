@@ -10,7 +10,7 @@ training batch move the threshold, so a token's fate never depends on later toke
 sequence. The threshold is a running quantile with integral feedback:
 
     level     <- clip(level + GAIN * (mod_rate - realised skip rate of this batch), 0, 1)
-    threshold <- quantile(this batch's scores, level)
+    threshold <- quantile(this batch's scores, level)   (lower empirical quantile)
 
 While training moves the scores (gates and routers learn fast early on), the previous batch's
 quantile lags behind and the realised rate misses; `level` absorbs that bias (measured on the
@@ -80,6 +80,12 @@ def gather_tokens(x: Tensor, sel: TokenSelection) -> Tensor:
     return x.flatten(0, 1).index_select(0, sel.index)  # backward: index_add, not index_put
 
 
+def lower_quantile(values: Tensor, level: float) -> Tensor:
+    """The ceil(level * n)-th smallest value (kthvalue: a selection, no full sort)."""
+    k = min(values.numel(), max(1, math.ceil(level * values.numel())))
+    return values.float().kthvalue(k).values
+
+
 class DepthRouter(nn.Module):
     """Decides, from a per-token score, which tokens a routed sublayer executes.
 
@@ -125,7 +131,7 @@ class DepthRouter(nn.Module):
         if torch.isfinite(self.threshold):  # the first batch executed everything: nothing to correct
             realised = 1.0 - keep.float().mean()
             self.level.add_(LEVEL_GAIN * (self.rate - realised)).clamp_(0.0, 1.0)
-        self.threshold.copy_(torch.quantile(score.flatten().float(), self.level))
+        self.threshold.copy_(lower_quantile(score.flatten(), float(self.level)))
         if torch.isfinite(self.eval_threshold):
             self.eval_threshold.lerp_(self.threshold, EVAL_MOMENTUM)
         else:
