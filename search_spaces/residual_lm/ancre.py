@@ -60,7 +60,7 @@ class AncreLM(ResidualLM):
     def routers(self) -> dict[SublayerKey, DepthRouter]:
         return block_routers(self.blocks, "attn_router", "mlp_router")
 
-    def forward(self, idx: Tensor) -> Tensor:
+    def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)
         states = [self.tok_emb(idx)]  # o_0: (B, T, d)
         self.record_residual_rms(states[0])
@@ -68,7 +68,10 @@ class AncreLM(ResidualLM):
             mixed = mix_states(self.connectivity.coefficients(j), states)  # sum_i p_ij o_i
             states.append(block(states[-1], base=mixed))
             self.record_residual_rms(states[-1])
-        return self.norm(states[-1]) @ self.unembedding.T  # (B, T, V)
+        return states[-1]
+
+    def head(self, z: Tensor) -> Tensor:
+        return self.norm(z) @ self.unembedding.T  # (B, T, V)
 
     def diagnostics(self) -> dict:
         return {**super().diagnostics(), "ancre_p": self.connectivity.matrix().tolist()}

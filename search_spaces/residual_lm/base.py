@@ -1,7 +1,8 @@
 """What every residual family's language model shares: embeddings, init, executed FLOPs, diagnostics.
 
-A family subclasses `ResidualLM`, builds its blocks, and implements `forward(idx) -> logits`
-and `routers()`. Diagnostics are recorded only inside `with model.recording_diagnostics():`,
+A family subclasses `ResidualLM`, builds its blocks, and implements `hidden(idx) -> z` (the
+final block output, before any final norm), `head(z) -> logits` and `routers()`;
+`forward(idx) = head(hidden(idx))`. Diagnostics are recorded only inside `with model.recording_diagnostics():`,
 so training steps pay nothing for them; executed FLOPs are always known after a forward.
 """
 
@@ -48,6 +49,17 @@ class ResidualLM(nn.Module):
     def routers(self) -> dict[SublayerKey, DepthRouter]:
         """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block)."""
         raise NotImplementedError
+
+    def hidden(self, idx: Tensor) -> Tensor:
+        """The residual stream after the last block, z: (B, T, d) (the width probe's z)."""
+        raise NotImplementedError
+
+    def head(self, z: Tensor) -> Tensor:
+        """Logits (B, T, V) from the final residual stream z."""
+        raise NotImplementedError
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.head(self.hidden(idx))
 
     def begin_forward(self, idx: Tensor) -> None:
         if idx.dim() != 2 or idx.shape[1] > self.cfg.seq_len:

@@ -70,11 +70,14 @@ class CascadedLM(ResidualLM):
     def routers(self) -> dict[SublayerKey, DepthRouter]:
         return block_routers(self.blocks, "attn_router", "mlp_router")
 
-    def forward(self, idx: Tensor) -> Tensor:
+    def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)
         x = self.tok_emb(idx)  # (B, T, d)
         self.record_residual_rms(x)
         for block in self.blocks:
             x = block(x)
             self.record_residual_rms(x)
-        return self.norm(x) @ self.unembedding.T  # (B, T, V)
+        return x
+
+    def head(self, z: Tensor) -> Tensor:
+        return self.norm(z) @ self.unembedding.T  # (B, T, V)

@@ -140,11 +140,16 @@ class NagLM(ResidualLM):
             self.record_residual_rms(s, log_norm=True)
         return u, s
 
-    def forward(self, idx: Tensor) -> Tensor:
-        u, s = self.stream(idx)  # (B, T, d), (B, T)
+    def hidden(self, idx: Tensor) -> Tensor:
+        """The residual stream x = exp(s) u: (B, T, d)."""
+        u, s = self.stream(idx)
+        return u * s.exp().unsqueeze(-1)
+
+    def head(self, z: Tensor) -> Tensor:
+        """logits = (W_hat u / d) exp(s) = W_hat z / d, with W_hat's rows at unit RMS."""
         w = self.unembedding
-        w_hat = w * torch.rsqrt(w.pow(2).mean(-1, keepdim=True).clamp_min(NORM_EPS**2))  # unit-RMS rows
-        return (u @ w_hat.T) * (s.exp() / self.cfg.d_model).unsqueeze(-1)  # (B, T, V)
+        w_hat = w * torch.rsqrt(w.pow(2).mean(-1, keepdim=True).clamp_min(NORM_EPS**2))
+        return z @ (w_hat.T / self.cfg.d_model)  # (B, T, V)
 
     def diagnostics(self) -> dict:
         subs = [sub for block in self.blocks for sub in (block.attn, block.mlp)]
