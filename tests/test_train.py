@@ -1,0 +1,111 @@
+"""Iso-FLOP proxy training: budgets, divergence, resume, determinism."""
+
+import math
+
+import pytest
+import torch
+
+from search_spaces.residual_lm import flavour, flops_per_token
+from workers.data import DataConfig, load_corpus
+from workers.train import InfeasibleBudget, OptimConfig, RunConfig, learning_rate, plan_budget, train
+
+# Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
+ABSURD = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
+RUN = RunConfig(batch_size=4, eval_sequences=8, evals=2, report_every=2)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return load_corpus(DataConfig(cache_dir=str(tmp_path_factory.mktemp("cache"))))
+
+
+def tiny(**overrides):
+    return flavour("debug", vocab_size=256, seq_len=32, **overrides)
+
+
+@pytest.mark.parametrize("mod_rate", [0.0, 0.25])
+def test_tokens_trained_match_the_budget_formula(corpus, mod_rate):
+    cfg = tiny(residual="nag", mod_rate=mod_rate)
+    per_token = flops_per_token(cfg).executed
+    budget = 3 * per_token * 4 * 32 * 10.4  # 10.4 batches' worth of tokens
+    out = train(cfg, budget, corpus, run=RUN)
+    formula = budget / (3 * per_token)
+    assert out.status == "completed"
+    assert abs(out.state.tokens_seen - formula) <= 4 * 32  # within one batch
+    doubled = plan_budget(cfg, 2 * budget, RUN.batch_size)
+    assert abs(doubled.tokens - 2 * formula) <= 4 * 32
+    assert doubled.steps == pytest.approx(2 * out.plan.steps, abs=1)
+
+
+def test_mod_trains_on_more_tokens_for_the_same_compute(corpus):
+    budget = 5e9
+    dense = plan_budget(tiny(residual="cascaded"), budget, 4)
+    sparse = plan_budget(tiny(residual="cascaded", mod_rate=0.5), budget, 4)
+    assert sparse.tokens > dense.tokens
+    assert sparse.tokens * sparse.executed_flops_per_token == pytest.approx(dense.tokens * dense.executed_flops_per_token, rel=0.05)
+
+
+def test_training_flops_count_the_pairs_actually_executed(corpus):
+    cfg = tiny(residual="cascaded", mod_rate=0.25)
+    out = train(cfg, 3e9, corpus, run=RUN)
+    spent_per_token = out.state.training_flops / (3 * out.state.tokens_seen)
+    fpt = flops_per_token(cfg)
+    assert spent_per_token < fpt.nominal  # routed sublayers really skipped pairs
+    assert spent_per_token == pytest.approx(fpt.executed, rel=0.05)  # realised rate tracks the target
+    assert spent_per_token != fpt.executed  # counted from the realised pairs, not copied from the plan
+
+
+def test_an_absurd_learning_rate_diverges_without_raising(corpus):
+    out = train(tiny(residual="cascaded"), 2e9, corpus, optim=ABSURD, run=RUN)
+    assert out.status == "diverged"
+    assert "non-finite" in out.failure_reason
+
+
+def test_budget_below_one_step_is_infeasible():
+    with pytest.raises(InfeasibleBudget, match="one step"):
+        plan_budget(tiny(), 1e3, 4)
+
+
+def test_same_seed_same_run_different_seed_different_run(corpus):
+    a = train(tiny(residual="ancre"), 2e9, corpus, run=RUN, seed=1)
+    b = train(tiny(residual="ancre"), 2e9, corpus, run=RUN, seed=1)
+    c = train(tiny(residual="ancre"), 2e9, corpus, run=RUN, seed=2)
+    assert a.state.val_loss == b.state.val_loss
+    assert a.state.val_loss != c.state.val_loss
+
+
+class _Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("family", ["cascaded", "nag"])
+def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path, family):
+    cfg = tiny(residual=family, mod_rate=0.25)
+    budget = 3 * flops_per_token(cfg).executed * 4 * 32 * 12
+    straight = train(cfg, budget, corpus, run=RUN, seed=3)
+
+    def crash_at_step_7(point):
+        if point["step"] >= 7:
+            raise _Interrupt
+
+    run = RUN.model_copy(update={"checkpoint_dir": str(tmp_path), "checkpoint_every": 2, "report_every": 1})
+    with pytest.raises(_Interrupt):
+        train(cfg, budget, corpus, run=run, seed=3, report=crash_at_step_7)
+    resumed = train(cfg, budget, corpus, run=run, seed=3)
+    assert resumed.status == "completed" and resumed.state.step == straight.state.step
+    assert resumed.state.val_loss == straight.state.val_loss
+    assert resumed.state.tokens_seen == straight.state.tokens_seen
+
+
+def test_learning_rate_warms_up_then_decays():
+    optim = OptimConfig(lr=1e-2, warmup=0.1, min_lr_ratio=0.1)
+    lrs = [learning_rate(s, 100, optim) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert lrs[-1] == pytest.approx(1e-3, rel=0.01)
+
+
+def test_report_can_stop_a_run_early(corpus):
+    out = train(tiny(), 5e9, corpus, run=RUN, report=lambda p: p["step"] >= 4)
+    assert out.status == "stopped" and out.state.step == 4
+    assert all(math.isfinite(p["train_loss"]) for p in out.state.curve)

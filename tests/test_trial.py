@@ -1,0 +1,56 @@
+"""run_trial end to end on the shipped corpus: every family, and every way a trial can fail."""
+
+import math
+
+import pytest
+
+from search_spaces.residual_lm import flavour
+from workers.data import DataConfig, load_corpus
+from workers.train import OptimConfig, RunConfig
+from workers.trial import run_trial
+
+# Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
+ABSURD = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
+RUN = RunConfig(batch_size=4, eval_sequences=16, evals=2, report_every=5)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return load_corpus(DataConfig(cache_dir=str(tmp_path_factory.mktemp("cache"))))
+
+
+@pytest.mark.parametrize("family", ["cascaded", "nag", "ancre"])
+def test_run_trial_end_to_end(corpus, family):
+    cfg = flavour("debug", vocab_size=256, seq_len=32, residual=family, mod_rate=0.25)
+    points = []
+    result = run_trial(cfg, 4e9, corpus, seed=0, report=points.append, run=RUN)
+    assert result.status == "completed", result.failure_reason
+    assert math.isfinite(result.val_loss) and result.val_loss < math.log(256)  # learned something
+    assert result.val_bpb == pytest.approx(result.val_loss / math.log(2))
+    assert result.tokens_seen == result.planned_tokens > 0
+    assert result.training_flops > 0 and result.peak_memory_mb > 0
+    assert points and points[-1]["tokens"] == result.tokens_seen
+    assert result.width["d_align"] > 0 and 0 <= result.width["p_hat_8_8"] <= 1
+    assert set(result.diagnostics["skip_rate"])
+    record = result.to_dict()
+    assert record["arch"]["residual"] == family and record["curve"]
+
+
+def test_divergence_is_recorded_not_raised(corpus):
+    cfg = flavour("debug", vocab_size=256, seq_len=32)
+    result = run_trial(cfg, 2e9, corpus, optim=ABSURD, run=RUN)
+    assert result.status == "diverged" and result.val_loss == math.inf
+    assert "non-finite" in result.failure_reason
+
+
+def test_infeasible_budget_is_recorded(corpus):
+    result = run_trial(flavour("debug", vocab_size=256), 10.0, corpus, run=RUN)
+    assert result.status == "infeasible" and result.val_loss == math.inf
+    assert "one step" in result.failure_reason
+
+
+def test_a_crash_is_recorded_with_its_reason(corpus):
+    cfg = flavour("debug", vocab_size=64)  # byte corpus: token ids up to 255
+    result = run_trial(cfg, 1e12, corpus, run=RUN)
+    assert result.status == "failed" and result.val_loss == math.inf
+    assert "vocab_size=64" in result.failure_reason and "\n" not in result.failure_reason

@@ -1,0 +1,267 @@
+"""Iso-FLOP proxy training (DESIGN.md §3.6): every trial gets the same training compute C.
+
+A config whose executed forward pass costs F FLOPs per token trains on D = C / (3 F) tokens,
+rounded to whole batches (so within half a batch of D). F is the expected executed count at the
+target skip rate, so a model that skips 25% of its routed sublayers trains on more tokens.
+The FLOPs actually spent are counted from the pairs each batch really executed.
+
+The loop reads top to bottom: plan the budget, build model/optimiser/data, resume from the last
+checkpoint if there is one, then step (schedule, forward, backward, clip, update), evaluate,
+report, checkpoint. A NaN or inf loss ends the run as `diverged`; it never raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+
+from search_spaces.residual_lm import ArchConfig, ResidualLM, build_model, flops_per_token
+
+from .data import TokenizedCorpus, TrainBatches, validation_batches
+
+log = logging.getLogger(__name__)
+
+Precision = Literal["fp32", "bf16"]
+
+
+class OptimConfig(BaseModel):
+    """The optimiser knobs a search tunes (AdamW, linear warm-up then cosine decay)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lr: float = Field(3e-3, gt=0, le=1.0)
+    warmup: float = Field(0.1, ge=0, le=0.5, description="share of the steps spent warming up")
+    weight_decay: float = Field(0.1, ge=0, le=1.0)
+    min_lr_ratio: float = Field(0.1, ge=0, le=1.0, description="cosine decays to lr * min_lr_ratio")
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    grad_clip: float = Field(1.0, gt=0)
+    nag_gate_lr: float = Field(1e-3, gt=0, le=1.0, description="cap on NAG gate and alpha LR (replications)")
+
+
+class RunConfig(BaseModel):
+    """How a proxy run is executed: batch, precision, evaluation, reporting, checkpoints."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    batch_size: int = Field(16, ge=1, le=4096)
+    precision: Precision = "fp32"  # measured in benchmarks/precision.py: see README
+    eval_sequences: int = Field(64, ge=2, description="held-out sequences for val loss and the width probe")
+    evals: int = Field(4, ge=1, description="validation passes over the run (the last at the end)")
+    report_every: int = Field(10, ge=1, description="steps between progress reports")
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0 = never")
+
+
+class InfeasibleBudget(ValueError):
+    """The budget cannot pay for a single training step of this config."""
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    executed_flops_per_token: float
+    tokens_per_step: int
+    steps: int
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.tokens_per_step
+
+
+def plan_budget(cfg: ArchConfig, budget_flops: float, batch_size: int) -> BudgetPlan:
+    """Steps that spend `budget_flops` at 3x the expected executed forward FLOPs per token."""
+    per_token = flops_per_token(cfg).executed
+    tokens_per_step = batch_size * cfg.seq_len
+    tokens = budget_flops / (3.0 * per_token)
+    if tokens < tokens_per_step:
+        raise InfeasibleBudget(
+            f"budget {budget_flops:.3g} FLOPs < one step ({3 * per_token * tokens_per_step:.3g} FLOPs "
+            f"= 3 x {per_token:.3g} FLOPs/token x {tokens_per_step} tokens)"
+        )
+    return BudgetPlan(per_token, tokens_per_step, max(1, round(tokens / tokens_per_step)))
+
+
+def learning_rate(step: int, steps: int, optim: OptimConfig) -> float:
+    """Linear warm-up over warmup * steps, then cosine decay from lr to lr * min_lr_ratio."""
+    warm = max(1, round(optim.warmup * steps)) if optim.warmup > 0 else 0
+    if step < warm:
+        return optim.lr * (step + 1) / warm
+    progress = (step - warm) / max(1, steps - warm)
+    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return optim.lr * (optim.min_lr_ratio + (1 - optim.min_lr_ratio) * cosine)
+
+
+def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
+    """AdamW with three groups: decayed matrices, undecayed vectors/scalars, NAG gates at a capped LR."""
+    gate, decay, no_decay = [], [], []
+    for name, p in model.named_parameters():
+        if ".gate." in name or name.endswith(".alpha"):
+            gate.append(p)
+        elif p.dim() >= 2:
+            decay.append(p)
+        else:
+            no_decay.append(p)
+    groups = [
+        {"params": decay, "weight_decay": optim.weight_decay, "lr_scale": 1.0},
+        {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
+        {"params": gate, "weight_decay": 0.0, "lr_scale": min(1.0, optim.nag_gate_lr / optim.lr)},
+    ]
+    return torch.optim.AdamW([g for g in groups if g["params"]], lr=optim.lr, betas=(optim.beta1, optim.beta2))
+
+
+@dataclass
+class TrainState:
+    """Everything a run accumulates; saved in checkpoints (plain types and tensors only)."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    training_flops: float = 0.0
+    train_loss: float = math.nan
+    val_loss: float = math.nan
+    curve: list[dict] = field(default_factory=list)
+    step_seconds: float = 0.0  # inside schedule/forward/backward/optimizer only
+
+
+@dataclass
+class TrainOutcome:
+    status: Literal["completed", "diverged", "stopped"]
+    model: ResidualLM
+    state: TrainState
+    plan: BudgetPlan
+    val_batches: list
+    failure_reason: str | None = None
+
+
+Report = Callable[[dict], "bool | None"]  # return True to stop the run early
+
+
+def autocast(precision: Precision, device: torch.device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+@torch.no_grad()
+def evaluate(model: ResidualLM, batches: list, precision: Precision) -> float:
+    """Mean next-token cross-entropy (nats per token) over the fixed held-out batches."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for x, y in batches:
+        with autocast(precision, x.device):
+            logits = model(x)
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten(), reduction="sum").item()
+        count += y.numel()
+    model.train(was_training)
+    return total / count
+
+
+def _checkpoint_path(run: RunConfig) -> Path | None:
+    return Path(run.checkpoint_dir) / "last.pt" if run.checkpoint_dir else None
+
+
+def save_checkpoint(path: Path, cfg: ArchConfig, optim: OptimConfig, model, opt, batches, state: TrainState) -> None:
+    """Config as plain dicts, never pickled objects; written atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "arch": cfg.model_dump(), "optim": optim.model_dump(), "model": model.state_dict(),
+        "optimizer": opt.state_dict(), "batches": batches.state_dict(), "rng": torch.get_rng_state(),
+        "state": {k: v for k, v in vars(state).items()},
+    }
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: Path, cfg: ArchConfig, model, opt, batches) -> TrainState:
+    payload = torch.load(path, weights_only=True)
+    if payload["arch"] != cfg.model_dump():
+        raise ValueError(f"checkpoint {path}: architecture differs from the requested one")
+    model.load_state_dict(payload["model"])
+    opt.load_state_dict(payload["optimizer"])
+    batches.load_state_dict(payload["batches"])
+    torch.set_rng_state(payload["rng"])
+    return TrainState(**payload["state"])
+
+
+def _eval_steps(steps: int, evals: int) -> set[int]:
+    """Steps after which to validate: evenly spaced, the last one at the end."""
+    return {max(1, round(steps * (i + 1) / evals)) for i in range(evals)}
+
+
+def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, optim: OptimConfig = OptimConfig(),
+          run: RunConfig = RunConfig(), seed: int = 0, report: Report | None = None) -> TrainOutcome:
+    """Train `cfg` on `corpus` for the iso-FLOP token budget of `budget_flops`. Raises InfeasibleBudget."""
+    # 1. Plan the budget and build everything under the seed.
+    if cfg.vocab_size < corpus.vocab_size:
+        raise ValueError(f"vocab_size={cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})")
+    plan = plan_budget(cfg, budget_flops, run.batch_size)
+    torch.manual_seed(seed)
+    model = build_model(cfg).train()
+    opt = build_optimizer(model, optim)
+    batches = TrainBatches(corpus.train, cfg.seq_len, run.batch_size, seed)
+    val = validation_batches(corpus.val, cfg.seq_len, run.eval_sequences, run.batch_size)
+    device = next(model.parameters()).device
+    # 2. Resume from the last checkpoint, if any.
+    ckpt = _checkpoint_path(run)
+    state = load_checkpoint(ckpt, cfg, model, opt, batches) if ckpt and ckpt.exists() else TrainState()
+    eval_at = _eval_steps(plan.steps, run.evals)
+    while state.step < plan.steps:
+        # 3. One optimisation step; a non-finite loss ends the run.
+        loss = _train_step(model, opt, next(batches), optim, run.precision, device, state, plan)
+        if not math.isfinite(loss):
+            return TrainOutcome("diverged", model, state, plan, val, f"non-finite training loss at step {state.step}")
+        # 4. Validate, report, checkpoint.
+        if state.step in eval_at:
+            state.val_loss = evaluate(model, val, run.precision)
+            if not math.isfinite(state.val_loss):
+                return TrainOutcome("diverged", model, state, plan, val, f"non-finite validation loss at step {state.step}")
+        stop = _record_progress(state, plan, run, report, evaluated=state.step in eval_at)
+        if ckpt and run.checkpoint_every and state.step % run.checkpoint_every == 0:
+            save_checkpoint(ckpt, cfg, optim, model, opt, batches, state)
+        if stop and state.step < plan.steps:
+            return TrainOutcome("stopped", model, state, plan, val, f"stopped early at step {state.step}")
+    return TrainOutcome("completed", model, state, plan, val)
+
+
+def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, device, state: TrainState,
+                plan: BudgetPlan) -> float:
+    """Schedule, forward, backward, clip, update. Returns the batch loss (nats/token)."""
+    start = time.perf_counter()
+    lr = learning_rate(state.step, plan.steps, optim)
+    for group in opt.param_groups:
+        group["lr"] = lr * group["lr_scale"]
+    x, y = (t.to(device, non_blocking=True) for t in batch)
+    with autocast(precision, device):
+        logits = model(x)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    value = loss.item()
+    if math.isfinite(value):
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip)
+        opt.step()
+        state.step += 1
+        state.tokens_seen += y.numel()
+        state.training_flops += 3.0 * sum(model.last_executed_flops().values())
+        state.train_loss = value if math.isnan(state.train_loss) else 0.9 * state.train_loss + 0.1 * value
+    state.step_seconds += time.perf_counter() - start
+    return value
+
+
+def _record_progress(state: TrainState, plan: BudgetPlan, run: RunConfig, report: Report | None,
+                     evaluated: bool) -> bool:
+    """Append to the loss curve and call `report`; True if the caller asked to stop."""
+    if not (evaluated or state.step % run.report_every == 0 or state.step == plan.steps):
+        return False
+    point = {"step": state.step, "tokens": state.tokens_seen, "train_loss": state.train_loss,
+             "val_loss": state.val_loss if evaluated else None, "training_flops": state.training_flops,
+             "planned_steps": plan.steps}
+    state.curve.append(point)
+    return bool(report(point)) if report else False
