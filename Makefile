@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench case-study clean
+.PHONY: install demo test bench precision proxy case-study claims clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
+
+precision: $(STAMP)
+	$(PY) benchmarks/precision.py --out benchmarks/results/precision.json
+
+proxy: $(STAMP)
+	$(PY) benchmarks/proxy_trial.py --out benchmarks/results/proxy_trial.json
+
+claims: $(STAMP)
+	for sweep in depth mod width; do $(PY) benchmarks/paper_claims.py $$sweep --out-dir benchmarks/results || exit 1; done
 
 case-study: $(STAMP)
 	$(PY) benchmarks/ancre_case_study.py --out-dir benchmarks/results

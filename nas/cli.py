@@ -1,17 +1,149 @@
-"""The `nas` command line: one small function per command, whose docstring is its help."""
+"""The `nas` command line: one small function per command, whose docstring is its help.
+
+Bad input ends with a one-line `error: ...` naming the field, exit code 2, and nothing written.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
+import sys
+from pathlib import Path
+from typing import Optional
 
 import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Architecture search over residual topologies and depth sparsity.")
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Architecture search over residual topologies and depth sparsity.")
+console = Console(width=None if sys.stdout.isatty() else 160)  # full tables in logs and pipes
+STORAGE_HELP = "SQLAlchemy URL of the store (default: sqlite:///resnas.db in the working directory)."
+
+
+def fail(message: str) -> None:
+    """Print a one-line error and exit with status 2."""
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    raise typer.Exit(2)
+
+
+def open_store(storage: Optional[str]):
+    from .store import Store, StoreError, default_url
+
+    try:
+        return Store(storage or default_url(Path.cwd()))
+    except StoreError as err:
+        fail(str(err))
 
 
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def search(
+    name: str = typer.Option(..., help="Name of the new search."),
+    trial_flops: float = typer.Option(..., help="Training FLOPs per trial (iso-FLOP budget C)."),
+    trials: Optional[int] = typer.Option(None, help="Number of trials (default 20 unless --search-flops)."),
+    search_flops: Optional[float] = typer.Option(None, help="Total training FLOPs; trials = search / trial FLOPs."),
+    workers: int = typer.Option(2, help="Trials run in parallel."),
+    space: Optional[Path] = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
+    sampler: str = typer.Option("tpe", help="tpe | nsga2 | random | gp."),
+    seed: int = typer.Option(0, help="Seed of the sampler and of every trial."),
+    retries: int = typer.Option(1, help="Retries of a trial whose process dies."),
+    data: str = typer.Option("shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, or a hub name."),
+    ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
+    max_trial_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit per trial."),
+    max_search_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit for the whole search."),
+    storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
+    progress: bool = typer.Option(True, help="Show the progress bar."),
+) -> None:
+    """Define a compute budget and a search space, and launch a search."""
+    from .budget import BudgetError, check_budget_fits
+    from .search import SAMPLERS, SearchSettings, launch_search
+    from .store import SearchExists, StoreError
+
+    space_spec, budget = _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds)
+    _check_choices(sampler=sampler in SAMPLERS, workers=workers >= 1, retries=retries >= 0)
+    data_cfg = _validated_data(data)
+    try:
+        check_budget_fits(space_spec, budget, _batch_size(space_spec))
+    except BudgetError as err:
+        fail(str(err))
+    store = open_store(storage)
+    settings = SearchSettings(workers=workers, sampler=sampler, seed=seed, retries=retries, ray_address=ray_address,
+                              data=data_cfg)
+    try:
+        report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
+    except (SearchExists, StoreError) as err:
+        fail(f"{err}" + ("; use `nas resume`" if isinstance(err, SearchExists) else ""))
+    _print_front(store, report.name)
+
+
+@app.command()
+def resume(name: str = typer.Argument(..., help="The search to finish."),
+           storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
+           progress: bool = typer.Option(True, help="Show the progress bar.")) -> None:
+    """Finish a search that was interrupted: run the trials still missing."""
+    from .search import resume_search
+    from .store import StoreError
+
+    store = open_store(storage)
+    try:
+        report = resume_search(store, name, show_progress=progress)
+    except StoreError as err:
+        fail(str(err))
+    _print_front(store, report.name)
+
+
+@app.command("list")
+def list_searches(storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+    """List the searches in the store with their trial counts and best loss."""
+    store = open_store(storage)
+    table = Table("search", "status", "created", "requested", "done", "failed", "running", "best loss")
+    for s in store.list_searches():
+        best = f"{s.best_val_loss:.4f}" if s.best_val_loss is not None else "-"
+        table.add_row(s.name, s.status, f"{s.created_at:%Y-%m-%d %H:%M}", str(s.requested_trials),
+                      str(s.completed + s.other), str(s.failed), str(s.running), best)
+    console.print(table)
+
+
+@app.command()
+def status(name: Optional[str] = typer.Argument(None, help="A search (default: all)."),
+           storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+    """Show per-trial status of a search (or list all searches)."""
+    from .store import StoreError
+
+    if name is None:
+        return list_searches(storage)
+    store = open_store(storage)
+    try:
+        rows = store.trials(name)
+    except StoreError as err:
+        fail(str(err))
+    table = Table("trial", "try", "status", "residual", "layers", "d", "mod", "val loss", "FLOPs/tok", "reason")
+    for r in rows:
+        table.add_row(str(r.number), str(r.attempt), r.status, r.residual or "-", str(r.n_layers or "-"),
+                      str(r.d_model or "-"), f"{r.mod_rate:g}" if r.mod_rate is not None else "-", _loss(r.val_loss),
+                      _flops(r.executed_flops_per_token), (r.failure_reason or "")[:60])
+    console.print(table)
+
+
+@app.command()
+def show(name: str = typer.Argument(..., help="The search."),
+         pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
+         storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+    """Show a search's completed trials, or with --pareto its front and hypervolume."""
+    from .store import StoreError
+
+    store = open_store(storage)
+    try:
+        store.get_search(name)
+    except StoreError as err:
+        fail(str(err))
+    _print_front(store, name, only_front=pareto)
 
 
 @app.command()
@@ -24,6 +156,78 @@ def demo(
     from .demo import run_demo
 
     run_demo(steps=steps, batch=batch, seed=seed)
+
+
+def _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds):
+    from .budget import Budget, budget_error_message
+    from .space import SpaceError, load_space
+
+    try:
+        budget = Budget(trial_flops=trial_flops, trials=trials, search_flops=search_flops,
+                        max_trial_seconds=max_trial_seconds, max_search_seconds=max_search_seconds)
+        budget.n_trials
+    except ValidationError as err:
+        fail(budget_error_message(err))
+    except ValueError as err:
+        fail(str(err))
+    try:
+        return load_space(space), budget
+    except SpaceError as err:
+        fail(str(err))
+
+
+def _validated_data(source: str) -> dict:
+    from workers.data import DataConfig
+
+    looks_local = source != "shipped" and (source.startswith((".", "/", "~")) or Path(source).suffix)
+    if looks_local and not Path(source).expanduser().exists():
+        fail(f"--data: no such file or folder: {source}")
+    try:
+        return DataConfig(source=source).model_dump(exclude_defaults=True)
+    except ValidationError as err:
+        fail(f"--data: {err.errors()[0]['msg']}")
+
+
+def _check_choices(**ok: bool) -> None:
+    accepted = {"sampler": "one of tpe, nsga2, random, gp", "workers": ">= 1", "retries": ">= 0"}
+    for field, good in ok.items():
+        if not good:
+            fail(f"--{field}: must be {accepted[field]}")
+
+
+def _batch_size(space) -> int:
+    from .space import to_configs  # noqa: F401  (the batch size is a fixed RunConfig field)
+
+    return int(space.fixed.get("batch_size", 16))
+
+
+def _loss(x) -> str:
+    return "-" if x is None else ("inf" if not math.isfinite(x) else f"{x:.4f}")
+
+
+def _flops(x) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x / 1e6:.2f}M"
+
+
+def _print_front(store, name: str, only_front: bool = True) -> None:
+    from .pareto import hypervolume, pareto_rows, reference_point
+
+    rows = store.trials(name)
+    front = pareto_rows(rows)
+    shown = front if only_front else [r for r in rows if r.status == "completed"]
+    ref = reference_point(rows)
+    table = Table("trial", "residual", "layers", "d", "heads", "mod", "lr", "val loss", "bits/byte", "FLOPs/tok",
+                  "tokens", title=f"{name}: {'Pareto front' if only_front else 'completed trials'}")
+    for r in shown:
+        lr = r.config.get("lr")
+        table.add_row(str(r.number), r.residual, str(r.n_layers), str(r.d_model), str(r.n_heads), f"{r.mod_rate:g}",
+                      f"{lr:.2e}" if lr else "-", _loss(r.val_loss), _loss(r.val_bpb), _flops(r.executed_flops_per_token),
+                      f"{r.tokens_seen:,}" if r.tokens_seen else "-")
+    console.print(table)
+    console.print(f"hypervolume {hypervolume(rows, ref):.4g} against the reference point "
+                  f"(val loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
+                  f"{len(front)} on the front of {sum(r.status == 'completed' for r in rows)} completed, "
+                  f"{len(rows)} trial rows")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,35 @@
-"""One proxy trial: data, training loop, evaluation."""
+"""One proxy trial: data, iso-FLOP training, evaluation and the width certificate."""
 
-from .data import byte_tokens, read_shipped_texts, shipped_corpus_path
+from .data import (
+    DataConfig,
+    TokenizedCorpus,
+    TrainBatches,
+    byte_tokens,
+    load_corpus,
+    read_shipped_texts,
+    shipped_corpus_path,
+    validation_batches,
+)
+from .train import InfeasibleBudget, OptimConfig, RunConfig, plan_budget, train
+from .trial import TrialResult, run_trial
+from .width_probe import WidthCertificate, width_certificate
 
-__all__ = ["byte_tokens", "read_shipped_texts", "shipped_corpus_path"]
+__all__ = [
+    "DataConfig",
+    "InfeasibleBudget",
+    "OptimConfig",
+    "RunConfig",
+    "TokenizedCorpus",
+    "TrainBatches",
+    "TrialResult",
+    "WidthCertificate",
+    "byte_tokens",
+    "load_corpus",
+    "plan_budget",
+    "read_shipped_texts",
+    "run_trial",
+    "shipped_corpus_path",
+    "train",
+    "validation_batches",
+    "width_certificate",
+]

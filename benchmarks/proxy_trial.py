@@ -1,0 +1,58 @@
+"""The default proxy trial: wall time, share of it outside training steps, peak memory.
+
+Default proxy = the `bench` flavour (d 128, 4 layers, seq 128, batch 16) at 2e12 training FLOPs,
+MoD 0.25, on the shipped corpus: one `run_trial` per residual family, each in a fresh process so
+that peak RSS (`ru_maxrss`) is the trial's own. "Outside" = wall time of `run_trial` (model build,
+evaluations, diagnostics, width probe, reporting) minus the time inside the training steps
+(schedule, forward, backward, clipping, AdamW), measured with perf_counter around each step.
+
+    python benchmarks/proxy_trial.py --out benchmarks/results/proxy_trial.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cpu_throughput import machine_info
+
+BUDGET = 2e12
+TARGETS = {"outside_steps_share_max": 0.10, "peak_memory_mb_max": 1536}
+
+ONE_TRIAL = """
+import json, sys
+from search_spaces.residual_lm import flavour
+from workers import load_corpus, DataConfig, run_trial
+corpus = load_corpus(DataConfig())
+r = run_trial(flavour("bench", residual=sys.argv[1], mod_rate=0.25), float(sys.argv[2]), corpus)
+print(json.dumps({k: getattr(r, k) for k in ("status", "val_loss", "tokens_seen", "steps", "wall_time_s",
+                  "tokens_per_s", "step_time_share", "peak_memory_mb", "executed_flops_per_token")}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/proxy_trial.json"))
+    parser.add_argument("--budget", type=float, default=BUDGET)
+    args = parser.parse_args()
+    trials = {}
+    for family in ("cascaded", "nag", "ancre"):
+        done = subprocess.run([sys.executable, "-c", ONE_TRIAL, family, str(args.budget)], check=True,
+                              capture_output=True, text=True)
+        trials[family] = json.loads(done.stdout.strip().splitlines()[-1])
+        trials[family]["outside_steps_share"] = 1 - trials[family]["step_time_share"]
+    met = {f: {"outside_steps": t["outside_steps_share"] < TARGETS["outside_steps_share_max"],
+               "peak_memory": t["peak_memory_mb"] < TARGETS["peak_memory_mb_max"],
+               "wall_10_to_30_s": 10 <= t["wall_time_s"] <= 30} for f, t in trials.items()}
+    out = {"machine": machine_info(), "budget_flops": args.budget, "flavour": "bench", "mod_rate": 0.25,
+           "targets": TARGETS, "trials": trials, "targets_met": met}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
+    print(json.dumps(met))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Compute budgets of a search (DESIGN.md §3.6): every trial gets the same training FLOPs.
+
+`Budget` holds what the user gives on the command line: `--trial-flops` (C, the iso-FLOP budget of
+one trial) and either `--trials` or `--search-flops` (C x trials; the number of trials is then
+floor(search / trial)), plus optional wall-clock caps. Bad values raise `BudgetError` with one
+line naming the CLI option, e.g. `--trial-flops: must be > 0 (got -1.0)`.
+
+`check_budget_fits` rejects, before anything runs, a trial budget below one training step of the
+cheapest architecture of the space; `trial_is_feasible` gives the reason one sampled architecture
+cannot afford a step (the search records such a trial as infeasible without training it).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from search_spaces.residual_lm import ArchConfig, flops_per_token
+from workers.train import BudgetPlan, InfeasibleBudget, RunConfig, plan_budget
+
+from .space import IntParam, SearchSpace, describe, pretty_message, smallest_config
+
+__all__ = [
+    "DEFAULT_TRIALS",
+    "Budget",
+    "BudgetError",
+    "budget_error_message",
+    "check_budget_fits",
+    "space_batch_size",
+    "trial_is_feasible",
+]
+
+DEFAULT_TRIALS = 20  # when neither --trials nor --search-flops is given
+
+
+class BudgetError(ValueError):
+    """A budget that cannot be used; the message is one line naming the CLI option."""
+
+
+def _option(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _num(x: float) -> str:
+    """Compact FLOP counts: 2e12, 1e3, 1.08e9."""
+    text = f"{x:.3g}"
+    return re.sub(r"e([+-])0*(\d+)", lambda m: "e" + ("-" if m[1] == "-" else "") + m[2], text)
+
+
+def budget_error_message(err: ValidationError | BudgetError) -> str:
+    """One line naming each offending CLI option: `--trial-flops: must be > 0 (got -1.0)`."""
+    if not isinstance(err, ValidationError):
+        return str(err)
+    parts = []
+    for e in err.errors():
+        msg = pretty_message(e).removeprefix("Value error, ")
+        parts.append(f"{_option(str(e['loc'][0]))}: {msg}" if e["loc"] else msg)
+    return "; ".join(parts)
+
+
+class Budget(BaseModel):
+    """Per-trial training FLOPs, how many trials (or the whole search's FLOPs), optional time caps.
+
+    `Budget(...)` raises BudgetError (one line); `Budget.model_validate` raises pydantic's
+    ValidationError, which `budget_error_message` turns into the same line.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trial_flops: float = Field(gt=0, allow_inf_nan=False, description="training FLOPs of every trial (C)")
+    trials: int | None = Field(None, ge=1, description="number of trials (default 20)")
+    search_flops: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                       description="FLOPs of the whole search: floor(search / trial) trials")
+    max_trial_seconds: float | None = Field(None, gt=0, description="wall-clock cap of one trial")
+    max_search_seconds: float | None = Field(None, gt=0, description="wall-clock cap of the search")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise BudgetError(budget_error_message(err)) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_trials(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("trials") is None and data.get("search_flops") is None:
+            return {**data, "trials": DEFAULT_TRIALS}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> "Budget":
+        if self.trials is not None and self.search_flops is not None:
+            raise ValueError(f"--trials / --search-flops: give one of them, not both "
+                             f"(got --trials {self.trials} and --search-flops {_num(self.search_flops)})")
+        if self.search_flops is not None and self.search_flops < self.trial_flops:
+            raise ValueError(f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
+                             f"{_num(self.trial_flops)}: not even one trial")
+        return self
+
+    @property
+    def n_trials(self) -> int:
+        """`trials`, or floor(search_flops / trial_flops)."""
+        if self.trials is not None:
+            return self.trials
+        n = math.floor(self.search_flops / self.trial_flops)
+        if n < 1:  # unreachable after validation, kept for model_construct'ed budgets
+            raise BudgetError(f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
+                              f"{_num(self.trial_flops)}: not even one trial")
+        return n
+
+    @property
+    def total_flops(self) -> float:
+        """Training FLOPs the whole search may spend: n_trials x trial_flops."""
+        return self.n_trials * self.trial_flops
+
+
+def space_batch_size(space: SearchSpace) -> int:
+    """The batch size a space trains with: fixed, the smallest searched one, or RunConfig's default."""
+    if "batch_size" in space.fixed:
+        return int(space.fixed["batch_size"])
+    p = space.params.get("batch_size")
+    if p is not None:
+        return int(p.low if isinstance(p, IntParam) else min(p.choices))
+    return RunConfig.model_fields["batch_size"].default
+
+
+def _step_cost(arch: ArchConfig, batch_size: int) -> str:
+    per_token = flops_per_token(arch).executed
+    tokens = batch_size * arch.seq_len
+    return (f"{_num(3 * per_token * tokens)} FLOPs = 3 x {_num(per_token)} FLOPs/token "
+            f"x {tokens} tokens ({batch_size} x {arch.seq_len})")
+
+
+def check_budget_fits(space: SearchSpace, budget: Budget, batch_size: int | None = None) -> BudgetPlan:
+    """Raise BudgetError if even the cheapest config of `space` cannot afford one training step.
+
+    `batch_size` defaults to the space's (`space_batch_size`). Returns the cheapest config's plan.
+    """
+    batch = batch_size if batch_size is not None else space_batch_size(space)
+    cheapest = smallest_config(space)
+    try:
+        return plan_budget(cheapest, budget.trial_flops, batch)
+    except InfeasibleBudget:
+        raise BudgetError(
+            f"--trial-flops {_num(budget.trial_flops)} is below the cheapest config in the space "
+            f"(needs >= {_step_cost(cheapest, batch)} for one training step of {describe(cheapest)})"
+        ) from None
+
+
+def trial_is_feasible(arch: ArchConfig, budget: Budget | float, batch_size: int) -> str | None:
+    """None if `arch` can afford at least one training step of the per-trial budget, else why not."""
+    flops = budget.trial_flops if isinstance(budget, Budget) else float(budget)
+    try:
+        plan_budget(arch, flops, batch_size)
+    except InfeasibleBudget:
+        return f"one training step needs {_step_cost(arch, batch_size)} > --trial-flops {_num(flops)}"
+    return None

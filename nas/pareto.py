@@ -1,0 +1,56 @@
+"""Pareto fronts and hypervolume over (validation loss, executed forward FLOPs per token), both minimised.
+
+Only trials whose status is `completed` can be on a front: diverged, infeasible, stopped (partial
+loss) and failed trials never are. Hypervolume comes from `moocore` (a maintained C library)
+against a stated reference point: loss = ln(vocab) (a uniform predictor; any model worth keeping
+beats it) and FLOPs = 1.1 x the largest executed FLOPs per token among the trials considered.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import moocore
+import numpy as np
+
+OBJECTIVE_NAMES = ("val_loss", "executed_flops_per_token")
+
+
+def objectives(rows: Sequence) -> np.ndarray:
+    """(n, 2) array of (val_loss, executed FLOPs per token) of completed rows with finite values."""
+    pts = [(r.val_loss, r.executed_flops_per_token) for r in rows if _on_front_candidate(r)]
+    return np.array(pts, dtype=float).reshape(-1, 2)
+
+
+def _on_front_candidate(row) -> bool:
+    return (row.status == "completed" and row.val_loss is not None and math.isfinite(row.val_loss)
+            and row.executed_flops_per_token is not None)
+
+
+def pareto_rows(rows: Sequence) -> list:
+    """The non-dominated completed rows, sorted by executed FLOPs per token."""
+    candidates = [r for r in rows if _on_front_candidate(r)]
+    if not candidates:
+        return []
+    keep = moocore.is_nondominated(objectives(candidates), maximise=False, keep_weakly=False)
+    front = [r for r, k in zip(candidates, keep) if k]
+    return sorted(front, key=lambda r: r.executed_flops_per_token)
+
+
+def reference_point(rows: Sequence, vocab_size: int = 256) -> tuple[float, float]:
+    """(ln vocab, 1.1 x max executed FLOPs/token): stated with every hypervolume we print."""
+    flops = [r.executed_flops_per_token for r in rows if r.executed_flops_per_token and math.isfinite(r.executed_flops_per_token)]
+    return math.log(vocab_size), 1.1 * max(flops, default=1.0)
+
+
+def hypervolume(rows: Sequence, ref: tuple[float, float]) -> float:
+    """Area dominated by the completed rows and bounded by `ref` (points beyond ref count for nothing)."""
+    pts = objectives(rows)
+    pts = pts[(pts[:, 0] < ref[0]) & (pts[:, 1] < ref[1])] if len(pts) else pts
+    return float(moocore.hypervolume(pts, ref=list(ref))) if len(pts) else 0.0
+
+
+def hypervolume_curve(rows: Sequence, ref: tuple[float, float]) -> list[float]:
+    """Hypervolume after each trial, in the order given (the dashboard's HV-over-trials plot)."""
+    return [hypervolume(rows[: i + 1], ref) for i in range(len(rows))]

@@ -1,0 +1,26 @@
+"""The resnas database: searches, trials and their results (see `Store`)."""
+
+from .access import (SearchExists, SearchRow, SearchSummary, Store, StoreError, TrialRow, UnknownSearch, UnknownTrial,
+                     default_url)
+from .migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaVersionError, ensure_schema
+from .schema import SEARCH_STATUSES, TRIAL_STATUSES, sanitise_json
+
+__all__ = [
+    "MIGRATIONS",
+    "Migration",
+    "SCHEMA_VERSION",
+    "SEARCH_STATUSES",
+    "SchemaVersionError",
+    "SearchExists",
+    "SearchRow",
+    "SearchSummary",
+    "Store",
+    "StoreError",
+    "TRIAL_STATUSES",
+    "TrialRow",
+    "UnknownSearch",
+    "UnknownTrial",
+    "default_url",
+    "ensure_schema",
+    "sanitise_json",
+]

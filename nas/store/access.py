@@ -1,0 +1,440 @@
+"""The store's access layer: `Store(url)` writes searches and trials and serves read-only rows.
+
+Every public method is one `with self._session() as s:` block. That context manager owns the
+transaction (commit, or rollback on any error) and turns SQLAlchemy's errors into `StoreError`,
+so callers never see an ORM object or a driver exception. URLs are generic SQLAlchemy URLs
+(`sqlite:///path/resnas.db`, `postgresql+psycopg://user:pw@host/db`).
+
+SQLite is made safe for several writer processes: WAL journal, a 30 s busy timeout, foreign keys
+on, and write transactions that start with `BEGIN IMMEDIATE` (they take the write lock up front,
+so a read-then-write transaction never fails on a lock upgrade; readers are never blocked).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from sqlalchemy import Engine, case, create_engine, delete, event, func, insert, make_url, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from .migrations import SchemaVersionError, ensure_schema, recorded_version
+from .schema import (ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, SEARCH_STATUSES,
+                     TRIAL_STATUSES, WIDTH_FIELDS, CurvePointModel, DiagnosticsModel, SearchModel, TrialModel,
+                     WidthCertificateModel, utcnow)
+
+
+class StoreError(Exception):
+    """A store operation failed; the message is one line."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
+
+
+class UnknownSearch(StoreError):
+    """No search has that name."""
+
+
+class SearchExists(StoreError):
+    """A search with that name already exists."""
+
+
+class UnknownTrial(StoreError):
+    """No trial has that id."""
+
+
+@dataclass(frozen=True)
+class SearchRow:
+    id: int
+    name: str
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    requested_trials: int
+    budget: dict
+    space: dict
+    settings: dict
+    optuna_study_name: str | None
+    code_version: str | None
+
+
+@dataclass(frozen=True)
+class SearchSummary:
+    name: str
+    status: str
+    created_at: datetime
+    requested_trials: int
+    completed: int
+    failed: int
+    running: int
+    other: int  # diverged, stopped, infeasible
+    best_val_loss: float | None  # among completed trials
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    id: int
+    search_id: int
+    number: int
+    attempt: int
+    optuna_trial_number: int | None
+    status: str
+    failure_reason: str | None
+    previous_attempts: list  # [{"attempt", "status", "failure_reason"}] of earlier tries
+    config: dict
+    started_at: datetime
+    finished_at: datetime | None
+    residual: str | None
+    n_layers: int | None
+    d_model: int | None
+    n_heads: int | None
+    mod_rate: float | None
+    val_loss: float | None
+    val_bpb: float | None
+    nominal_flops_per_token: float | None
+    executed_flops_per_token: float | None
+    realised_flops_per_token: float | None
+    budget_flops: float | None
+    training_flops: float | None
+    tokens_seen: int | None
+    planned_tokens: int | None
+    steps: int | None
+    wall_time_s: float | None
+    tokens_per_s: float | None
+    step_time_share: float | None
+    peak_memory_mb: float | None
+    seed: int | None
+
+
+def default_url(cwd: str | Path) -> str:
+    """The SQLite file `resnas.db` in `cwd`."""
+    return f"sqlite:///{Path(cwd).resolve() / 'resnas.db'}"
+
+
+def _display_url(url: str) -> str:
+    """`url` with its password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", str(url))
+
+
+def _one_line(err: BaseException) -> str:
+    orig = getattr(err, "orig", None) or err  # the driver's error, without SQLAlchemy's [SQL: ...] lines
+    text = str(orig).strip()
+    return f"{type(orig).__name__}: {text.splitlines()[0]}" if text else type(orig).__name__
+
+
+def _on_sqlite_connect(dbapi_connection, _record) -> None:
+    dbapi_connection.isolation_level = None  # the driver begins nothing; `_on_sqlite_begin` does
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.close()
+
+
+def _on_sqlite_begin(connection) -> None:
+    mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+    if mode not in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
+        raise ValueError(f"sqlite_begin must be DEFERRED, IMMEDIATE or EXCLUSIVE, not {mode!r}")
+    connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def _make_engine(url: str) -> Engine:
+    """An engine for `url`: strict JSON everywhere, and the SQLite settings of the module docstring."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
+        if not Path(database).expanduser().parent.is_dir():
+            raise StoreError(f"directory {Path(database).parent} does not exist")
+    engine = create_engine(parsed, json_serializer=partial(json.dumps, allow_nan=False), pool_pre_ping=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _on_sqlite_connect)
+        event.listen(engine, "begin", _on_sqlite_begin)
+    return engine
+
+
+def _arch_columns(config: dict) -> dict:
+    """The denormalised architecture columns, from config["arch"] (or a flat config)."""
+    arch = config.get("arch") if isinstance(config.get("arch"), dict) else config
+    return {name: arch.get(name) for name in ARCH_FIELDS}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _merged_curve(points: Iterable[dict]) -> list[dict]:
+    """Curve rows keyed by step; a repeated step merges into one row (later non-null values win)."""
+    rows: dict[int | None, dict] = {}
+    for point in points:
+        step = _int_or_none(point.get("step"))
+        rows.setdefault(step, dict.fromkeys(CURVE_FIELDS)).update(
+            {k: point[k] for k in CURVE_FIELDS if point.get(k) is not None})
+    return [{**row, "step": step, "tokens": _int_or_none(row["tokens"])} for step, row in rows.items()]
+
+
+def _check_status(status: Any, allowed: tuple[str, ...], what: str) -> None:
+    if status not in allowed:
+        raise ValueError(f"{what} status must be one of {', '.join(allowed)}, not {status!r}")
+
+
+class Store:
+    """The resnas database at `url`; the schema is created or upgraded on open."""
+
+    def __init__(self, url: str):
+        self.url = _display_url(url)  # safe to print: no password
+        try:
+            self._engine = _make_engine(url)
+            ensure_schema(self._engine)
+        except (StoreError, SQLAlchemyError, SchemaVersionError, ImportError, OSError, ValueError) as err:
+            detail = str(err) if isinstance(err, (StoreError, SchemaVersionError)) else _one_line(err)
+            raise StoreError(f"cannot open store {self.url}: {detail}") from err
+        self._readers = sessionmaker(self._engine, expire_on_commit=False)
+        self._writers = sessionmaker(self._engine.execution_options(sqlite_begin="IMMEDIATE"), expire_on_commit=False)
+
+    def __repr__(self) -> str:
+        return f"Store({self.url!r})"
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    @contextmanager
+    def _session(self, *, write: bool = True) -> Iterator[Session]:
+        """One transaction: commit on success, rollback on any error; database errors -> StoreError."""
+        with (self._writers if write else self._readers)() as session:
+            try:
+                yield session
+                session.commit()
+            except SQLAlchemyError as err:
+                session.rollback()
+                raise StoreError(f"database error: {_one_line(err)}") from err
+            except BaseException:
+                session.rollback()
+                raise
+
+    @staticmethod
+    def _search(session: Session, name: str) -> SearchModel:
+        search = SearchModel.find(session, name)
+        if search is None:
+            raise UnknownSearch(f"no search named {name!r}")
+        return search
+
+    @staticmethod
+    def _trial(session: Session, trial_id: int) -> TrialModel:
+        trial = session.get(TrialModel, trial_id)
+        if trial is None:
+            raise UnknownTrial(f"no trial with id {trial_id}")
+        return trial
+
+    # ---- writes -------------------------------------------------------------------------------
+
+    def create_search(self, name: str, *, requested_trials: int, budget: dict, space: dict, settings: dict,
+                      optuna_study_name: str | None, code_version: str | None) -> SearchRow:
+        """A new search, status "running". Raises `SearchExists` if `name` is taken."""
+        if not name:
+            raise ValueError("a search needs a non-empty name")
+        with self._session() as s:
+            if SearchModel.find(s, name) is not None:
+                raise SearchExists(f"a search named {name!r} already exists")
+            search = SearchModel(name=name, status="running", requested_trials=requested_trials, budget=budget,
+                                 space=space, settings=settings, optuna_study_name=optuna_study_name,
+                                 code_version=code_version)
+            s.add(search)
+            try:
+                s.flush()
+            except IntegrityError as err:  # a concurrent writer on a database without a write lock
+                raise SearchExists(f"a search named {name!r} already exists") from err
+            s.refresh(search)  # as stored: JSON sanitised, times in UTC
+            return _search_row(search)
+
+    def set_search_status(self, name: str, status: str) -> None:
+        _check_status(status, SEARCH_STATUSES, "search")
+        with self._session() as s:
+            self._search(s, name).status = status
+
+    def set_requested_trials(self, name: str, n: int) -> None:
+        if n < 0:
+            raise ValueError(f"requested_trials must be >= 0, not {n}")
+        with self._session() as s:
+            self._search(s, name).requested_trials = n
+
+    def start_trial(self, search_name: str, *, number: int, attempt: int = 0, config: dict,
+                    optuna_trial_number: int | None = None) -> int:
+        """Record trial `number` as running; return its id.
+
+        A retry (same number, higher `attempt`, earlier try not completed) reuses the row: the
+        earlier try's status and reason move to `previous_attempts` and its results are cleared.
+        Any other repeat of a number raises `StoreError`.
+        """
+        if number < 0 or attempt < 0:
+            raise ValueError(f"trial number and attempt must be >= 0, not {number} and {attempt}")
+        with self._session() as s:
+            search = self._search(s, search_name)
+            trial = TrialModel.find(s, search.id, number)
+            if trial is None:
+                trial = TrialModel(search_id=search.id, number=number, previous_attempts=[])
+                s.add(trial)
+            elif attempt > trial.attempt and trial.status != "completed":
+                _clear_for_retry(s, trial)
+            else:
+                raise StoreError(f"trial {number} of search {search_name!r} already exists "
+                                 f"(attempt {trial.attempt}, {trial.status})")
+            for key, value in dict(attempt=attempt, optuna_trial_number=optuna_trial_number, config=config,
+                                   status="running", failure_reason=None, started_at=utcnow(), finished_at=None,
+                                   **_arch_columns(config)).items():
+                setattr(trial, key, value)
+            s.flush()
+            return trial.id
+
+    def finish_trial(self, trial_id: int, result: dict) -> None:
+        """Store a `TrialResult.to_dict()`: scalars, curve, diagnostics and width, in one transaction.
+
+        Unknown keys are ignored; curve/diagnostics/width may be missing or None. The result's
+        `arch`/`optim` (what actually ran) replace those of the config. Finishing twice replaces.
+        """
+        _check_status(result.get("status"), TRIAL_STATUSES[1:], "a finished trial's")
+        with self._session() as s:
+            trial = self._trial(s, trial_id)
+            _apply_result(trial, result)
+            _replace_children(s, trial_id, result)
+            s.execute(update(SearchModel).where(SearchModel.id == trial.search_id).values(updated_at=utcnow()))
+
+    def fail_running_trials(self, search_name: str, reason: str) -> int:
+        """Mark the search's trials still "running" as "failed" with `reason`; return how many."""
+        with self._session() as s:
+            search = self._search(s, search_name)
+            done = s.execute(update(TrialModel)
+                             .where(TrialModel.search_id == search.id, TrialModel.status == "running")
+                             .values(status="failed", failure_reason=reason, finished_at=utcnow())
+                             .execution_options(synchronize_session=False))
+            return done.rowcount
+
+    # ---- reads (the dashboard's API: plain rows, never ORM objects) ----------------------------
+
+    def schema_version(self) -> int:
+        with self._session(write=False) as s:
+            return recorded_version(s.connection())
+
+    def get_search(self, name: str) -> SearchRow:
+        with self._session(write=False) as s:
+            return _search_row(self._search(s, name))
+
+    def list_searches(self) -> list[SearchSummary]:
+        """Every search, oldest first, with its trial counts and best completed val_loss."""
+        t = TrialModel
+        counts = [func.count(case((t.status == st, 1))) for st in ("completed", "failed", "running")]
+        other = func.count(case((t.status.in_(("diverged", "stopped", "infeasible")), 1)))
+        best = func.min(case((t.status == "completed", t.val_loss)))
+        query = (select(SearchModel.name, SearchModel.status, SearchModel.created_at, SearchModel.requested_trials,
+                        *counts, other, best)
+                 .outerjoin(t, t.search_id == SearchModel.id)
+                 .group_by(SearchModel.id)
+                 .order_by(SearchModel.created_at, SearchModel.id))
+        with self._session(write=False) as s:
+            return [SearchSummary(*row[:-1], best_val_loss=None if row[-1] is None else float(row[-1]))
+                    for row in s.execute(query)]
+
+    def trials(self, search_name: str, statuses: Iterable[str] | None = None) -> list[TrialRow]:
+        """The search's trials by number, optionally only those with one of `statuses`."""
+        with self._session(write=False) as s:
+            search = self._search(s, search_name)
+            query = select(TrialModel).where(TrialModel.search_id == search.id).order_by(TrialModel.number)
+            if statuses is not None:
+                query = query.where(TrialModel.status.in_(list(statuses)))
+            return [_trial_row(trial) for trial in s.scalars(query)]
+
+    def trial(self, trial_id: int) -> TrialRow:
+        with self._session(write=False) as s:
+            return _trial_row(self._trial(s, trial_id))
+
+    def count_trials(self, search_name: str, statuses: Iterable[str] | None = None) -> int:
+        with self._session(write=False) as s:
+            search = self._search(s, search_name)
+            query = select(func.count()).select_from(TrialModel).where(TrialModel.search_id == search.id)
+            if statuses is not None:
+                query = query.where(TrialModel.status.in_(list(statuses)))
+            return s.scalar(query)
+
+    def curve(self, trial_id: int) -> list[dict]:
+        """The trial's curve points by step: {step, tokens, train_loss, val_loss, training_flops}."""
+        columns = [getattr(CurvePointModel, name) for name in CURVE_FIELDS]
+        query = select(*columns).where(CurvePointModel.trial_id == trial_id).order_by(CurvePointModel.step)
+        with self._session(write=False) as s:
+            return [dict(row._mapping) for row in s.execute(query)]
+
+    def diagnostics(self, trial_id: int) -> dict | None:
+        with self._session(write=False) as s:
+            row = s.get(DiagnosticsModel, trial_id)
+            return None if row is None else row.diagnostics
+
+    def width(self, trial_id: int) -> dict | None:
+        """The trial's width certificate as `WidthCertificate.to_dict()` would give it, or None."""
+        with self._session(write=False) as s:
+            row = s.get(WidthCertificateModel, trial_id)
+            return None if row is None else {name: getattr(row, name) for name in WIDTH_FIELDS}
+
+
+def _search_row(search: SearchModel) -> SearchRow:
+    return SearchRow(**{f.name: getattr(search, f.name) for f in fields(SearchRow)})
+
+
+def _trial_row(trial: TrialModel) -> TrialRow:
+    return TrialRow(**{f.name: getattr(trial, f.name) for f in fields(TrialRow)})
+
+
+def _apply_result(trial: TrialModel, result: dict) -> None:
+    """The result's status, reason and scalars onto the trial row; its arch/optim into the config."""
+    trial.status, trial.failure_reason, trial.finished_at = result["status"], result.get("failure_reason"), utcnow()
+    for name in RESULT_FLOAT_FIELDS:
+        if name in result:
+            setattr(trial, name, result[name])
+    for name in RESULT_INT_FIELDS:
+        if name in result:
+            setattr(trial, name, _int_or_none(result[name]))
+    ran = {k: result[k] for k in ("arch", "optim") if result.get(k)}
+    if ran:
+        trial.config = {**trial.config, **ran}
+        for key, value in _arch_columns(trial.config).items():
+            setattr(trial, key, value)
+
+
+def _delete_children(session: Session, trial_id: int) -> None:
+    for model in (CurvePointModel, DiagnosticsModel, WidthCertificateModel):
+        session.execute(delete(model).where(model.trial_id == trial_id))
+
+
+def _replace_children(session: Session, trial_id: int, result: dict) -> None:
+    """The trial's curve points, diagnostics and width certificate, replacing any earlier ones."""
+    _delete_children(session, trial_id)
+    curve = _merged_curve(result.get("curve") or [])
+    if curve:
+        session.execute(insert(CurvePointModel), [{"trial_id": trial_id, **point} for point in curve])
+    if result.get("diagnostics") is not None:
+        session.add(DiagnosticsModel(trial_id=trial_id, diagnostics=result["diagnostics"]))
+    if result.get("width") is not None:
+        width = result["width"]
+        session.add(WidthCertificateModel(trial_id=trial_id, **{name: width.get(name) for name in WIDTH_FIELDS}))
+
+
+def _clear_for_retry(session: Session, trial: TrialModel) -> None:
+    """Keep the earlier try's outcome in `previous_attempts`, and drop its results."""
+    earlier = {"attempt": trial.attempt, "status": trial.status, "failure_reason": trial.failure_reason}
+    trial.previous_attempts = [*(trial.previous_attempts or []), earlier]
+    for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS:
+        setattr(trial, name, None)
+    _delete_children(session, trial.id)

@@ -1,0 +1,241 @@
+"""The store's tables, as SQLAlchemy 2 ORM classes and nothing else (queries live in `access.py`).
+
+Types are portable: every float column is double precision (`Double`: REAL on SQLite, DOUBLE
+PRECISION on PostgreSQL), so +/-inf round-trips on both; NaN is written as NULL (SQLite would do
+so silently anyway). JSON columns are sanitised on the way in (`sanitise_json`): non-finite floats
+become null, because NaN/Infinity are not JSON and PostgreSQL rejects them. Times are stored in UTC
+and read back timezone-aware.
+
+Every table is prefixed `resnas_`: the Optuna study lives in the same database (so optuna-dashboard
+can open it) and Optuna's RDB storage owns unprefixed names such as `studies` and `trials`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, Double, ForeignKey, Index, Integer, String, Text,
+                        UniqueConstraint, select)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+SEARCH_STATUSES = ("running", "completed", "interrupted", "failed")
+TRIAL_STATUSES = ("running", "completed", "diverged", "stopped", "infeasible", "failed")
+
+# The scalar fields of `workers.trial.TrialResult`, one column each on `trials`.
+RESULT_FLOAT_FIELDS = ("val_loss", "val_bpb", "nominal_flops_per_token", "executed_flops_per_token",
+                       "realised_flops_per_token", "budget_flops", "training_flops", "wall_time_s", "tokens_per_s",
+                       "step_time_share", "peak_memory_mb")
+RESULT_INT_FIELDS = ("tokens_seen", "planned_tokens", "steps", "seed")
+# Architecture fields copied out of the config for filtering.
+ARCH_FIELDS = ("residual", "n_layers", "d_model", "n_heads", "mod_rate")
+# `workers.width_probe.WidthCertificate`, one column each on `width_certificates`.
+WIDTH_FIELDS = ("n_sequences", "d_model", "mu_norm", "d_par", "d_2", "d_align", "b_exact_8_8", "b_align_8_8",
+                "p_hat_8_8")
+CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "training_flops")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def sanitise_json(value: Any) -> Any:
+    """`value` as strict JSON data: non-finite floats -> None, recursively; tuples -> lists; keys -> str.
+
+    NaN and +/-inf are not JSON: Python's `json` would write `NaN`/`Infinity`, which PostgreSQL
+    rejects and other readers choke on. Numpy-style scalars become plain int/float.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): sanitise_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitise_json(v) for v in value]
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        x = float(value)
+        return x if math.isfinite(x) else None
+    return value  # anything else: let the JSON serialiser accept or reject it
+
+
+class SafeJSON(TypeDecorator):
+    """JSON (JSONB on PostgreSQL) whose values pass through `sanitise_json` before they are written."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect):
+        return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
+
+    def process_bind_param(self, value, dialect):
+        return sanitise_json(value)
+
+
+class SafeFloat(TypeDecorator):
+    """Double precision; +/-inf kept, NaN stored as NULL (SQLite would anyway; now PostgreSQL agrees)."""
+
+    impl = Double
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        x = float(value)
+        return None if math.isnan(x) else x
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else float(value)
+
+
+class UTCDateTime(TypeDecorator):
+    """A timestamp stored in UTC; naive values are taken as UTC, results are always timezone-aware."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SchemaVersionModel(Base):
+    """A single row (id = 1): the schema version this database is at."""
+
+    __tablename__ = "resnas_schema_version"
+    __table_args__ = (CheckConstraint("id = 1", name="ck_schema_version_single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class SearchModel(Base):
+    """One architecture search (one Optuna study): what was asked for and how it stands."""
+
+    __tablename__ = "resnas_searches"
+    __table_args__ = (CheckConstraint(_one_of("status", SEARCH_STATUSES), name="ck_searches_status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    requested_trials: Mapped[int] = mapped_column(Integer)
+    budget: Mapped[dict] = mapped_column(SafeJSON)  # trial_flops, search_flops, wall limits...
+    space: Mapped[dict] = mapped_column(SafeJSON)  # the search-space spec
+    settings: Mapped[dict] = mapped_column(SafeJSON)  # sampler, seed, workers, retries...
+    optuna_study_name: Mapped[str | None] = mapped_column(String(255))
+    code_version: Mapped[str | None] = mapped_column(String(255))
+
+    @classmethod
+    def find(cls, session: Session, name: str) -> SearchModel | None:
+        return session.scalars(select(cls).where(cls.name == name)).one_or_none()
+
+
+class TrialModel(Base):
+    """One proxy training run: its config, a few denormalised architecture fields, and its scalar results."""
+
+    __tablename__ = "resnas_trials"
+    __table_args__ = (
+        UniqueConstraint("search_id", "number", name="uq_trials_search_number"),
+        CheckConstraint(_one_of("status", TRIAL_STATUSES), name="ck_trials_status"),
+        Index("ix_trials_search_status", "search_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    search_id: Mapped[int] = mapped_column(ForeignKey("resnas_searches.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)  # 0-based index within the search
+    attempt: Mapped[int] = mapped_column(Integer, default=0)  # 0 first try, +1 per retry
+    optuna_trial_number: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16), default="running")
+    failure_reason: Mapped[str | None] = mapped_column(Text)
+    previous_attempts: Mapped[list] = mapped_column(SafeJSON, default=list)  # [{attempt, status, failure_reason}]
+    config: Mapped[dict] = mapped_column(SafeJSON)  # {"arch": {...}, "optim": {...}, ...}
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Denormalised from config["arch"] for filtering.
+    residual: Mapped[str | None] = mapped_column(String(32))
+    n_layers: Mapped[int | None] = mapped_column(Integer)
+    d_model: Mapped[int | None] = mapped_column(Integer)
+    n_heads: Mapped[int | None] = mapped_column(Integer)
+    mod_rate: Mapped[float | None] = mapped_column(SafeFloat)
+    # TrialResult scalars; NULL while running. val_loss = inf for trials that did not complete.
+    val_loss: Mapped[float | None] = mapped_column(SafeFloat)  # nats per token
+    val_bpb: Mapped[float | None] = mapped_column(SafeFloat)
+    nominal_flops_per_token: Mapped[float | None] = mapped_column(SafeFloat)
+    executed_flops_per_token: Mapped[float | None] = mapped_column(SafeFloat)
+    realised_flops_per_token: Mapped[float | None] = mapped_column(SafeFloat)
+    budget_flops: Mapped[float | None] = mapped_column(SafeFloat)
+    training_flops: Mapped[float | None] = mapped_column(SafeFloat)
+    tokens_seen: Mapped[int | None] = mapped_column(BigInteger)
+    planned_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    steps: Mapped[int | None] = mapped_column(Integer)
+    wall_time_s: Mapped[float | None] = mapped_column(SafeFloat)
+    tokens_per_s: Mapped[float | None] = mapped_column(SafeFloat)
+    step_time_share: Mapped[float | None] = mapped_column(SafeFloat)
+    peak_memory_mb: Mapped[float | None] = mapped_column(SafeFloat)
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+
+    @classmethod
+    def find(cls, session: Session, search_id: int, number: int) -> TrialModel | None:
+        return session.scalars(select(cls).where(cls.search_id == search_id, cls.number == number)).one_or_none()
+
+
+class CurvePointModel(Base):
+    """One point of a trial's loss curve (val_loss only where the trainer evaluated)."""
+
+    __tablename__ = "resnas_trial_curve_points"
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey("resnas_trials.id", ondelete="CASCADE"), primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    tokens: Mapped[int] = mapped_column(BigInteger)
+    train_loss: Mapped[float | None] = mapped_column(SafeFloat)
+    val_loss: Mapped[float | None] = mapped_column(SafeFloat)
+    training_flops: Mapped[float] = mapped_column(SafeFloat)
+
+
+class DiagnosticsModel(Base):
+    """A trial's model diagnostics: per-layer residual RMS, NAG angles/gates, ANCRe p, skip rates..."""
+
+    __tablename__ = "resnas_trial_diagnostics"
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey("resnas_trials.id", ondelete="CASCADE"), primary_key=True)
+    diagnostics: Mapped[dict] = mapped_column(SafeJSON)
+
+
+class WidthCertificateModel(Base):
+    """`workers.width_probe.WidthCertificate` of a completed trial."""
+
+    __tablename__ = "resnas_width_certificates"
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey("resnas_trials.id", ondelete="CASCADE"), primary_key=True)
+    n_sequences: Mapped[int] = mapped_column(Integer)
+    d_model: Mapped[int] = mapped_column(Integer)
+    mu_norm: Mapped[float | None] = mapped_column(SafeFloat)
+    d_par: Mapped[float | None] = mapped_column(SafeFloat)
+    d_2: Mapped[float | None] = mapped_column(SafeFloat)
+    d_align: Mapped[float | None] = mapped_column(SafeFloat)
+    b_exact_8_8: Mapped[float | None] = mapped_column(SafeFloat)
+    b_align_8_8: Mapped[float | None] = mapped_column(SafeFloat)
+    p_hat_8_8: Mapped[float | None] = mapped_column(SafeFloat)

@@ -1,0 +1,175 @@
+"""Ray Tune plumbing: start (or join) Ray, run the Tuner, and write every trial event to the store.
+
+`StoreCallback` runs in the driver: a row per attempt is opened when Tune starts a trial and
+closed when it completes or errors, so a trial killed mid-run is recorded `failed` with the
+error's last line, and its retry gets a new row (attempt + 1). Progress is a `rich` bar with live
+counts of done, failed and running trials and the best loss so far.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import ray
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from workers.ray_trainable import OBJECTIVES, proxy_trainable
+
+from .budget import Budget
+from .search import (DefineByRun, SearchSettings, data_config, local_ray_env, make_sampler, optuna_storage,
+                     ray_results_dir)
+from .space import SearchSpace, to_configs
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+
+def error_line(trial) -> str:
+    """The last meaningful line of a Tune trial's error file (e.g. 'RayActorError: ... died')."""
+    text = ""
+    if getattr(trial, "error_file", None) and Path(trial.error_file).exists():
+        text = Path(trial.error_file).read_text(errors="replace")
+    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith(("File ", "  "))]
+    return (lines[-1] if lines else "trial process failed (no error text)")[:500]
+
+
+@dataclass
+class Counts:
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+    best: float = math.inf
+    rows: dict = field(default_factory=dict)  # tune trial id -> store row id
+
+
+class StoreCallback(tune.Callback):
+    """Writes trial starts, results and failures to the store; drives the progress bar."""
+
+    def __init__(self, store: Store, name: str, retries: int, progress: Progress | None, task) -> None:
+        self.store, self.name, self.retries = store, name, retries
+        self.progress, self.task, self.counts = progress, task, Counts()
+
+    def __getstate__(self) -> dict:
+        """Tune pickles its run config (for experiment restore): keep the store and the bar out of it."""
+        return {**self.__dict__, "store": None, "progress": None, "task": None}
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        params = {k: v for k, v in trial.config.items()}
+        self.counts.rows[trial.trial_id] = self.store.start_trial(
+            self.name, number=int(params["optuna_number"]), attempt=int(trial.num_failures),
+            config=params, optuna_trial_number=int(params["optuna_number"]))
+        self.counts.running += 1
+        self._refresh()
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        result = (trial.last_result or {}).get("trial_result")
+        if result is None:  # cut short (time limit): progress only, never a partial loss on the front
+            result = {"status": "stopped", "failure_reason": "stopped before the trial finished", "val_loss": math.inf}
+        self._close(trial, result)
+        self.counts.done += 1
+        if result.get("status") == "completed":
+            self.counts.best = min(self.counts.best, float(result["val_loss"]))
+        self._refresh(advance=1)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        attempt = int(trial.num_failures)
+        self._close(trial, {"status": "failed", "val_loss": math.inf,
+                            "failure_reason": f"{error_line(trial)} (retrying: attempt {attempt + 1} of {self.retries + 1})"})
+        self.counts.failed += 1
+        self._refresh()
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._close(trial, {"status": "failed", "val_loss": math.inf, "failure_reason": error_line(trial)})
+        self.counts.failed += 1
+        self.counts.done += 1
+        self._refresh(advance=1)
+
+    def _close(self, trial, result: dict) -> None:
+        row = self.counts.rows.pop(trial.trial_id, None)
+        if row is not None:
+            self.store.finish_trial(row, result)
+            self.counts.running -= 1
+
+    def _refresh(self, advance: int = 0) -> None:
+        if self.progress is not None:
+            c = self.counts
+            best = f"{c.best:.4f}" if math.isfinite(c.best) else "-"
+            self.progress.update(self.task, advance=advance,
+                                 description=f"done {c.done} | failed {c.failed} | running {c.running} | best loss {best}")
+
+
+def init_ray(settings: SearchSettings) -> None:
+    """Join `ray_address`, or start a local Ray on 127.0.0.1 with one CPU per worker."""
+    if ray.is_initialized():
+        return
+    local_ray_env()
+    if settings.ray_address:
+        ray.init(address=settings.ray_address, log_to_driver=False, logging_level=logging.WARNING)
+    else:
+        ray.init(num_cpus=settings.workers, num_gpus=None, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
+
+
+def trial_resources(settings: SearchSettings) -> dict:
+    """One CPU per trial, plus a (fractional) GPU share when the cluster has GPUs."""
+    gpus = settings.gpus_per_trial
+    if not gpus and ray.cluster_resources().get("GPU", 0) > 0:
+        gpus = ray.cluster_resources()["GPU"] / max(1, settings.workers)
+    return {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
+
+
+def configs_from(space: SearchSpace, params: dict):
+    return to_configs(space, {k: v for k, v in params.items() if k in space.params})
+
+
+def run_tuner(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings,
+              study_name: str, n_trials: int, show_progress: bool = True) -> Counts:
+    """Run `n_trials` more trials of search `name` and return the counts."""
+    init_ray(settings)
+    searcher = OptunaSearch(space=DefineByRun(space, budget), metric=list(OBJECTIVES), mode=["min", "min"],
+                            sampler=make_sampler(settings.sampler, settings.seed), study_name=study_name,
+                            storage=optuna_storage(store.url))
+    context = {"budget_flops": budget.trial_flops, "seed": settings.seed,
+               "data": data_config(settings).model_dump(), "configs": partial(configs_from, space)}
+    trainable = tune.with_resources(tune.with_parameters(proxy_trainable, context=context), trial_resources(settings))
+    with _progress(show_progress, n_trials) as (progress, task):
+        callback = StoreCallback(store, name, settings.retries, progress, task)
+        tuner = tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=n_trials,
+                                        max_concurrent_trials=settings.workers,
+                                        time_budget_s=budget.max_search_seconds),
+            run_config=tune.RunConfig(
+                name=f"{name}-{study_name[-8:]}", storage_path=ray_results_dir(settings, store.url), verbose=0,
+                callbacks=[callback], failure_config=tune.FailureConfig(max_failures=settings.retries),
+                stop={"time_total_s": budget.max_trial_seconds} if budget.max_trial_seconds else None,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+        )
+        tuner.fit()
+    return callback.counts
+
+
+class _progress:
+    """A rich progress bar over trials (or nothing), as a context manager yielding (progress, task)."""
+
+    def __init__(self, show: bool, total: int):
+        self.show, self.total, self.progress = show, total, None
+
+    def __enter__(self):
+        if not self.show:
+            return None, None
+        self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.description}"), TimeElapsedColumn())
+        self.progress.start()
+        return self.progress, self.progress.add_task("starting Ray", total=self.total)
+
+    def __exit__(self, *exc):
+        if self.progress is not None:
+            self.progress.stop()
+        return False

@@ -1,0 +1,108 @@
+"""Budgets: CLI-facing validation, number of trials, and whether a space or a config fits C."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from nas.budget import (
+    DEFAULT_TRIALS,
+    Budget,
+    BudgetError,
+    budget_error_message,
+    check_budget_fits,
+    space_batch_size,
+    trial_is_feasible,
+)
+from nas.space import load_space, smallest_config, space_from_dict
+from search_spaces.residual_lm import ArchConfig, flops_per_token
+
+
+@pytest.fixture(scope="module")
+def space():
+    return load_space()
+
+
+@pytest.mark.parametrize("kwargs, expected", [
+    ({"trial_flops": 0}, "--trial-flops: must be > 0 (got 0)"),
+    ({"trial_flops": -1.0}, "--trial-flops: must be > 0 (got -1.0)"),
+    ({"trial_flops": float("inf")}, "--trial-flops: must be a finite number"),
+    ({"trial_flops": "lots"}, "--trial-flops: must be a number"),
+    ({}, "--trial-flops: required"),
+    ({"trial_flops": 2e12, "trials": 40, "search_flops": 8e13}, "--trials / --search-flops: give one of them, not both"),
+    ({"trial_flops": 2e12, "search_flops": 1e12}, "--search-flops: 1e12 is below --trial-flops 2e12"),
+    ({"trial_flops": 2e12, "search_flops": -5.0}, "--search-flops: must be > 0"),
+    ({"trial_flops": 2e12, "trials": 0}, "--trials: must be >= 1 (got 0)"),
+    ({"trial_flops": 2e12, "trials": 2.5}, "--trials: must be a whole number"),
+    ({"trial_flops": 2e12, "max_trial_seconds": 0}, "--max-trial-seconds: must be > 0"),
+    ({"trial_flops": 2e12, "max_search_seconds": -1}, "--max-search-seconds: must be > 0"),
+    ({"trial_flops": 2e12, "workers": 2}, "--workers: unknown key"),
+])
+def test_bad_budgets_name_the_cli_option(kwargs, expected):
+    with pytest.raises(BudgetError) as info:
+        Budget(**kwargs)
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_model_validate_errors_format_the_same_way():
+    with pytest.raises(ValidationError) as info:
+        Budget.model_validate({"trial_flops": -1.0})
+    assert budget_error_message(info.value) == "--trial-flops: must be > 0 (got -1.0)"
+    assert budget_error_message(BudgetError("x")) == "x"
+
+
+def test_number_of_trials():
+    assert Budget(trial_flops=2e12).n_trials == DEFAULT_TRIALS == 20
+    assert Budget(trial_flops=2e12, trials=40).n_trials == 40
+    assert Budget(trial_flops=2e12, search_flops=8.5e13).n_trials == 42  # floor(42.5)
+    assert Budget(trial_flops=2e12, search_flops=2e12).n_trials == 1
+    assert Budget(trial_flops=2e12, search_flops=8e13).total_flops == 8e13
+    b = Budget(trial_flops=2e12, search_flops=8e13)
+    assert b.trials is None and b.search_flops == 8e13
+
+
+def test_budget_is_frozen():
+    b = Budget(trial_flops=2e12)
+    with pytest.raises(ValidationError):
+        b.trial_flops = 1.0
+
+
+def test_check_budget_fits_rejects_a_tiny_budget(space):
+    with pytest.raises(BudgetError) as info:
+        check_budget_fits(space, Budget(trial_flops=1e3), 16)
+    message = str(info.value)
+    assert message.startswith("--trial-flops 1e3 is below the cheapest config in the space (needs >= ")
+    assert "n_layers=2 d_model=64" in message and "\n" not in message
+
+
+def test_check_budget_fits_accepts_the_default_budget(space):
+    plan = check_budget_fits(space, Budget(trial_flops=2e12), 16)
+    assert plan.steps > 1000  # the cheapest config: ~1800 steps of 16 x 128 tokens
+    assert check_budget_fits(space, Budget(trial_flops=2e12)).steps == plan.steps  # batch from the space
+
+
+def test_check_budget_fits_boundary_is_one_step_of_the_cheapest_config(space):
+    cheapest = smallest_config(space)
+    one_step = 3 * flops_per_token(cheapest).executed * 16 * cheapest.seq_len
+    assert check_budget_fits(space, Budget(trial_flops=one_step), 16).steps == 1
+    with pytest.raises(BudgetError):
+        check_budget_fits(space, Budget(trial_flops=one_step * 0.99), 16)
+    with pytest.raises(BudgetError):  # a bigger batch makes one step dearer
+        check_budget_fits(space, Budget(trial_flops=one_step), 32)
+
+
+def test_space_batch_size(space):
+    assert space_batch_size(space) == 16
+    searched = space_from_dict({"params": {"batch_size": {"categorical": [32, 8]}}})
+    assert space_batch_size(searched) == 8
+    assert space_batch_size(space_from_dict({"params": {"n_layers": {"int": {"low": 1, "high": 2}}}})) == 16
+
+
+def test_trial_is_feasible():
+    big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
+    assert trial_is_feasible(big, Budget(trial_flops=2e12), 16) is None
+    reason = trial_is_feasible(big, Budget(trial_flops=1e10), 16)
+    assert reason is not None and "one training step needs" in reason and "--trial-flops 1e10" in reason
+    assert trial_is_feasible(big, 1e10, 16) == reason  # a plain number works too

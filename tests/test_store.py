@@ -1,0 +1,262 @@
+"""The SQL store on real SQLite files: schema versions, round trips, rollback, and concurrent writers."""
+
+import math
+import multiprocessing as mp
+import sqlite3
+import traceback
+from dataclasses import fields
+
+import pytest
+from sqlalchemy import create_engine
+
+from nas.store import (SCHEMA_VERSION, SearchExists, Store, StoreError, UnknownSearch, UnknownTrial, default_url,
+                       ensure_schema)
+from nas.store.schema import ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS
+
+NAN, INF = math.nan, math.inf
+ARCH = dict(vocab_size=256, seq_len=128, n_layers=6, d_model=192, n_heads=6, mlp_ratio=8 / 3, residual="nag",
+            ancre_tau=0.01, mod_rate=0.25, mod_every=2, mod_routing="causal_threshold", nag_gate_components=32,
+            tie_embeddings=False)
+OPTIM = dict(lr=3e-3, weight_decay=0.1, warmup=20, grad_clip=1.0)
+
+
+def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
+    """A `TrialResult.to_dict()` of a completed NAG trial, with every field filled in."""
+    curve = [{"step": s, "tokens": s * 4096, "train_loss": 5.5 - 0.03 * s, "val_loss": 5.4 - 0.03 * s if s % 40 == 0
+              else None, "training_flops": s * 4.1e10, "planned_steps": 98} for s in range(10, 99, 10)]
+    curve.append({"step": 98, "tokens": 98 * 4096, "train_loss": 2.6, "val_loss": loss, "training_flops": 98 * 4.1e10,
+                  "planned_steps": 98})
+    return dict(
+        status="completed", failure_reason=None, val_loss=loss, val_bpb=loss / math.log(2),
+        nominal_flops_per_token=4.4e6, executed_flops_per_token=3.6e6, realised_flops_per_token=3.61e6,
+        budget_flops=4e12, training_flops=98 * 4.1e10, tokens_seen=98 * 4096, planned_tokens=98 * 4096, steps=98,
+        wall_time_s=61.25, tokens_per_s=6553.6, step_time_share=0.93, peak_memory_mb=812.5,
+        diagnostics={"residual_rms": [1.0, 1.41, NAN, 2.2], "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
+                     "mod_threshold": {"attn2": 0.1, "mlp2": -INF}, "executed_flops_per_token": 3.6e6,
+                     "nag_angle": [None, 0.31, INF], "nag_gate": [0.5, 0.52], "nag_alpha": [1.0, 0.9],
+                     "ancre_p": [[0.5, 0.5], [0.1, NAN]]},
+        width=dict(n_sequences=64, d_model=192, mu_norm=0.12, d_par=3.4, d_2=17.0, d_align=5.1, b_exact_8_8=0.021,
+                   b_align_8_8=0.034, p_hat_8_8=0.025),
+        curve=curve, arch=ARCH, optim=OPTIM, seed=seed, extra_key_from_the_future="ignored")
+
+
+def failed_result(status: str = "failed") -> dict:
+    """How `run_trial` reports a crash: inf loss, no curve, diagnostics or width."""
+    return dict(status=status, failure_reason="RuntimeError: CUDA error: out of memory", val_loss=INF, val_bpb=INF,
+                nominal_flops_per_token=4.4e6, executed_flops_per_token=3.6e6, realised_flops_per_token=None,
+                budget_flops=4e12, training_flops=0.0, tokens_seen=0, planned_tokens=0, steps=0, wall_time_s=0.4,
+                tokens_per_s=0.0, step_time_share=None, peak_memory_mb=300.0, diagnostics={}, width=None, curve=[],
+                arch=ARCH, optim=OPTIM, seed=3)
+
+
+def new_search(store: Store, name: str = "s1", requested_trials: int = 8):
+    return store.create_search(name, requested_trials=requested_trials,
+                               budget={"trial_flops": 4e12, "search_flops": 4e14, "wall_s": INF},
+                               space={"residual": ["cascaded", "nag", "ancre"], "n_layers": [2, 12]},
+                               settings={"sampler": "tpe", "seed": 0, "workers": 2, "retries": 1},
+                               optuna_study_name=f"{name}-study", code_version="abc123")
+
+
+@pytest.fixture
+def url(tmp_path):
+    return default_url(tmp_path)
+
+
+@pytest.fixture
+def store(url):
+    with Store(url) as s:
+        yield s
+
+
+def test_every_trial_result_and_certificate_field_is_stored():
+    from workers.trial import TrialResult
+    from workers.width_probe import WidthCertificate
+
+    stored = set(RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS) | {"status", "failure_reason", "diagnostics", "width",
+                                                             "curve", "arch", "optim"}
+    assert {f.name for f in fields(TrialResult)} == stored
+    assert {f.name for f in fields(TrialResult)} <= set(completed_result()) and set(failed_result()) == stored
+    assert tuple(f.name for f in fields(WidthCertificate)) == WIDTH_FIELDS
+
+
+def test_schema_is_created_once_and_versioned(url, tmp_path):
+    assert url == f"sqlite:///{tmp_path}/resnas.db"
+    with Store(url) as first:
+        assert first.schema_version() == SCHEMA_VERSION == 1
+        new_search(first)
+    with Store(url) as again:  # reopening keeps the data and the version
+        assert again.schema_version() == 1 and again.get_search("s1").name == "s1"
+    plain = create_engine(f"sqlite:///{tmp_path}/plain.db")  # without the Store's hooks: takes the lock itself
+    assert ensure_schema(plain) == ensure_schema(plain) == 1
+    plain.dispose()
+    with sqlite3.connect(tmp_path / "plain.db") as db:
+        assert db.execute("SELECT version FROM resnas_schema_version").fetchall() == [(1,)]
+    with sqlite3.connect(tmp_path / "resnas.db") as db:
+        assert db.execute("SELECT id, version FROM resnas_schema_version").fetchall() == [(1, 1)]
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_newer_schema_is_refused(url, tmp_path):
+    Store(url).close()
+    with sqlite3.connect(tmp_path / "resnas.db") as db:
+        db.execute("UPDATE resnas_schema_version SET version = 99")
+    with pytest.raises(StoreError, match="version 99, newer than this code") as err:
+        Store(url)
+    assert "\n" not in str(err.value)
+
+
+def test_unreachable_urls_raise_one_line_store_errors():
+    with pytest.raises(StoreError, match=r"sqlite:////nonexistent-dir/x\.db") as err:
+        Store("sqlite:////nonexistent-dir/x.db")
+    assert "\n" not in str(err.value)
+    with pytest.raises(StoreError) as err:  # no PostgreSQL driver here: still a StoreError, password hidden
+        Store("postgresql+psycopg://nas:s3cret@localhost:1/resnas")
+    assert "s3cret" not in str(err.value) and "nas:***@localhost" in str(err.value)
+    with pytest.raises(StoreError):
+        Store("not a url")
+
+
+def test_round_trip_of_a_completed_and_a_failed_trial(store):
+    row = new_search(store)
+    assert row.budget == {"trial_flops": 4e12, "search_flops": 4e14, "wall_s": None}  # inf is not JSON
+    assert store.get_search("s1") == row and row.status == "running" and row.created_at.tzinfo is not None
+    config = {"arch": ARCH, "optim": OPTIM}
+    good = store.start_trial("s1", number=0, attempt=0, config=config, optuna_trial_number=0)
+    bad = store.start_trial("s1", number=1, attempt=0, config=config, optuna_trial_number=1)
+    assert [t.status for t in store.trials("s1")] == ["running", "running"]
+    assert store.trial(good).val_loss is None and store.trial(good).residual == "nag"
+
+    result = completed_result()
+    store.finish_trial(good, result)
+    store.finish_trial(bad, failed_result())
+
+    done = store.trial(good)
+    assert (done.status, done.failure_reason, done.attempt, done.optuna_trial_number) == ("completed", None, 0, 0)
+    assert {name: getattr(done, name) for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS} == {
+        name: result[name] for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS}
+    assert {name: getattr(done, name) for name in ARCH_FIELDS} == {name: ARCH[name] for name in ARCH_FIELDS}
+    assert done.config == config and done.finished_at >= done.started_at
+    assert store.curve(good) == [{k: p[k] for k in CURVE_FIELDS} for p in result["curve"]]  # planned_steps dropped
+    assert store.diagnostics(good) == {
+        "residual_rms": [1.0, 1.41, None, 2.2], "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
+        "mod_threshold": {"attn2": 0.1, "mlp2": None}, "executed_flops_per_token": 3.6e6,
+        "nag_angle": [None, 0.31, None], "nag_gate": [0.5, 0.52], "nag_alpha": [1.0, 0.9],
+        "ancre_p": [[0.5, 0.5], [0.1, None]]}
+    assert store.width(good) == result["width"]
+
+    failed = store.trial(bad)
+    assert failed.status == "failed" and failed.failure_reason.startswith("RuntimeError")
+    assert failed.val_loss == INF and failed.val_bpb == INF  # inf survives float columns
+    assert failed.realised_flops_per_token is None and failed.step_time_share is None and failed.tokens_seen == 0
+    assert store.curve(bad) == [] and store.diagnostics(bad) == {} and store.width(bad) is None
+    assert [t.number for t in store.trials("s1", statuses=["failed"])] == [1]
+
+
+def test_names_are_unique_and_unknown_names_are_named(store):
+    new_search(store)
+    with pytest.raises(SearchExists, match="'s1'"):
+        new_search(store)
+    for call in (lambda: store.get_search("nope"), lambda: store.trials("nope"),
+                 lambda: store.set_search_status("nope", "completed"),
+                 lambda: store.start_trial("nope", number=0, config={})):
+        with pytest.raises(UnknownSearch, match="no search named 'nope'"):
+            call()
+    with pytest.raises(ValueError, match="search status"):
+        store.set_search_status("s1", "paused")
+    store.set_search_status("s1", "interrupted")
+    store.set_requested_trials("s1", 20)
+    assert (store.get_search("s1").status, store.get_search("s1").requested_trials) == ("interrupted", 20)
+
+
+def test_failing_writes_roll_back_completely(store):
+    new_search(store)
+    tid = store.start_trial("s1", number=0, config={"arch": ARCH})
+    with pytest.raises(UnknownTrial, match="no trial with id 999"):
+        store.finish_trial(999, completed_result())
+    broken = completed_result()
+    broken["width"] = {k: v for k, v in broken["width"].items() if k != "n_sequences"}  # NOT NULL column
+    with pytest.raises(StoreError, match="IntegrityError") as err:  # fails after the trial and curve were written
+        store.finish_trial(tid, broken)
+    assert "\n" not in str(err.value)
+    trial = store.trial(tid)
+    assert trial.status == "running" and trial.val_loss is None and trial.finished_at is None
+    assert store.curve(tid) == [] and store.diagnostics(tid) is None and store.width(tid) is None
+    with pytest.raises(StoreError, match="trial 0 of search 's1' already exists"):
+        store.start_trial("s1", number=0, attempt=0, config={})
+    assert store.count_trials("s1") == 1
+    with pytest.raises(ValueError, match="status"):
+        store.finish_trial(tid, {"val_loss": 1.0})
+
+
+def test_a_retry_reuses_the_number_and_keeps_the_earlier_outcome(store):
+    new_search(store)
+    tid = store.start_trial("s1", number=0, config={"arch": ARCH})
+    store.finish_trial(tid, failed_result())
+    assert store.start_trial("s1", number=0, attempt=1, config={"arch": ARCH}) == tid
+    retried = store.trial(tid)
+    assert (retried.status, retried.attempt, retried.val_loss, retried.failure_reason) == ("running", 1, None, None)
+    assert retried.previous_attempts == [{"attempt": 0, "status": "failed",
+                                          "failure_reason": "RuntimeError: CUDA error: out of memory"}]
+    store.finish_trial(tid, completed_result())
+    with pytest.raises(StoreError, match="already exists"):  # a completed trial is never overwritten by a retry
+        store.start_trial("s1", number=0, attempt=2, config={})
+
+
+def test_fail_running_trials_and_search_summaries(store):
+    new_search(store, "a")
+    new_search(store, "b", requested_trials=3)
+    outcomes = [completed_result(2.1), completed_result(1.7), failed_result(), failed_result("diverged"),
+                failed_result("infeasible"), None, None]
+    for number, result in enumerate(outcomes):
+        tid = store.start_trial("a", number=number, config={"arch": ARCH})
+        if result:
+            store.finish_trial(tid, result)
+    store.start_trial("b", number=0, config={"arch": ARCH})
+
+    assert store.fail_running_trials("a", "driver died") == 2
+    assert store.count_trials("a", ["failed"]) == 3 and store.count_trials("a", ["running"]) == 0
+    assert [t.failure_reason for t in store.trials("a", ["failed"])][1:] == ["driver died"] * 2
+    assert store.count_trials("b", ["running"]) == 1  # other searches untouched
+
+    summaries = {s.name: s for s in store.list_searches()}
+    a, b = summaries["a"], summaries["b"]
+    assert (a.completed, a.failed, a.running, a.other, a.best_val_loss) == (2, 3, 0, 2, 1.7)
+    assert (b.completed, b.failed, b.running, b.other, b.best_val_loss, b.requested_trials) == (0, 0, 1, 0, None, 3)
+    assert [s.name for s in store.list_searches()] == ["a", "b"]
+
+
+def _writer(url: str, name: str, n_trials: int, start, errors) -> None:
+    """One search's driver: race the others to open a fresh file, then write `n_trials` finished trials."""
+    try:
+        start.wait(timeout=60)
+        with Store(url) as store:
+            new_search(store, name, requested_trials=n_trials)
+            for number in range(n_trials):
+                tid = store.start_trial(name, number=number, config={"arch": ARCH, "optim": OPTIM})
+                store.finish_trial(tid, completed_result(2.0 + number / 100, seed=number))
+            store.set_search_status(name, "completed")
+    except BaseException:
+        errors.put(f"{name}: {traceback.format_exc()}")
+
+
+def test_concurrent_writers_on_a_fresh_sqlite_file(tmp_path):
+    url, n_procs, n_trials = default_url(tmp_path), 4, 40
+    ctx = mp.get_context("spawn")
+    start, errors = ctx.Barrier(n_procs), ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(url, f"w{i}", n_trials, start, errors)) for i in range(n_procs)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    problems = []
+    while not errors.empty():
+        problems.append(errors.get())
+    assert not problems, "\n".join(problems)
+    assert [p.exitcode for p in procs] == [0] * n_procs
+    with Store(url) as store:
+        assert store.schema_version() == 1
+        summaries = store.list_searches()
+        assert sorted(s.name for s in summaries) == [f"w{i}" for i in range(n_procs)]
+        assert all((s.status, s.completed, s.best_val_loss) == ("completed", n_trials, 2.0) for s in summaries)
+        assert sum(store.count_trials(s.name, ["completed"]) for s in summaries) == n_procs * n_trials
+        assert all(len(store.curve(t.id)) == 10 for t in store.trials("w0"))
