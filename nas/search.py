@@ -53,21 +53,20 @@ class SearchSettings:
     ray_dir: str | None = None  # Tune's storage_path (shared by all nodes on a cluster)
 
 
-def constraints(trial: optuna.trial.FrozenTrial) -> tuple[float, ...]:
-    """Optuna constraint values: > 0 marks an infeasible trial (set by `DefineByRun`)."""
-    return tuple(trial.user_attrs.get("constraint", (0.0,)))
-
-
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """TPE (multivariate) by default; NSGA-II, random and GP selectable; all seeded."""
+    """TPE (multivariate) by default; NSGA-II, random and GP selectable; all seeded.
+
+    Infeasible trials carry an Optuna constraint (`Trial.set_constraint`, set by `DefineByRun`),
+    which the constrained samplers read from the trial itself.
+    """
     if name == "tpe":
-        return optuna.samplers.TPESampler(multivariate=True, seed=seed, constraints_func=constraints)
+        return optuna.samplers.TPESampler(multivariate=True, seed=seed)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, constraints_func=constraints)
+        return optuna.samplers.NSGAIISampler(seed=seed)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, constraints_func=constraints)
+        return optuna.samplers.GPSampler(seed=seed)
     raise ValueError(f"--sampler: unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
 
 
@@ -90,7 +89,7 @@ class DefineByRun:
             arch, _, run = to_configs(self.space, params)
             extra["executed_flops_per_token"] = flops_per_token(arch).executed
             extra["infeasible_reason"] = trial_is_feasible(arch, self.budget, run.batch_size)
-        ot_trial.set_user_attr("constraint", (1.0 if extra["infeasible_reason"] else 0.0,))
+        ot_trial.set_constraint("infeasible", 1.0 if extra["infeasible_reason"] else 0.0)
         return extra
 
 
@@ -144,8 +143,7 @@ def local_ray_env() -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # no CSV/JSON/TensorBoard per trial
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    logging.getLogger("tensorboardX").setLevel(logging.ERROR)  # progress reports carry +inf objectives
 
 
 @dataclass(frozen=True)

@@ -14,18 +14,21 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import ray
-from ray import tune
-from ray.tune.search.optuna import OptunaSearch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from workers.ray_trainable import OBJECTIVES, proxy_trainable
-
-from .budget import Budget
 from .search import (DefineByRun, SearchSettings, data_config, local_ray_env, make_sampler, optuna_storage,
                      ray_results_dir)
-from .space import SearchSpace, to_configs
-from .store import Store
+
+local_ray_env()  # before Ray is imported: it reads these variables at import time
+
+import ray  # noqa: E402
+from ray import tune  # noqa: E402
+from ray.tune.search.optuna import OptunaSearch  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+
+from workers.ray_trainable import OBJECTIVES, proxy_trainable  # noqa: E402
+
+from .budget import Budget  # noqa: E402
+from .space import SearchSpace, to_configs  # noqa: E402
+from .store import Store  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +111,6 @@ def init_ray(settings: SearchSettings) -> None:
     """Join `ray_address`, or start a local Ray on 127.0.0.1 with one CPU per worker."""
     if ray.is_initialized():
         return
-    local_ray_env()
     if settings.ray_address:
         ray.init(address=settings.ray_address, log_to_driver=False, logging_level=logging.WARNING)
     else:
@@ -143,7 +145,7 @@ def run_tuner(store: Store, name: str, space: SearchSpace, budget: Budget, setti
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=n_trials,
-                                        max_concurrent_trials=settings.workers,
+                                        max_concurrent_trials=settings.workers, reuse_actors=True,
                                         time_budget_s=budget.max_search_seconds),
             run_config=tune.RunConfig(
                 name=f"{name}-{study_name[-8:]}", storage_path=ray_results_dir(settings, store.url), verbose=0,

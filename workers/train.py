@@ -37,7 +37,7 @@ class OptimConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    lr: float = Field(3e-3, gt=0, le=1.0)
+    lr: float = Field(3e-3, gt=0)  # no upper bound: an absurd LR must be runnable (and diverge)
     warmup: float = Field(0.1, ge=0, le=0.5, description="share of the steps spent warming up")
     weight_decay: float = Field(0.1, ge=0, le=1.0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1.0, description="cosine decays to lr * min_lr_ratio")

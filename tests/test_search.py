@@ -1,0 +1,168 @@
+"""Searches end to end on a real local Ray cluster and a real SQLite store, and the faults they survive.
+
+Each test runs `nas` as its own process (its own local Ray, on 127.0.0.1) over a space of tiny
+models, so a trial takes a second or two. Faults are caused for real: SIGKILL of a trial's Ray
+worker, SIGKILL of the driver, NaN losses, two drivers writing one SQLite file. Every process a
+test starts is stopped by PID, and only those.
+"""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psutil
+import pytest
+
+from nas.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+pytestmark = pytest.mark.timeout(900)
+
+
+def nas_args(name: str, db: Path, trials: int, flops: str = "2e10", space: str = "tiny_space.yaml") -> list[str]:
+    return [sys.executable, "-m", "nas.cli", "search", "--name", name, "--trial-flops", flops, "--trials", str(trials),
+            "--workers", "2", "--space", str(DATA / space), "--storage", f"sqlite:///{db}", "--no-progress"]
+
+
+def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done
+
+
+class Started:
+    """Processes started by a test, stopped by PID (and their descendants, e.g. Ray's daemons)."""
+
+    def __init__(self):
+        self.pids: set[int] = set()
+
+    def popen(self, args: list[str], cwd: Path) -> subprocess.Popen:
+        proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.pids.add(proc.pid)
+        return proc
+
+    def remember_descendants(self, pid: int) -> list[psutil.Process]:
+        kids = psutil.Process(pid).children(recursive=True)
+        self.pids.update(k.pid for k in kids)
+        return kids
+
+    def stop_all(self) -> None:
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@pytest.fixture
+def started():
+    procs = Started()
+    yield procs
+    procs.stop_all()
+
+
+def wait_for(condition, timeout: float = 300, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("timed out waiting")
+
+
+def final_rows(db: Path, name: str):
+    return [r for r in Store(f"sqlite:///{db}").trials(name) if r.status != "running"]
+
+
+def test_search_end_to_end_then_show_list_status(tmp_path):
+    db = tmp_path / "r.db"
+    done = run(nas_args("e2e", db, trials=4), tmp_path)
+    assert "Pareto front" in done.stdout and "hypervolume" in done.stdout
+    store = Store(f"sqlite:///{db}")
+    rows = store.trials("e2e")
+    assert len(rows) == 4 and {r.status for r in rows} == {"completed"}
+    assert all(math.isfinite(r.val_loss) and r.tokens_seen > 0 and r.executed_flops_per_token > 0 for r in rows)
+    assert store.curve(rows[0].id) and store.diagnostics(rows[0].id) and store.get_search("e2e").status == "completed"
+    study = optuna.load_study(study_name=store.get_search("e2e").optuna_study_name, storage=f"sqlite:///{db}")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    shown = run([sys.executable, "-m", "nas.cli", "show", "e2e", "--pareto", "--storage", f"sqlite:///{db}"], tmp_path)
+    assert "Pareto front" in shown.stdout
+    listed = run([sys.executable, "-m", "nas.cli", "list", "--storage", f"sqlite:///{db}"], tmp_path)
+    assert "e2e" in listed.stdout and "completed" in listed.stdout
+
+
+def test_diverged_trials_are_stored_with_inf_and_told_to_optuna(tmp_path):
+    db = tmp_path / "r.db"
+    run(nas_args("nan", db, trials=3, space="diverge_space.yaml"), tmp_path)
+    store = Store(f"sqlite:///{db}")
+    rows = store.trials("nan")
+    assert [r.status for r in rows] == ["diverged"] * 3
+    assert all(r.val_loss == math.inf and "non-finite" in r.failure_reason for r in rows)
+    study = optuna.load_study(study_name=store.get_search("nan").optuna_study_name, storage=f"sqlite:///{db}")
+    assert all(t.state == optuna.trial.TrialState.COMPLETE and t.values[0] == math.inf for t in study.trials)
+
+
+def test_a_killed_trial_process_is_recorded_failed_and_retried(tmp_path, started):
+    db = tmp_path / "r.db"
+    driver = started.popen(nas_args("kill1", db, trials=4, flops="8e10"), tmp_path)
+
+    def running_trial_worker():
+        rows = [r for r in Store(f"sqlite:///{db}").trials("kill1") if r.status == "running"] if db.exists() else []
+        if not rows:
+            return None
+        workers = [p for p in started.remember_descendants(driver.pid) if "ImplicitFunc" in " ".join(p.cmdline())]
+        return workers[0] if workers else None
+
+    victim = wait_for(running_trial_worker)
+    time.sleep(1.0)  # well inside the trial
+    victim.send_signal(signal.SIGKILL)
+    out, err = driver.communicate(timeout=600)
+    assert driver.returncode == 0, err[-4000:]
+    rows = Store(f"sqlite:///{db}").trials("kill1")
+    retried = [r for r in rows if r.previous_attempts]
+    assert retried, "the killed trial left no failed attempt"
+    failed_attempt = retried[0].previous_attempts[0]
+    assert failed_attempt["status"] == "failed" and failed_attempt["failure_reason"]
+    assert retried[0].attempt == 1 and retried[0].status == "completed"
+    assert len({r.number for r in rows if r.status == "completed"}) == 4
+
+
+def test_driver_killed_then_resume_completes_without_loss_or_duplicates(tmp_path, started):
+    db = tmp_path / "r.db"
+    driver = started.popen(nas_args("resume1", db, trials=6, flops="5e10"), tmp_path)
+    wait_for(lambda: db.exists() and len([r for r in final_rows(db, "resume1") if r.status == "completed"]) >= 2)
+    started.remember_descendants(driver.pid)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=30)
+    started.stop_all()  # the dead driver's Ray daemons (only the ones it started)
+    before = {r.number: (r.val_loss, r.tokens_seen) for r in final_rows(db, "resume1") if r.status == "completed"}
+    assert Store(f"sqlite:///{db}").get_search("resume1").status == "running"  # it never got to say otherwise
+
+    run([sys.executable, "-m", "nas.cli", "resume", "resume1", "--storage", f"sqlite:///{db}", "--no-progress"], tmp_path)
+    store = Store(f"sqlite:///{db}")
+    rows = store.trials("resume1")
+    after = {r.number: (r.val_loss, r.tokens_seen) for r in rows if r.status == "completed"}
+    assert all(after[n] == v for n, v in before.items())  # no completed result lost or rewritten
+    assert len(rows) == len({r.number for r in rows})  # no duplicates
+    assert len(after) >= 6 and store.get_search("resume1").status == "completed"
+    interrupted = [r for r in rows if (r.failure_reason or "").startswith("interrupted")]
+    assert all(r.status == "failed" for r in interrupted)
+
+
+def test_two_searches_write_one_sqlite_file_at_once(tmp_path, started):
+    db = tmp_path / "shared.db"
+    drivers = [started.popen(nas_args(name, db, trials=3), tmp_path) for name in ("left", "right")]
+    for d in drivers:
+        _, err = d.communicate(timeout=600)
+        assert d.returncode == 0, err[-4000:]
+    store = Store(f"sqlite:///{db}")
+    for name in ("left", "right"):
+        assert store.get_search(name).status == "completed"
+        assert [r.status for r in store.trials(name)] == ["completed"] * 3
