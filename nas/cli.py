@@ -57,6 +57,7 @@ def search(
     ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
     max_trial_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit per trial."),
     max_search_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit for the whole search."),
+    early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
     storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
@@ -74,7 +75,7 @@ def search(
         fail(str(err))
     store = open_store(storage)
     settings = SearchSettings(workers=workers, sampler=sampler, seed=seed, retries=retries, ray_address=ray_address,
-                              data=data_cfg)
+                              data=data_cfg, early_stopping=early_stop)
     try:
         report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
     except (SearchExists, StoreError) as err:

@@ -51,6 +51,7 @@ class SearchSettings:
     gpus_per_trial: float = 0.0
     data: dict | None = None  # DataConfig fields; None = the shipped corpus
     ray_dir: str | None = None  # Tune's storage_path (shared by all nodes on a cluster)
+    early_stopping: bool = False  # stop losers within FLOP bands (nas.early_stop)
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:

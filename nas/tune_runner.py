@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from workers.ray_trainable import OBJECTIVES, proxy_trainable  # noqa: E402
 
 from .budget import Budget  # noqa: E402
+from .early_stop import FlopBandStopper, TrialTimeLimit  # noqa: E402
 from .space import SearchSpace, to_configs  # noqa: E402
 from .store import Store  # noqa: E402
 
@@ -72,8 +73,13 @@ class StoreCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = (trial.last_result or {}).get("trial_result")
-        if result is None:  # cut short (time limit): progress only, never a partial loss on the front
-            result = {"status": "stopped", "failure_reason": "stopped before the trial finished", "val_loss": math.inf}
+        if result is None:  # cut short (time limit, early stopping): never a partial loss on the front
+            progress = (trial.last_result or {}).get("progress") or {}
+            result = {"status": "stopped", "val_loss": math.inf, "tokens_seen": progress.get("tokens"),
+                      "failure_reason": f"stopped at step {progress.get('step')} of {progress.get('planned_steps')} "
+                                        "(time limit or losing to its FLOP band)",
+                      "executed_flops_per_token": trial.config.get("executed_flops_per_token"),
+                      "curve": [progress] if progress else []}
         self._close(trial, result)
         self.counts.done += 1
         if result.get("status") == "completed":
@@ -126,20 +132,30 @@ def trial_resources(settings: SearchSettings) -> dict:
     return {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
 
 
+def stoppers(budget: Budget, settings: SearchSettings):
+    """Per-trial time limit and FLOP-band early stopping, as configured (None if neither)."""
+    chosen = ([TrialTimeLimit(budget.max_trial_seconds)] if budget.max_trial_seconds else []) + (
+        [FlopBandStopper()] if settings.early_stopping else [])
+    return tune.stopper.CombinedStopper(*chosen) if chosen else None
+
+
 def configs_from(space: SearchSpace, params: dict):
     return to_configs(space, {k: v for k, v in params.items() if k in space.params})
 
 
 def run_tuner(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings,
-              study_name: str, n_trials: int, show_progress: bool = True) -> Counts:
-    """Run `n_trials` more trials of search `name` and return the counts."""
+              study_name: str, n_trials: int, show_progress: bool = True, trainable=proxy_trainable) -> Counts:
+    """Run `n_trials` more trials of search `name` and return the counts.
+
+    `trainable(params, context)` is the proxy trial; benchmarks swap in one that does no work.
+    """
     init_ray(settings)
     searcher = OptunaSearch(space=DefineByRun(space, budget), metric=list(OBJECTIVES), mode=["min", "min"],
                             sampler=make_sampler(settings.sampler, settings.seed), study_name=study_name,
                             storage=optuna_storage(store.url))
     context = {"budget_flops": budget.trial_flops, "seed": settings.seed,
                "data": data_config(settings).model_dump(), "configs": partial(configs_from, space)}
-    trainable = tune.with_resources(tune.with_parameters(proxy_trainable, context=context), trial_resources(settings))
+    trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
     with _progress(show_progress, n_trials) as (progress, task):
         callback = StoreCallback(store, name, settings.retries, progress, task)
         tuner = tune.Tuner(
@@ -150,7 +166,7 @@ def run_tuner(store: Store, name: str, space: SearchSpace, budget: Budget, setti
             run_config=tune.RunConfig(
                 name=f"{name}-{study_name[-8:]}", storage_path=ray_results_dir(settings, store.url), verbose=0,
                 callbacks=[callback], failure_config=tune.FailureConfig(max_failures=settings.retries),
-                stop={"time_total_s": budget.max_trial_seconds} if budget.max_trial_seconds else None,
+                stop=stoppers(budget, settings),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
         )
         tuner.fit()

@@ -211,7 +211,7 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
     # 2. Resume from the last checkpoint, if any.
     ckpt = _checkpoint_path(run)
     state = load_checkpoint(ckpt, cfg, model, opt, batches) if ckpt and ckpt.exists() else TrainState()
-    eval_at = _eval_steps(plan.steps, run.evals)
+    eval_at = sorted(_eval_steps(plan.steps, run.evals))
     while state.step < plan.steps:
         # 3. One optimisation step; a non-finite loss ends the run.
         loss = _train_step(model, opt, next(batches), optim, run.precision, device, state, plan)
@@ -222,7 +222,8 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
             state.val_loss = evaluate(model, val, run.precision)
             if not math.isfinite(state.val_loss):
                 return TrainOutcome("diverged", model, state, plan, val, f"non-finite validation loss at step {state.step}")
-        stop = _record_progress(state, plan, run, report, evaluated=state.step in eval_at)
+        eval_point = (eval_at.index(state.step) + 1, len(eval_at)) if state.step in eval_at else None
+        stop = _record_progress(state, plan, run, report, eval_point)
         if ckpt and run.checkpoint_every and state.step % run.checkpoint_every == 0:
             save_checkpoint(ckpt, cfg, optim, model, opt, batches, state)
         if stop and state.step < plan.steps:
@@ -256,12 +257,18 @@ def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, dev
 
 
 def _record_progress(state: TrainState, plan: BudgetPlan, run: RunConfig, report: Report | None,
-                     evaluated: bool) -> bool:
-    """Append to the loss curve and call `report`; True if the caller asked to stop."""
+                     eval_point: tuple[int, int] | None) -> bool:
+    """Append to the loss curve and call `report`; True if the caller asked to stop.
+
+    Validation points carry `eval_index` k of `evals` (at fixed shares of the budget), so trials
+    of different lengths can be compared point for point (nas.early_stop).
+    """
+    evaluated = eval_point is not None
     if not (evaluated or state.step % run.report_every == 0 or state.step == plan.steps):
         return False
     point = {"step": state.step, "tokens": state.tokens_seen, "train_loss": state.train_loss,
              "val_loss": state.val_loss if evaluated else None, "training_flops": state.training_flops,
-             "planned_steps": plan.steps}
+             "planned_steps": plan.steps, "eval_index": eval_point[0] if evaluated else None,
+             "evals": eval_point[1] if evaluated else None}
     state.curve.append(point)
     return bool(report(point)) if report else False
