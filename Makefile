@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench precision proxy case-study claims clean
+.PHONY: install demo families test bench precision proxy case-study claims clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job: a real small search on the embedded defaults (shipped corpus, SQLite file
+# resnas.db here, local Ray on 127.0.0.1, CPU), then its Pareto front. About 2-4 minutes here.
+DEMO_NAME ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: $(STAMP)
+	$(VENV)/bin/nas search --name $(DEMO_NAME) --trial-flops 5e11 --trials 12 --workers 2
+
+families: $(STAMP)
 	$(VENV)/bin/nas demo
 
 test: $(STAMP)

@@ -144,7 +144,9 @@ def local_ray_env() -> None:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    logging.getLogger("tensorboardX").setLevel(logging.ERROR)  # progress reports carry +inf objectives
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's legacy output honours verbose=0
+    for noisy in ("tensorboardX", "ray.tune.logger"):  # progress reports carry +inf and nested records
+        logging.getLogger(noisy).setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)

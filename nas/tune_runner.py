@@ -122,6 +122,7 @@ def init_ray(settings: SearchSettings) -> None:
     else:
         ray.init(num_cpus=settings.workers, num_gpus=None, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
+    local_ray_env()  # again: ray.init configured its loggers
 
 
 def trial_resources(settings: SearchSettings) -> dict:

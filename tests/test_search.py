@@ -166,3 +166,16 @@ def test_two_searches_write_one_sqlite_file_at_once(tmp_path, started):
     for name in ("left", "right"):
         assert store.get_search(name).status == "completed"
         assert [r.status for r in store.trials(name)] == ["completed"] * 3
+
+
+def test_configs_the_budget_cannot_pay_for_are_infeasible_not_run(tmp_path):
+    db = tmp_path / "r.db"
+    run(nas_args("tight", db, trials=6, flops="3e7"), tmp_path)  # one step of the smallest tiny config, not more
+    store = Store(f"sqlite:///{db}")
+    rows = store.trials("tight")
+    infeasible = [r for r in rows if r.status == "infeasible"]
+    assert infeasible and all(r.val_loss == math.inf and "one training step" in r.failure_reason for r in infeasible)
+    assert all(not r.tokens_seen for r in infeasible)  # never trained
+    study = optuna.load_study(study_name=store.get_search("tight").optuna_study_name, storage=f"sqlite:///{db}")
+    flagged = {t.number for t in study.trials if t.system_attrs.get("constraints:infeasible", 0) > 0}
+    assert flagged == {r.number for r in infeasible}
