@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test bench precision proxy case-study claims clean
+.PHONY: install demo families test bench precision proxy case-study claims service search-efficiency clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ proxy: $(STAMP)
 
 claims: $(STAMP)
 	for sweep in depth mod width; do $(PY) benchmarks/paper_claims.py $$sweep --out-dir benchmarks/results || exit 1; done
+
+service: $(STAMP)
+	$(PY) benchmarks/service_overhead.py --out benchmarks/results/service_overhead.json
+
+search-efficiency: $(STAMP)
+	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json
 
 case-study: $(STAMP)
 	$(PY) benchmarks/ancre_case_study.py --out-dir benchmarks/results

@@ -15,8 +15,11 @@ One run measures, side by side:
 Per-trial overhead = (search wall time - Ray start-up) / 16 for the service (search wall time
 includes start-up), wall time / 16 for the direct loops: with 2 workers and no work it is the
 service's throughput cost per trial, not one trial's latency. The store's driver-side started/
-finished times split it further: the first trial's start after `run_tuner` is called (actor
-spin-up), one trial's latency, and the steady-state interval between finishes. The direct loops run before Ray starts, so no Ray process competes.
+finished times split it further: when the first trial starts after `run_tuner` is called (Tune
+and OptunaSearch set-up), one trial's latency (the slowest is the first: a worker process is
+spawned and unpickles the trainable's context), and the steady-state interval between finishes.
+The direct loops run before Ray starts, so no Ray process competes; their timer starts after
+the RDB storage object (and its schema) exists, the service's before.
 
     python benchmarks/service_overhead.py --out benchmarks/results/service_overhead.json
 """
@@ -196,7 +199,8 @@ def summarise(service: dict, direct: dict, writes: dict) -> dict:
                "direct_sqlite_per_trial_s": direct["sqlite_rdb"]["per_trial_s"],
                "service_vs_direct_in_memory": per / direct["in_memory"]["per_trial_s"],
                "service_vs_direct_sqlite": per / direct["sqlite_rdb"]["per_trial_s"],
-               "sqlite_storage_cost_per_trial_s": direct["sqlite_rdb"]["per_trial_s"] - direct["in_memory"]["per_trial_s"],
+               "sqlite_storage_cost_per_trial_s":
+                   direct["sqlite_rdb"]["per_trial_s"] - direct["in_memory"]["per_trial_s"],
                "ray_tune_cost_per_trial_s": per - direct["sqlite_rdb"]["per_trial_s"],
                "service_steady_state_per_trial_s": service.get("steady_state_per_trial_s"),
                "first_trial_started_after_s": service.get("first_trial_started_after_s"),
