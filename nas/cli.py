@@ -148,6 +148,76 @@ def show(name: str = typer.Argument(..., help="The search."),
 
 
 @app.command()
+def export(name: str = typer.Argument(..., help="The search."),
+           out: Path = typer.Option(..., "--out", help="Folder for the YAML files and index.json."),
+           pareto: bool = typer.Option(False, "--pareto", help="Every trial on the Pareto front."),
+           trial: Optional[int] = typer.Option(None, "--trial", help="One trial, by number."),
+           target_flops: Optional[float] = typer.Option(None, help="Recommend a token budget for this compute."),
+           freeze_ancre: bool = typer.Option(False, help="Pretrain with ANCRe's learned coefficients frozen."),
+           storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+    """Export the best configurations (one YAML each, plus index.json) for full pretraining."""
+    from .export import ExportError, export_configs
+    from .store import StoreError
+
+    if not pareto and trial is None:
+        fail("--pareto or --trial N: say which trials to export")
+    store = open_store(storage)
+    try:
+        paths = export_configs(store, name, out, pareto=pareto, trial=trial, target_flops=target_flops,
+                               freeze_ancre=freeze_ancre)
+    except (ExportError, StoreError) as err:
+        fail(str(err))
+    for path in paths:
+        console.print(str(path))
+
+
+@app.command()
+def pretrain(file: Path = typer.Argument(..., help="An exported configuration (nas export)."),
+             tokens: Optional[int] = typer.Option(None, help="Tokens to train on."),
+             target_flops: Optional[float] = typer.Option(None, help="Training compute; tokens by the iso-FLOP rule."),
+             data: str = typer.Option("shipped", help="Corpus: 'shipped', a file or folder, or a hub name."),
+             out: Optional[Path] = typer.Option(None, help="Run folder (checkpoints; a re-run resumes)."),
+             seed: int = typer.Option(0, help="Seed.")) -> None:
+    """Pretrain an exported configuration at full scale with the same model code and training loop."""
+    import json
+
+    from workers.data import DataConfig
+
+    from .export import ExportError, load_exported
+    from .pretrain import PretrainError
+    from .pretrain import pretrain as run_pretraining
+
+    data_cfg = DataConfig(**_validated_data(data))
+    try:
+        exported = load_exported(file)
+        summary = run_pretraining(exported, tokens=tokens, target_flops=target_flops, data=data_cfg,
+                                  out_dir=out or file.with_suffix(""), seed=seed)
+    except (ExportError, PretrainError) as err:
+        fail(str(err))
+    console.print_json(json.dumps(summary, default=str))
+
+
+@app.command()
+def dashboard(storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
+              port: int = typer.Option(8501, help="Port on 127.0.0.1.")) -> None:
+    """Browse searches, Pareto fronts and trials in a Streamlit dashboard on 127.0.0.1 (read-only)."""
+    import importlib.util
+    import os
+    import subprocess
+
+    from .store import default_url
+
+    spec = importlib.util.find_spec("dashboard")  # found, not imported: dashboard depends on nas, not back
+    if spec is None or spec.origin is None:
+        fail("the dashboard package is not installed")
+    app_path = Path(spec.origin).with_name("app.py")
+    env = {**os.environ, "RESNAS_STORAGE": storage or default_url(Path.cwd())}  # env, not argv: no password in ps
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", "127.0.0.1",
+           "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    raise typer.Exit(subprocess.call(cmd, env=env))
+
+
+@app.command()
 def demo(
     steps: int = typer.Option(40, min=1, max=100_000, help="AdamW steps per variant."),
     batch: int = typer.Option(8, min=1, max=4096, help="Sequences per step."),

@@ -77,6 +77,19 @@ def wait_for(condition, timeout: float = 300, every: float = 0.5):
     raise AssertionError("timed out waiting")
 
 
+def assert_listening_on_loopback_only(pids: list[int]) -> None:
+    """Every socket the driver and its Ray processes listen on is bound to 127.0.0.1."""
+    listening = []
+    for pid in pids:
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        listening += [c.laddr.ip for c in conns if c.status == psutil.CONN_LISTEN]
+    assert listening, "found no listening sockets to check"
+    assert set(listening) <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+
+
 def final_rows(db: Path, name: str):
     return [r for r in Store(f"sqlite:///{db}").trials(name) if r.status != "running"]
 
@@ -121,6 +134,7 @@ def test_a_killed_trial_process_is_recorded_failed_and_retried(tmp_path, started
         return workers[0] if workers else None
 
     victim = wait_for(running_trial_worker)
+    assert_listening_on_loopback_only([driver.pid, *(p.pid for p in started.remember_descendants(driver.pid))])
     time.sleep(1.0)  # well inside the trial
     victim.send_signal(signal.SIGKILL)
     out, err = driver.communicate(timeout=600)

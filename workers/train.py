@@ -103,6 +103,8 @@ def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
     """AdamW with three groups: decayed matrices, undecayed vectors/scalars, NAG gates at a capped LR."""
     gate, decay, no_decay = [], [], []
     for name, p in model.named_parameters():
+        if not p.requires_grad:  # e.g. frozen ANCRe coefficients
+            continue
         if ".gate." in name or name.endswith(".alpha"):
             gate.append(p)
         elif p.dim() >= 2:
@@ -196,14 +198,21 @@ def _eval_steps(steps: int, evals: int) -> set[int]:
 
 
 def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, optim: OptimConfig = OptimConfig(),
-          run: RunConfig = RunConfig(), seed: int = 0, report: Report | None = None) -> TrainOutcome:
-    """Train `cfg` on `corpus` for the iso-FLOP token budget of `budget_flops`. Raises InfeasibleBudget."""
+          run: RunConfig = RunConfig(), seed: int = 0, report: Report | None = None,
+          model_hook: Callable[[ResidualLM], None] | None = None) -> TrainOutcome:
+    """Train `cfg` on `corpus` for the iso-FLOP token budget of `budget_flops`. Raises InfeasibleBudget.
+
+    `model_hook(model)` runs right after the model is built, before the optimiser is built and
+    before any checkpoint is loaded (pretraining uses it to load frozen ANCRe coefficients).
+    """
     # 1. Plan the budget and build everything under the seed.
     if cfg.vocab_size < corpus.vocab_size:
         raise ValueError(f"vocab_size={cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})")
     plan = plan_budget(cfg, budget_flops, run.batch_size)
     torch.manual_seed(seed)
     model = build_model(cfg).train()
+    if model_hook is not None:
+        model_hook(model)
     opt = build_optimizer(model, optim)
     batches = TrainBatches(corpus.train, cfg.seq_len, run.batch_size, seed)
     val = validation_batches(corpus.val, cfg.seq_len, run.eval_sequences, run.batch_size)

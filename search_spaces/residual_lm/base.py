@@ -105,7 +105,8 @@ class ResidualLM(nn.Module):
         return {
             "residual_rms": [float(x) for x in self.last_residual_rms],
             "skip_rate": {f"{k}{j}": float(r.last_skip_rate) for (k, j), r in routers.items() if r.last_skip_rate is not None},
-            "mod_threshold": {f"{k}{j}": float(r.threshold) for (k, j), r in routers.items()},
+            "mod_threshold": {f"{k}{j}": float(r.eval_threshold) for (k, j), r in routers.items()},  # exported
+            "mod_threshold_train": {f"{k}{j}": float(r.threshold) for (k, j), r in routers.items()},
             "executed_flops_per_token": self.last_executed_flops_per_token() if self._last_shape[0] else None,
         }
 

@@ -1,0 +1,30 @@
+"""resnas dashboard (Streamlit, read-only): searches, Pareto fronts, trials, width certificates, export.
+
+    streamlit run dashboard/app.py --server.address 127.0.0.1 --server.headless true [-- --storage URL]
+
+The store URL: `--storage URL` after `--`, else $RESNAS_STORAGE, else sqlite:///resnas.db in
+the working directory (see `dashboard.data.storage_url`). The app only reads the store.
+"""
+
+import streamlit as st
+
+from dashboard import data
+from dashboard.views import PAGES
+from nas.store import StoreError
+
+st.set_page_config(page_title="resnas", layout="wide")
+url = data.storage_url()
+page = st.sidebar.radio("page", list(PAGES), key="page")
+st.sidebar.caption(f"store: {data.display_url(url)}")
+if st.sidebar.button("refresh now", key="refresh"):
+    st.cache_data.clear()
+
+try:
+    summaries = data.list_searches(url)
+except StoreError as err:
+    st.error(str(err))
+    st.stop()
+if not summaries:
+    st.info("no searches in this store yet: start one with `nas search --name NAME --trial-flops C`")
+    st.stop()
+PAGES[page](url, summaries)

@@ -1,0 +1,104 @@
+"""Where the store is, and short-lived cached reads of it through `nas.store.Store`'s read API.
+
+The store URL comes, first found wins, from `--storage URL` after `--` on the `streamlit run`
+line, the environment variable `RESNAS_STORAGE`, or `sqlite:///resnas.db` in the working
+directory (`nas.store.default_url`). Reads are cached for `TTL_S` seconds, keyed by URL and
+arguments, so a page refresh every `REFRESH_S` seconds sees new trials. Nothing here writes: a
+SQLite file that does not exist is reported, not created.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import streamlit as st
+from sqlalchemy.engine import make_url
+
+from nas.store import SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
+
+from . import STORAGE_ENV
+TTL_S = 3.0  # cache lifetime of store reads (seconds)
+REFRESH_S = 5.0  # live refresh period of pages showing a running search
+
+
+def storage_url(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None,
+                cwd: str | Path | None = None) -> str:
+    """`--storage URL` (or `--storage=URL`) in argv, else $RESNAS_STORAGE, else resnas.db in cwd."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for i, arg in enumerate(argv):
+        if arg == "--storage" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--storage="):
+            return arg.split("=", 1)[1]
+    environ = os.environ if environ is None else environ
+    return environ.get(STORAGE_ENV) or default_url(Path.cwd() if cwd is None else cwd)
+
+
+def missing_sqlite_file(url: str) -> Path | None:
+    """The file of a file-backed SQLite URL that does not exist (opening it would create it), else None."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return None
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    path = Path(database).expanduser()
+    return None if path.exists() else path
+
+
+@st.cache_resource(show_spinner=False)
+def store(url: str) -> Store:
+    """One `Store` per URL for the server's lifetime (its engine pools connections across sessions)."""
+    missing = missing_sqlite_file(url)
+    if missing is not None:
+        raise StoreError(f"no store at {missing}: run `nas search` first, or pass --storage URL")
+    return Store(url)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def list_searches(url: str) -> list[SearchSummary]:
+    return store(url).list_searches()
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def get_search(url: str, name: str) -> SearchRow:
+    return store(url).get_search(name)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def trials(url: str, name: str) -> list[TrialRow]:
+    return store(url).trials(name)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def curve(url: str, trial_id: int) -> list[dict]:
+    return store(url).curve(trial_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def diagnostics(url: str, trial_id: int) -> dict | None:
+    return store(url).diagnostics(trial_id)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def width(url: str, trial_id: int) -> dict | None:
+    return store(url).width(trial_id)
+
+
+def widths(url: str, name: str) -> list[tuple[TrialRow, dict]]:
+    """(trial, width certificate) of the search's completed trials that have one."""
+    pairs = [(row, width(url, row.id)) for row in trials(url, name) if row.status == "completed"]
+    return [(row, cert) for row, cert in pairs if cert is not None]
+
+
+def display_url(url: str) -> str:
+    """`url` with any password hidden, for showing on the page."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparsable URL)"

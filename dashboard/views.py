@@ -1,0 +1,272 @@
+"""The dashboard's pages: each reads through `dashboard.data` (the store's read API) and draws `dashboard.figures`.
+
+Selections (searches, trial, filters) are widgets drawn once per script run; what they show is
+drawn by a `render` closure, which `live` turns into a fragment that Streamlit reruns every
+`REFRESH_S` seconds while the search is running, so the page updates without reloading.
+(This module is not named `pages`: Streamlit would take a `pages/` folder beside app.py for
+its own multipage navigation.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import pandas as pd
+import streamlit as st
+
+from nas.pareto import pareto_rows, reference_point
+
+from . import data
+from .export import export_available, export_bundle
+from .figures import (ancre_heatmap, hypervolume_figure, loss_curve_figure, nag_figure, pareto_figure,
+                      residual_norm_figure, searches_frame, skip_rate_figure, trials_frame, width_figure, width_trend)
+
+FLOPS = st.column_config.NumberColumn(format="%.3e")
+LOSS = st.column_config.NumberColumn(format="%.4f")
+
+
+def is_running(summary) -> bool:
+    return summary.status == "running" or summary.running > 0
+
+
+def live(render: Callable[[], None], running: bool) -> None:
+    """Draw `render` once, or, while running, as a fragment rerun every REFRESH_S seconds (no page reload)."""
+    if running:
+        st.caption(f"live: a search shown here is running; refreshing every {data.REFRESH_S:g} s")
+        st.fragment(run_every=data.REFRESH_S)(render)()
+    else:
+        render()
+
+
+def _default_search(summaries: Sequence) -> str:
+    """The newest search with a completed trial, else the newest."""
+    done = [s for s in summaries if s.completed > 0]
+    return (done or list(summaries))[-1].name
+
+
+def _pick_search(summaries: Sequence, key: str) -> str:
+    names = [s.name for s in summaries]
+    return st.selectbox("search", names, index=names.index(_default_search(summaries)), key=key)
+
+
+def _running(summaries: Sequence, names: Sequence[str]) -> bool:
+    return any(is_running(s) for s in summaries if s.name in names)
+
+
+def _fmt(x, spec: str) -> str:
+    if x is None:
+        return "-"
+    return ("inf" if x > 0 else "-inf") if isinstance(x, float) and not math.isfinite(x) else format(x, spec)
+
+
+# ---- Searches --------------------------------------------------------------------------------
+
+def searches_page(url: str, summaries: Sequence) -> None:
+    st.header("Searches")
+
+    def render() -> None:
+        current = data.list_searches(url)
+        rows = {s.name: data.trials(url, s.name) for s in current}
+        frame = searches_frame(current, {s.name: data.get_search(url, s.name) for s in current}, rows)
+        st.dataframe(frame, hide_index=True, key="searches_table", column_config={
+            "trial_flops": FLOPS, "search_flops": FLOPS, "best_val_loss": LOSS,
+            "hypervolume": FLOPS, "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
+        st.caption("done = completed + diverged + stopped + infeasible (as `nas list`); hypervolume of each search "
+                   "against its own reference point: (ln 256, 1.1 x its largest executed FLOPs/token).")
+
+    live(render, any(is_running(s) for s in summaries))
+
+
+# ---- Pareto front ----------------------------------------------------------------------------
+
+def pareto_page(url: str, summaries: Sequence) -> None:
+    st.header("Pareto front")
+    names = [s.name for s in summaries]
+    chosen = st.multiselect("searches", names, default=[_default_search(summaries)], key="pareto_searches")
+    left, right = st.columns(2)
+    dominated = left.toggle("show dominated trials", value=True, key="pareto_dominated")
+    infeasible = right.toggle("show infeasible / failed / diverged / stopped", value=False, key="pareto_infeasible")
+    if not chosen:
+        st.info("choose one or more searches")
+        return
+
+    def render() -> None:
+        rows = {name: data.trials(url, name) for name in chosen}
+        ref = reference_point([r for rs in rows.values() for r in rs])
+        if not any(r.status == "completed" for rs in rows.values() for r in rs):
+            st.info("no completed trials yet: the front appears as trials complete")
+        fig_col, hv_col = st.columns([3, 2])
+        fig_col.plotly_chart(pareto_figure(rows, show_dominated=dominated, show_infeasible=infeasible))
+        hv_col.plotly_chart(hypervolume_figure(rows, ref))
+        st.caption(f"reference point for the hypervolume: val loss {ref[0]:.4f} nats (ln 256), executed FLOPs/token "
+                   f"{ref[1]:.4g} (1.1 x the largest among the selected searches)")
+        fronts = [trials_frame(pareto_rows(rs)).assign(search=name) for name, rs in rows.items()]
+        st.subheader("Trials on the front")
+        st.dataframe(pd.concat(fronts, ignore_index=True), hide_index=True, key="front_table",
+                     column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS})
+
+    live(render, _running(summaries, chosen))
+
+
+# ---- Trial detail ----------------------------------------------------------------------------
+
+def trial_page(url: str, summaries: Sequence) -> None:
+    st.header("Trial detail")
+    name = _pick_search(summaries, "detail_search")
+    rows = data.trials(url, name)
+    if not rows:
+        st.info("this search has no trials yet")
+        return
+    labels = {r.number: f"#{r.number} · {r.residual or '-'} · {r.status}" for r in rows}
+    number = st.selectbox("trial", list(labels), format_func=labels.get, key="detail_trial")
+
+    def render() -> None:
+        row = next((r for r in data.trials(url, name) if r.number == number), None)
+        if row is None:
+            st.warning(f"trial {number} is gone")
+            return
+        _trial_summary(row)
+        _trial_results(url, row)
+
+    live(render, next(r for r in rows if r.number == number).status == "running")
+
+
+def _trial_summary(row) -> None:
+    st.subheader(f"trial #{row.number}: {row.status}")
+    if row.failure_reason:
+        (st.error if row.status == "failed" else st.warning)(row.failure_reason)
+    for earlier in row.previous_attempts or []:
+        st.caption(f"attempt {earlier.get('attempt')}: {earlier.get('status')} - {earlier.get('failure_reason') or ''}")
+    cols = st.columns(5)
+    cols[0].metric("val loss (nats)", _fmt(row.val_loss, ".4f"))
+    cols[1].metric("bits/byte", _fmt(row.val_bpb, ".3f"))
+    cols[2].metric("executed FLOPs/token", _fmt(row.executed_flops_per_token, ".3g"))
+    cols[3].metric("tokens seen", _fmt(row.tokens_seen, ",d"))
+    cols[4].metric("wall time (s)", _fmt(row.wall_time_s, ".1f"))
+    st.caption(f"residual {row.residual} · {row.n_layers} layers · d_model {row.d_model} · {row.n_heads} heads · "
+               f"mod_rate {row.mod_rate} · attempt {row.attempt}")
+    with st.expander("config", expanded=False):
+        st.json(row.config)
+
+
+def _trial_results(url: str, row) -> None:
+    curve = data.curve(url, row.id)
+    if curve:
+        st.plotly_chart(loss_curve_figure(curve))
+    diag = data.diagnostics(url, row.id) or {}
+    panels = [(title, build) for title, present, build in (
+        ("ANCRe connectivity", bool(diag.get("ancre_p")), lambda: ancre_heatmap(diag["ancre_p"])),
+        ("NAG rotation", bool(diag.get("nag_angle") or diag.get("nag_gate")), lambda: nag_figure(diag)),
+        ("MoD skip rates", bool(diag.get("skip_rate")), lambda: skip_rate_figure(diag, row.mod_rate)),
+        ("residual norms", bool(diag.get("residual_rms")), lambda: residual_norm_figure(diag))) if present]
+    for tab, (_, build) in zip(st.tabs([title for title, _ in panels]) if panels else [], panels):
+        tab.plotly_chart(build())
+    cert = data.width(url, row.id)
+    if cert is not None:
+        st.subheader("width certificate")
+        st.dataframe(pd.DataFrame([cert]), hide_index=True, key=f"width_{row.id}")
+    if not (curve or panels or cert):
+        st.info("no results stored for this trial yet")
+
+
+# ---- Width view ------------------------------------------------------------------------------
+
+def width_page(url: str, summaries: Sequence) -> None:
+    st.header("Width view")
+    names = [s.name for s in summaries]
+    chosen = st.multiselect("searches", names, default=names, key="width_searches")
+
+    def render() -> None:
+        pairs = [pair for name in chosen for pair in data.widths(url, name)]
+        if not pairs:
+            st.info("no width certificates among the completed trials of these searches")
+            return
+        st.plotly_chart(width_figure(pairs))
+        st.markdown(_width_advice(pairs))
+        frame = pd.DataFrame([{"number": r.number, "residual": r.residual, "mod_rate": r.mod_rate, **w}
+                              for r, w in pairs])
+        st.dataframe(frame, hide_index=True, key="width_table")
+
+    live(render, _running(summaries, chosen))
+
+
+def _width_advice(pairs) -> str:
+    slope = width_trend(pairs)
+    n_seq = {w.get("n_sequences") for _, w in pairs}
+    caveat = "" if len(n_seq) == 1 else " (certificates use different numbers of held-out sequences R: compare at equal R)"
+    if slope is None:
+        return "Only one width so far: no trend of d_align with d_model yet." + caveat
+    verdict = ("d_align grows with width: a wider model is supported" if slope > 0.1 else
+               "d_align shrinks with width: a wider model is not supported" if slope < -0.1 else
+               "d_align is flat across widths: little support for going wider")
+    return f"{verdict} (slope of log d_align on log d_model: {slope:.2f}).{caveat}"
+
+
+# ---- Trial table -----------------------------------------------------------------------------
+
+def table_page(url: str, summaries: Sequence) -> None:
+    st.header("Trial table")
+    name = _pick_search(summaries, "table_search")
+    frame = trials_frame(data.trials(url, name))
+    cols = st.columns(3)
+    residual = cols[0].multiselect("residual", _options(frame, "residual"), key="table_residual")
+    status = cols[1].multiselect("status", _options(frame, "status"), key="table_status")
+    mod_rate = cols[2].multiselect("mod_rate", _options(frame, "mod_rate"), key="table_mod_rate")
+    cols = st.columns(2)
+    sort_by = cols[0].selectbox("sort by", list(frame.columns), index=0, key="table_sort")
+    descending = cols[1].toggle("descending", value=False, key="table_descending")
+
+    def render() -> None:
+        table = trials_frame(data.trials(url, name))
+        for column, wanted in (("residual", residual), ("status", status), ("mod_rate", mod_rate)):
+            if wanted:
+                table = table[table[column].isin(wanted)]
+        if sort_by in table.columns:
+            table = table.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable")
+        st.dataframe(table, hide_index=True, key="trial_table",
+                     column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS})
+        st.caption(f"{len(table)} of {len(frame)} trials")
+        st.download_button("download CSV", table.to_csv(index=False).encode(), file_name=f"{name}_trials.csv",
+                           mime="text/csv", on_click="ignore", key="table_csv")
+
+    live(render, _running(summaries, [name]))
+
+
+def _options(frame: pd.DataFrame, column: str) -> list:
+    return sorted(frame[column].dropna().unique().tolist()) if column in frame else []
+
+
+# ---- Export ----------------------------------------------------------------------------------
+
+def export_page(url: str, summaries: Sequence) -> None:
+    st.header("Export")
+    name = _pick_search(summaries, "export_search")
+    rows = [r for r in data.trials(url, name) if r.status == "completed"]
+    front = [r.number for r in pareto_rows(rows)]
+    numbers = st.multiselect("trials (default: the Pareto front)", [r.number for r in rows], default=front,
+                             key=f"export_trials:{name}")
+    if not export_available():
+        st.info("export not available")
+        return
+    if st.button("build YAML bundle", key="export_build", disabled=not numbers):
+        try:
+            st.session_state["export_bundle"] = (name, tuple(numbers), export_bundle(url, name, numbers))
+        except ImportError:
+            st.info("export not available")
+        except Exception as err:  # the exporter's own errors, shown rather than crashing the page
+            st.error(f"export failed: {err}")
+    built = st.session_state.get("export_bundle")
+    if built and built[:2] == (name, tuple(numbers)):
+        st.download_button("download zip", built[2], file_name=f"{name}_configs.zip", mime="application/zip",
+                           on_click="ignore", key="export_download")
+
+
+PAGES = {
+    "Searches": searches_page,
+    "Pareto front": pareto_page,
+    "Trial detail": trial_page,
+    "Width view": width_page,
+    "Trial table": table_page,
+    "Export": export_page,
+}

@@ -1,0 +1,390 @@
+"""Pretrain an exported configuration at full scale with the same model code and training loop.
+
+`pretrain(exported, tokens=...)` calls `workers.train.train`, the loop every proxy trial ran, with
+a bigger budget. The budget is iso-FLOP like the search's: D tokens cost C = 3 x F x D training
+FLOPs, F the expected executed forward FLOPs per token; give `tokens` (D), `target_flops` (C), or
+neither to use the export's `recommended` budget. Training is rounded to whole batches.
+
+What the export adds to a freshly built model (`model_hook`, run by `train` right after
+`build_model`, before the optimiser is built and before a checkpoint is loaded):
+
+- **Frozen ANCRe coefficients** (`ancre.freeze`): logits c_ij = tau log p_ij (p clamped to >= 1e-12,
+  each column renormalised), so softmax_i(c_ij / tau) = p_ij, and the logits stop requiring
+  gradients: AdamW never touches a parameter without a gradient, so p stays exactly as set (ANCRe
+  paper §5.5). Without `freeze` the model learns its connectivity from equal logits, as the proxy did.
+- **MoD thresholds**: each routed sublayer's `threshold` and `eval_threshold` buffers start at the
+  exported evaluation threshold. This is a warm start, not a constraint: training re-estimates the
+  threshold from every batch's router scores (routing.py's integral controller), and the fresh
+  routers' scores are on their own scale, so the exported values matter for the first batches and
+  for evaluation before training moves them.
+- **Device**: the model moves to the GPU (cuda:LOCAL_RANK) when there is one, and runs bf16
+  autocast there (`RunConfig(precision="bf16")`); fp32 on the CPU. `run_overrides` can set either.
+
+Checkpoints go to `out_dir/last.pt` every `checkpoint_every` steps (`RunConfig`), with
+`pretrain.json` recording what the run is (export, budget, seed, batch, precision, data, world
+size): a re-run with the same out_dir and settings resumes from the checkpoint and reproduces the
+uninterrupted run; different settings are refused with the differing keys named. A completed run
+writes `final.pt` (architecture, export and weights; `torch.load(weights_only=True)` reads it) and
+`summary.json`; re-running a completed run returns its summary without training again.
+
+**Data parallel (`torchrun --nproc_per_node=N`)**: detected from `WORLD_SIZE` > 1 (with `RANK`,
+`LOCAL_RANK`). Supported: one process per GPU (NCCL) or per CPU process (gloo); every rank builds
+the same model from the same seed and trains on its own contiguous 1/N of the training stream; after
+each backward pass the gradients are averaged in one all-reduce (in a fixed parameter order, so
+every rank applies the same update); after each training forward the MoD router buffers are averaged
+(each rank's threshold is a quantile of its own batch: the shared one is their mean, not the quantile
+of the pooled batch), and a non-finite output on any rank makes every rank's output NaN, so all
+ranks stop as `diverged` together. `batch_size` is per process: the global batch is N x batch_size
+(the proxy searched its learning rate at the export's batch size). The token/FLOP budget is global
+(each rank gets 1/N of it). Each rank checkpoints its own data position and RNG (rank 0 in out_dir,
+rank r in out_dir/rank<r>); resuming needs the same N, and all ranks' checkpoints at the same step.
+Every rank evaluates the whole validation set (identical models, identical result).
+Not supported: resuming with a different N, sharding the model (FSDP/tensor parallel), gradient
+accumulation, or overlapping the all-reduce with the backward pass (DDP's bucketing). Only the
+single-process path and gloo on CPU are tested here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from pydantic import ValidationError
+
+from search_spaces.residual_lm import ResidualLM, config_error_message, flops_per_token
+from workers.data import DataConfig, TokenizedCorpus, load_corpus
+from workers.train import InfeasibleBudget, Report, RunConfig, plan_budget, train
+
+from .export import ExportedConfig
+from .store import sanitise_json
+
+__all__ = ["P_FLOOR", "Parallel", "apply_export", "budget_for", "model_hook", "pretrain"]
+
+P_FLOOR = 1e-12  # smallest coefficient a frozen logit can express (tau log 1e-12 is finite)
+CHECKPOINTS_PER_RUN = 20  # default checkpoint_every = steps / 20 ...
+MAX_CHECKPOINT_EVERY = 1000  # ... but at least every 1000 steps
+MANIFEST, SUMMARY, FINAL = "pretrain.json", "summary.json", "final.pt"
+# What a checkpoint is only valid for: resuming with any of these changed would not reproduce the run.
+MANIFEST_KEYS = ("export", "budget_flops", "seed", "batch_size", "precision", "data", "world_size")
+
+
+class PretrainError(ValueError):
+    """A pretraining request that cannot run; the message is one line."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
+
+
+# ---- the budget ----------------------------------------------------------------------------------
+
+def budget_for(exported: ExportedConfig, tokens: int | None = None, target_flops: float | None = None) -> float:
+    """Training FLOPs: 3 x F x tokens, or target_flops, or the export's recommendation."""
+    if tokens is not None and target_flops is not None:
+        raise PretrainError("give --tokens or --target-flops, not both")
+    executed = flops_per_token(exported.arch).executed
+    if tokens is not None:
+        integral = isinstance(tokens, int) or (isinstance(tokens, float) and tokens.is_integer())
+        if isinstance(tokens, bool) or not integral or tokens < 1:
+            raise PretrainError(f"--tokens: must be a whole number >= 1 (got {tokens!r})")
+        return 3.0 * executed * int(tokens)
+    if target_flops is not None:
+        if not (isinstance(target_flops, (int, float)) and math.isfinite(target_flops) and target_flops > 0):
+            raise PretrainError(f"--target-flops: must be a finite number > 0 (got {target_flops!r})")
+        return float(target_flops)
+    if exported.recommended is None:
+        raise PretrainError("no budget: give --tokens N or --target-flops F (or export with --target-flops)")
+    return 3.0 * executed * exported.recommended.tokens
+
+
+# ---- what the export adds to a freshly built model -----------------------------------------------
+
+def frozen_logits(p: list[list[float]], n_layers: int, tau: float) -> torch.Tensor:
+    """Flat logits c with softmax_i(c_ij / tau) = p_ij: c_ij = tau log p_ij, block j's from j(j-1)/2."""
+    parts = []
+    for j in range(1, n_layers + 1):
+        column = torch.tensor([p[i][j - 1] for i in range(j)], dtype=torch.float64).clamp_min(P_FLOOR)
+        parts.append(tau * torch.log(column / column.sum()))
+    return torch.cat(parts)
+
+
+@torch.no_grad()
+def apply_export(model: ResidualLM, exported: ExportedConfig) -> None:
+    """Frozen ANCRe logits (if `ancre.freeze`) and MoD thresholds from `exported`, in place."""
+    if exported.ancre is not None and exported.ancre.freeze:
+        conn = model.connectivity
+        conn.logits.copy_(frozen_logits(exported.ancre.p, conn.n_layers, conn.tau))
+        conn.logits.requires_grad_(False)
+    routers = {f"{kind}{j}": r for (kind, j), r in model.routers().items()}
+    for name, value in (exported.mod_thresholds or {}).items():
+        routers[name].threshold.fill_(value)
+        routers[name].eval_threshold.fill_(value)
+
+
+def model_hook(exported: ExportedConfig, device: torch.device, parallel: "Parallel") -> Callable[[ResidualLM], None]:
+    """What `train(model_hook=...)` runs on the new model: device, export, data-parallel hooks."""
+
+    def hook(model: ResidualLM) -> None:
+        model.to(device)
+        apply_export(model, exported)
+        if parallel.world_size > 1:
+            parallel.attach(model)
+
+    return hook
+
+
+# ---- pretraining -----------------------------------------------------------------------------------
+
+def pretrain(exported: ExportedConfig, *, tokens: int | None = None, target_flops: float | None = None,
+             data: DataConfig = DataConfig(), out_dir: str | Path, seed: int = 0, report: Report | None = None,
+             run_overrides: dict[str, Any] | None = None) -> dict:
+    """Train `exported` at full scale; return a summary (see `_summary`). Resumes from `out_dir`.
+
+    Raises `PretrainError` (one line) for a bad budget, bad `run_overrides` or an `out_dir` that
+    holds a different run. A diverged or stopped run is returned, not raised (its `status` says).
+    """
+    start = time.perf_counter()
+    budget = budget_for(exported, tokens, target_flops)
+    parallel = Parallel.from_env()
+    try:
+        return _pretrain(exported, budget, data, Path(out_dir), seed, report, run_overrides or {}, parallel, start)
+    finally:
+        parallel.close()
+
+
+def _pretrain(exported: ExportedConfig, budget: float, data: DataConfig, out_dir: Path, seed: int,
+              report: Report | None, overrides: dict, parallel: "Parallel", start: float) -> dict:
+    cfg = exported.arch
+    device = parallel.device()
+    run = _run_config(exported, overrides, budget / parallel.world_size, parallel.checkpoint_dir(out_dir), device)
+    corpus = parallel.shard(load_corpus(data))
+    corpus = replace(corpus, val=corpus.val.to(device))  # `evaluate` feeds validation batches as they are
+    manifest = _manifest(exported, budget, seed, run, corpus, parallel)
+    ckpt = Path(run.checkpoint_dir) / "last.pt"
+    done, refused = None, None
+    try:
+        done = _check_out_dir(Path(run.checkpoint_dir), manifest, ckpt)
+    except PretrainError as err:
+        refused = err
+    if parallel.any(refused is not None):  # every rank stops, or none does
+        raise refused or PretrainError("another rank refused its checkpoint directory (see rank 0's error)")
+    if not parallel.any(done is None):
+        return done
+    resumed_from = parallel.agree_on_step(_checkpoint_step(ckpt))
+    try:
+        outcome = train(cfg, budget / parallel.world_size, corpus, optim=exported.optim, run=run, seed=seed,
+                        report=parallel.report(report), model_hook=model_hook(exported, device, parallel))
+    except InfeasibleBudget as err:
+        raise PretrainError(f"budget too small: {err}") from None
+    summary = _summary(outcome, exported, budget, run, parallel, resumed_from, ckpt, out_dir, start)
+    if parallel.rank == 0 and outcome.status == "completed":
+        torch.save({"arch": cfg.model_dump(), "export": exported.model_dump(mode="json"),
+                    "model": {k: v.cpu() for k, v in outcome.model.state_dict().items()}}, out_dir / FINAL)
+    _write_json(Path(run.checkpoint_dir) / SUMMARY, summary)  # every rank: a completed re-run returns at once
+    return summary
+
+
+def _run_config(exported: ExportedConfig, overrides: dict, rank_budget: float, checkpoint_dir: Path,
+                device: torch.device) -> RunConfig:
+    """Device precision < exported run fields < `overrides` (validated); checkpoints in out_dir."""
+    if "checkpoint_dir" in overrides:
+        raise PretrainError("run.checkpoint_dir: set by out_dir, not by run overrides")
+    fields = {"precision": "bf16" if device.type == "cuda" else "fp32", **exported.run, **overrides,
+              "checkpoint_dir": str(checkpoint_dir)}
+    try:
+        run = RunConfig(**fields)
+        if "checkpoint_every" not in overrides:
+            steps = plan_budget(exported.arch, rank_budget, run.batch_size).steps
+            run = run.model_copy(update={"checkpoint_every": min(MAX_CHECKPOINT_EVERY,
+                                                                 max(1, steps // CHECKPOINTS_PER_RUN))})
+    except ValidationError as err:
+        raise PretrainError(config_error_message(err, prefix="run.")) from None
+    except InfeasibleBudget as err:
+        raise PretrainError(f"budget too small: {err}") from None
+    return run
+
+
+def _manifest(exported: ExportedConfig, budget: float, seed: int, run: RunConfig, corpus: TokenizedCorpus,
+              parallel: "Parallel") -> dict:
+    export = exported.model_dump(mode="json", exclude={"provenance", "recommended"})
+    return {"export": export, "budget_flops": budget, "seed": seed, "batch_size": run.batch_size,
+            "precision": run.precision, "data": corpus.fingerprint, "world_size": parallel.world_size}
+
+
+def _check_out_dir(directory: Path, manifest: dict, ckpt: Path) -> dict | None:
+    """Refuse a directory holding another run; the stored summary if this run already completed.
+
+    A directory with a manifest but neither checkpoint nor summary (a run that failed before its
+    first checkpoint) is simply reused with the new manifest.
+    """
+    path, summary = directory / MANIFEST, directory / SUMMARY
+    if path.exists() and (ckpt.exists() or summary.exists()):
+        stored = json.loads(path.read_text())
+        differ = [k for k in MANIFEST_KEYS if stored.get(k) != manifest[k]]
+        if differ:
+            raise PretrainError(f"--out {directory} holds a run with a different {', '.join(differ)}: "
+                                "use a fresh --out, or the same settings to resume")
+        done = json.loads(summary.read_text()) if summary.exists() else {}
+        return {**done, "already_complete": True} if done.get("status") == "completed" else None
+    if ckpt.exists():
+        raise PretrainError(f"--out {directory} holds a checkpoint but no {MANIFEST}: not a pretraining run")
+    directory.mkdir(parents=True, exist_ok=True)
+    _write_json(path, manifest)
+    return None
+
+
+def _checkpoint_step(ckpt: Path) -> int:
+    """The step of the checkpoint `train` will resume from (0 if none); mmap: reads no weights."""
+    if not ckpt.exists():
+        return 0
+    return int(torch.load(ckpt, weights_only=True, mmap=True, map_location="cpu")["state"]["step"])
+
+
+def _summary(outcome, exported: ExportedConfig, budget: float, run: RunConfig, parallel: "Parallel",
+             resumed_from: int, ckpt: Path, out_dir: Path, start: float) -> dict:
+    state = outcome.state
+    tokens, flops = parallel.sum(state.tokens_seen), parallel.sum(state.training_flops)
+    loss = state.val_loss if outcome.status == "completed" else math.inf
+    return {
+        "status": outcome.status, "failure_reason": outcome.failure_reason,
+        "val_loss": loss, "val_bpb": loss / math.log(2), "last_val_loss": state.val_loss,
+        "tokens_seen": int(tokens), "planned_tokens": outcome.plan.tokens * parallel.world_size, "steps": state.step,
+        "planned_steps": outcome.plan.steps, "training_flops": flops, "budget_flops": budget,
+        "executed_flops_per_token": outcome.plan.executed_flops_per_token,
+        "realised_flops_per_token": flops / (3 * tokens) if tokens else None,
+        "wall_time_s": time.perf_counter() - start, "step_seconds": state.step_seconds,
+        "resumed_from_step": resumed_from, "precision": run.precision, "batch_size": run.batch_size,
+        "world_size": parallel.world_size, "device": str(next(outcome.model.parameters()).device),
+        "ancre_frozen": bool(exported.ancre and exported.ancre.freeze),
+        "checkpoint": str(ckpt), "final_model": str(out_dir / FINAL) if outcome.status == "completed" else None,
+        "out_dir": str(out_dir),
+    }
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Strict JSON (a diverged run's inf loss is written as null), atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(sanitise_json(data), indent=2, allow_nan=False) + "\n")
+    tmp.replace(path)
+
+
+# ---- data parallel (torchrun); a no-op for one process -------------------------------------------
+
+@dataclass
+class Parallel:
+    """This process's place in a torchrun job (rank 0 of 1 without torchrun). See the module docstring."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    owns_group: bool = False  # this module initialised the process group (and destroys it)
+
+    @classmethod
+    def from_env(cls) -> "Parallel":
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return cls()
+        if "RANK" not in os.environ:
+            raise PretrainError(f"WORLD_SIZE={world} but RANK is not set: launch data parallel runs with torchrun")
+        rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+        owns = not dist.is_initialized()
+        if owns:
+            if torch.cuda.is_available():
+                torch.cuda.set_device(local)
+            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        return cls(rank, world, local, owns)
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.barrier()  # no rank tears gloo down while another still talks to it (seen: abort at exit)
+            dist.destroy_process_group()
+
+    def device(self) -> torch.device:
+        return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+    def checkpoint_dir(self, out_dir: Path) -> Path:
+        return out_dir if self.rank == 0 else out_dir / f"rank{self.rank}"
+
+    def shard(self, corpus: TokenizedCorpus) -> TokenizedCorpus:
+        """This rank's contiguous 1/N of the training stream (validation stays whole)."""
+        if self.world_size == 1:
+            return corpus
+        n = corpus.train.numel()
+        part = corpus.train[self.rank * n // self.world_size: (self.rank + 1) * n // self.world_size]
+        return replace(corpus, train=part, fingerprint=f"{corpus.fingerprint}/shard{self.rank}of{self.world_size}")
+
+    def _all_reduce(self, values: list[float], op=None) -> list[float]:
+        t = torch.tensor(values, dtype=torch.float64, device=self.device())
+        dist.all_reduce(t, op=op or dist.ReduceOp.SUM)
+        return t.tolist()
+
+    def sum(self, value: float) -> float:
+        return value if self.world_size == 1 else self._all_reduce([value])[0]
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank if `flag` is true on any rank."""
+        return flag if self.world_size == 1 else self._all_reduce([float(flag)], op=dist.ReduceOp.MAX)[0] > 0
+
+    def agree_on_step(self, step: int) -> int:
+        """Every rank must resume from the same step; PretrainError on all ranks otherwise."""
+        if self.world_size == 1:
+            return step
+        low, high = self._all_reduce([-step, step], op=dist.ReduceOp.MAX)
+        if -low != high:
+            raise PretrainError(f"ranks' checkpoints are at steps {-low:.0f}..{high:.0f}: cannot resume together")
+        return step
+
+    def report(self, report: Report | None) -> Report | None:
+        """Rank 0 reports; a stop asked there stops every rank at the same step."""
+        if self.world_size == 1:
+            return report
+
+        def every_rank(point: dict) -> bool:
+            stop = bool(report(point)) if report is not None and self.rank == 0 else False
+            return self._all_reduce([float(stop)], op=dist.ReduceOp.MAX)[0] > 0
+
+        return every_rank
+
+    def attach(self, model: ResidualLM) -> None:
+        """Average gradients at the end of each backward, router buffers after each training forward.
+
+        The gradient all-reduce runs once per backward pass, queued on the autograd engine from a
+        hook on the logits (which every backward starts from), over all trainable parameters in a
+        fixed order. A parameter can miss its gradient on one rank (a routed sublayer that executed
+        no token there): it counts as zero there, and stays None only if no rank used it.
+        """
+        params = [p for p in model.parameters() if p.requires_grad]
+
+        def average_gradients() -> None:
+            used = [p.grad is not None for p in params]
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            flags = torch.tensor(used, dtype=torch.float32, device=grads[0].device)
+            flat = torch.cat([g.reshape(-1).float() for g in grads] + [flags])
+            dist.all_reduce(flat)
+            offset = 0
+            for p, g, n_used in zip(params, grads, flat[-len(params):].tolist()):
+                p.grad = g.copy_(flat[offset: offset + g.numel()].view_as(g) / self.world_size) if n_used else None
+                offset += g.numel()
+
+        def sync_after_forward(module, _args, output: torch.Tensor):
+            if not module.training:
+                return output
+            buffers = [b for r in module.routers().values() for b in (r.threshold, r.level, r.eval_threshold)]
+            flat = torch.stack([b.float() for b in buffers] + [(~torch.isfinite(output).all()).float()])
+            dist.all_reduce(flat)
+            for b, v in zip(buffers, flat[:-1] / self.world_size):
+                b.copy_(v)
+            if flat[-1] > 0:  # non-finite somewhere: every rank sees NaN and ends the run as diverged
+                output = output * math.nan
+            if output.requires_grad:
+                output.register_hook(lambda grad: torch.autograd.Variable._execution_engine.queue_callback(
+                    average_gradients))
+            return output
+
+        model.register_forward_hook(sync_after_forward)
