@@ -70,7 +70,7 @@ def search(
     _check_choices(sampler=sampler in SAMPLERS, workers=workers >= 1, retries=retries >= 0)
     data_cfg = _validated_data(data)
     try:
-        check_budget_fits(space_spec, budget, _batch_size(space_spec))
+        check_budget_fits(space_spec, budget)  # at the space's own batch size
     except BudgetError as err:
         fail(str(err))
     store = open_store(storage)
@@ -264,12 +264,6 @@ def _check_choices(**ok: bool) -> None:
     for field, good in ok.items():
         if not good:
             fail(f"--{field}: must be {accepted[field]}")
-
-
-def _batch_size(space) -> int:
-    from .space import to_configs  # noqa: F401  (the batch size is a fixed RunConfig field)
-
-    return int(space.fixed.get("batch_size", 16))
 
 
 def _loss(x) -> str:
