@@ -18,7 +18,7 @@ import optuna
 import psutil
 import pytest
 
-from nas.store import Store
+from nas.store import Store, UnknownSearch
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -90,8 +90,18 @@ def assert_listening_on_loopback_only(pids: list[int]) -> None:
     assert set(listening) <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
 
 
+def trial_rows(db: Path, name: str) -> list:
+    """The search's trial rows, or [] while the driver has not created the file or the search yet."""
+    if not db.exists():
+        return []
+    try:
+        return Store(f"sqlite:///{db}").trials(name)
+    except UnknownSearch:
+        return []
+
+
 def final_rows(db: Path, name: str):
-    return [r for r in Store(f"sqlite:///{db}").trials(name) if r.status != "running"]
+    return [r for r in trial_rows(db, name) if r.status != "running"]
 
 
 def test_search_end_to_end_then_show_list_status(tmp_path):
@@ -127,7 +137,7 @@ def test_a_killed_trial_process_is_recorded_failed_and_retried(tmp_path, started
     driver = started.popen(nas_args("kill1", db, trials=4, flops="8e10"), tmp_path)
 
     def running_trial_worker():
-        rows = [r for r in Store(f"sqlite:///{db}").trials("kill1") if r.status == "running"] if db.exists() else []
+        rows = [r for r in trial_rows(db, "kill1") if r.status == "running"]
         if not rows:
             return None
         workers = [p for p in started.remember_descendants(driver.pid) if "ImplicitFunc" in " ".join(p.cmdline())]
@@ -151,7 +161,7 @@ def test_a_killed_trial_process_is_recorded_failed_and_retried(tmp_path, started
 def test_driver_killed_then_resume_completes_without_loss_or_duplicates(tmp_path, started):
     db = tmp_path / "r.db"
     driver = started.popen(nas_args("resume1", db, trials=6, flops="5e10"), tmp_path)
-    wait_for(lambda: db.exists() and len([r for r in final_rows(db, "resume1") if r.status == "completed"]) >= 2)
+    wait_for(lambda: len([r for r in final_rows(db, "resume1") if r.status == "completed"]) >= 2)
     started.remember_descendants(driver.pid)
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)
