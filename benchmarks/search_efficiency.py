@@ -32,7 +32,6 @@ import csv
 import itertools
 import json
 import logging
-import math
 import time
 import warnings
 from pathlib import Path

@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import torch
 
 from search_spaces.residual_lm import flavour, flops_per_token
 from workers.data import DataConfig, load_corpus

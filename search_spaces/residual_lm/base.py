@@ -12,7 +12,6 @@ import contextlib
 import math
 from typing import Iterator
 
-import torch
 from torch import Tensor, nn
 
 from .config import ArchConfig
