@@ -1,14 +1,22 @@
-"""Every test starts from the same global RNG state.
+"""Every test starts from the same global RNG state; `postgres_url` gives a test its own PostgreSQL database.
 
 Without CUDA, Triton kernels can only run in Triton's CPU interpreter, and `TRITON_INTERPRET` is
 read when a kernel is decorated (module import): set it here, before any test imports them. It
 changes nothing for the default (reference) path on CPU tensors.
+
+PostgreSQL: `RESNAS_TEST_POSTGRES_URL` (an admin URL of a running server, as `.ci/run` exports)
+is used when set; otherwise one private server is started for the session (`postgres_server.py`)
+and stopped at its end. Without either, PostgreSQL tests are skipped with the reason, unless
+`RESNAS_REQUIRE_POSTGRES=1` (CI), which makes them fail instead.
 """
 
 import os
+import uuid
 
 import pytest
 import torch
+
+from postgres_server import LocalPostgres, PostgresUnavailable
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -17,3 +25,54 @@ if not torch.cuda.is_available():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def _postgres_unavailable(reason: str):
+    if os.environ.get("RESNAS_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"PostgreSQL is required (RESNAS_REQUIRE_POSTGRES=1) but {reason}", pytrace=False)
+    pytest.skip(f"no PostgreSQL: {reason}")
+
+
+@pytest.fixture(scope="session")
+def _postgres_admin_url():
+    """The admin URL of the session's server: from the environment, or a private server started here."""
+    given = os.environ.get("RESNAS_TEST_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    server = LocalPostgres.temporary()
+    try:
+        url = server.start()
+    except (PostgresUnavailable, OSError) as err:
+        server.stop()
+        _postgres_unavailable(str(err))
+    yield url
+    server.stop()
+
+
+def _admin_connection(admin_url: str):
+    """An autocommit psycopg connection to the admin URL's database (default `postgres`)."""
+    import psycopg
+    from sqlalchemy import make_url
+
+    u = make_url(admin_url)
+    try:
+        return psycopg.connect(host=u.host, port=u.port, user=u.username, password=u.password,
+                               dbname=u.database or "postgres", autocommit=True, connect_timeout=10)
+    except psycopg.Error as err:
+        shown = u.render_as_string(hide_password=True)
+        _postgres_unavailable(f"cannot connect to {shown}: {str(err).strip().splitlines()[0]}")
+
+
+@pytest.fixture
+def postgres_url(_postgres_admin_url):
+    """`postgresql+psycopg://USER:PASSWORD@127.0.0.1:PORT/DBNAME` of a fresh, empty database, dropped afterwards."""
+    from sqlalchemy import make_url
+
+    name = f"resnas_test_{uuid.uuid4().hex[:12]}"
+    with _admin_connection(_postgres_admin_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield make_url(_postgres_admin_url).set(drivername="postgresql+psycopg", database=name).render_as_string(
+        hide_password=False)
+    with _admin_connection(_postgres_admin_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
