@@ -30,7 +30,7 @@ from workers.data import DataConfig
 
 from .budget import Budget, trial_is_feasible
 from .space import SearchSpace, is_valid, space_from_dict, suggest, to_configs
-from .store import Store
+from .store import Store, schema_lock
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,15 @@ class DefineByRun:
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:
-    """Optuna's RDB storage on the store's database; SQLite waits for locks instead of failing."""
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    """Optuna's RDB storage on the store's database (`Store.url`, password included).
+
+    SQLite waits for locks instead of failing; elsewhere pooled connections are pinged before use.
+    Optuna creates its tables on first use: under the store's schema lock, since two drivers doing
+    it at once on a fresh PostgreSQL database collide.
+    """
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    with schema_lock(url):
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
 
 
 def fail_stale_optuna_trials(storage: optuna.storages.RDBStorage, study_name: str) -> int:

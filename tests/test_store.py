@@ -1,16 +1,20 @@
-"""The SQL store on real SQLite files: schema versions, round trips, rollback, and concurrent writers."""
+"""The SQL store on a real SQLite file and a real PostgreSQL database: schema versions and locks, round
+trips, rollback, concurrent writers. SQLite-only: WAL and its file; PostgreSQL-only: the advisory lock."""
 
 import math
 import multiprocessing as mp
 import sqlite3
+import time
 import traceback
 from dataclasses import fields
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, inspect, make_url, text
+from sqlalchemy.pool import NullPool
 
-from nas.store import (SCHEMA_VERSION, SearchExists, Store, StoreError, UnknownSearch, UnknownTrial, default_url,
-                       ensure_schema)
+from nas.search import optuna_storage
+from nas.store import (SCHEMA_LOCK_KEY, SCHEMA_VERSION, SearchExists, Store, StoreError, UnknownSearch, UnknownTrial,
+                       default_url, ensure_schema)
 from nas.store.schema import ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS
 
 NAN, INF = math.nan, math.inf
@@ -62,9 +66,15 @@ def url(tmp_path):
     return default_url(tmp_path)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A fresh store database on each backend: a SQLite file, a PostgreSQL database."""
+    return default_url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
 @pytest.fixture
-def store(url):
-    with Store(url) as s:
+def store(store_url):
+    with Store(store_url) as s:
         yield s
 
 
@@ -79,29 +89,41 @@ def test_every_trial_result_and_certificate_field_is_stored():
     assert tuple(f.name for f in fields(WidthCertificate)) == WIDTH_FIELDS
 
 
-def test_schema_is_created_once_and_versioned(url, tmp_path):
-    assert url == f"sqlite:///{tmp_path}/resnas.db"
-    with Store(url) as first:
+def test_schema_is_created_once_and_versioned(store_url):
+    with Store(store_url) as first:
         assert first.schema_version() == SCHEMA_VERSION == 1
         new_search(first)
-    with Store(url) as again:  # reopening keeps the data and the version
+    with Store(store_url) as again:  # reopening keeps the data and the version
         assert again.schema_version() == 1 and again.get_search("s1").name == "s1"
-    plain = create_engine(f"sqlite:///{tmp_path}/plain.db")  # without the Store's hooks: takes the lock itself
+    plain = create_engine(store_url)  # without the Store's hooks
+    try:
+        assert ensure_schema(plain) == ensure_schema(plain) == 1
+        with plain.connect() as db:
+            assert db.execute(text("SELECT id, version FROM resnas_schema_version")).all() == [(1, 1)]
+    finally:
+        plain.dispose()
+
+
+def test_sqlite_store_is_in_wal_mode_and_plain_engines_take_the_write_lock(url, tmp_path):
+    assert url == f"sqlite:///{tmp_path}/resnas.db"
+    Store(url).close()
+    plain = create_engine(f"sqlite:///{tmp_path}/plain.db")  # legacy pysqlite begins nothing: takes the lock itself
     assert ensure_schema(plain) == ensure_schema(plain) == 1
     plain.dispose()
     with sqlite3.connect(tmp_path / "plain.db") as db:
         assert db.execute("SELECT version FROM resnas_schema_version").fetchall() == [(1,)]
     with sqlite3.connect(tmp_path / "resnas.db") as db:
-        assert db.execute("SELECT id, version FROM resnas_schema_version").fetchall() == [(1, 1)]
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
-def test_newer_schema_is_refused(url, tmp_path):
-    Store(url).close()
-    with sqlite3.connect(tmp_path / "resnas.db") as db:
-        db.execute("UPDATE resnas_schema_version SET version = 99")
+def test_newer_schema_is_refused(store_url):
+    Store(store_url).close()
+    engine = create_engine(store_url, poolclass=NullPool)
+    with engine.begin() as db:
+        db.execute(text("UPDATE resnas_schema_version SET version = 99"))
+    engine.dispose()
     with pytest.raises(StoreError, match="version 99, newer than this code") as err:
-        Store(url)
+        Store(store_url)
     assert "\n" not in str(err.value)
 
 
@@ -109,11 +131,19 @@ def test_unreachable_urls_raise_one_line_store_errors():
     with pytest.raises(StoreError, match=r"sqlite:////nonexistent-dir/x\.db") as err:
         Store("sqlite:////nonexistent-dir/x.db")
     assert "\n" not in str(err.value)
-    with pytest.raises(StoreError) as err:  # no PostgreSQL driver here: still a StoreError, password hidden
-        Store("postgresql+psycopg://nas:s3cret@localhost:1/resnas")
-    assert "s3cret" not in str(err.value) and "nas:***@localhost" in str(err.value)
+    with pytest.raises(StoreError, match="OperationalError") as err:  # no server on port 1: password hidden
+        Store("postgresql+psycopg://nas:s3cret@127.0.0.1:1/resnas")
+    assert "s3cret" not in str(err.value) and "nas:***@127.0.0.1" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(StoreError):
         Store("not a url")
+
+
+def test_the_url_connects_and_the_display_url_hides_the_password(postgres_url):
+    with Store(postgres_url) as store:
+        assert store.url == postgres_url  # Optuna's storage connects with it
+        password = make_url(postgres_url).password
+        assert password not in store.display_url + repr(store) and ":***@127.0.0.1" in store.display_url
+        optuna_storage(store.url).engine.dispose()
 
 
 def test_round_trip_of_a_completed_and_a_failed_trial(store):
@@ -150,6 +180,18 @@ def test_round_trip_of_a_completed_and_a_failed_trial(store):
     assert failed.realised_flops_per_token is None and failed.step_time_share is None and failed.tokens_seen == 0
     assert store.curve(bad) == [] and store.diagnostics(bad) == {} and store.width(bad) is None
     assert [t.number for t in store.trials("s1", statuses=["failed"])] == [1]
+
+
+def test_json_documents_come_back_exactly_as_written(store):
+    """Key order and int-versus-float survive (PostgreSQL's JSONB would sort keys and turn 1e16 into an int)."""
+    settings = {"zeta": 1e20, "a": 3, "attn10": 1.0, "mlp2": 0.5, "big": 1e16, "tiny": 3e-10, "two": 2.0,
+                "nested": {"b": [1, 2.5, None, -0.0], "a": True}, "text": "caf\u00e9 \u2713", "empty": {}}
+    store.create_search("j", requested_trials=1, budget={}, space={}, settings=settings, optuna_study_name=None,
+                        code_version=None)
+    got = store.get_search("j").settings
+    assert got == settings and list(got) == list(settings) and list(got["nested"]) == ["b", "a"]
+    assert [type(v) for v in got.values()] == [type(v) for v in settings.values()]
+    assert [type(v) for v in got["nested"]["b"]] == [int, float, type(None), float]
 
 
 def test_names_are_unique_and_unknown_names_are_named(store):
@@ -226,7 +268,7 @@ def test_fail_running_trials_and_search_summaries(store):
 
 
 def _writer(url: str, name: str, n_trials: int, start, errors) -> None:
-    """One search's driver: race the others to open a fresh file, then write `n_trials` finished trials."""
+    """One search's driver: race the others to open a fresh store, then write `n_trials` finished trials."""
     try:
         start.wait(timeout=60)
         with Store(url) as store:
@@ -239,11 +281,12 @@ def _writer(url: str, name: str, n_trials: int, start, errors) -> None:
         errors.put(f"{name}: {traceback.format_exc()}")
 
 
-def test_concurrent_writers_on_a_fresh_sqlite_file(tmp_path):
-    url, n_procs, n_trials = default_url(tmp_path), 4, 40
+def test_concurrent_writers_on_a_fresh_store(store_url):
+    """Four processes create the schema at once (SQLite: write lock; PostgreSQL: advisory lock), then write."""
+    n_procs, n_trials = 4, 40
     ctx = mp.get_context("spawn")
     start, errors = ctx.Barrier(n_procs), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(url, f"w{i}", n_trials, start, errors)) for i in range(n_procs)]
+    procs = [ctx.Process(target=_writer, args=(store_url, f"w{i}", n_trials, start, errors)) for i in range(n_procs)]
     for p in procs:
         p.start()
     for p in procs:
@@ -253,10 +296,75 @@ def test_concurrent_writers_on_a_fresh_sqlite_file(tmp_path):
         problems.append(errors.get())
     assert not problems, "\n".join(problems)
     assert [p.exitcode for p in procs] == [0] * n_procs
-    with Store(url) as store:
+    with Store(store_url) as store:
         assert store.schema_version() == 1
         summaries = store.list_searches()
         assert sorted(s.name for s in summaries) == [f"w{i}" for i in range(n_procs)]
         assert all((s.status, s.completed, s.best_val_loss) == ("completed", n_trials, 2.0) for s in summaries)
         assert sum(store.count_trials(s.name, ["completed"]) for s in summaries) == n_procs * n_trials
         assert all(len(store.curve(t.id)) == 10 for t in store.trials("w0"))
+
+
+def _open_schema(url: str, opener: str) -> None:
+    """Create the store's tables (`Store`) or Optuna's (`optuna_storage`) on a fresh database."""
+    if opener == "store":
+        Store(url).close()
+    else:
+        optuna_storage(url).engine.dispose()
+
+
+def _waits_for_schema_lock(db) -> bool:
+    """Some other session waits for the schema's advisory lock (a bigint key: classid high, objid low word)."""
+    return bool(db.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                                "AND classid = :high AND objid = :low"),
+                           {"high": SCHEMA_LOCK_KEY >> 32, "low": SCHEMA_LOCK_KEY & 0xFFFFFFFF}).scalar())
+
+
+@pytest.mark.parametrize("opener, table", [("store", "resnas_schema_version"), ("optuna", "studies")])
+def test_postgres_schema_creation_waits_for_the_advisory_lock(postgres_url, opener, table):
+    """While another session holds the schema lock, a process creating tables waits and creates nothing."""
+    holder = create_engine(postgres_url, poolclass=NullPool)
+    proc = mp.get_context("spawn").Process(target=_open_schema, args=(postgres_url, opener))
+    try:
+        with holder.connect() as db:
+            db.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            db.commit()
+            proc.start()
+            deadline = time.monotonic() + 120
+            while not _waits_for_schema_lock(db) and proc.is_alive() and time.monotonic() < deadline:
+                db.commit()
+                time.sleep(0.1)
+            assert _waits_for_schema_lock(db) and proc.is_alive(), "the process did not wait for the schema lock"
+            assert not inspect(db).has_table(table)
+            db.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            db.commit()
+        proc.join(timeout=120)
+        assert proc.exitcode == 0
+        with holder.connect() as db:
+            assert inspect(db).has_table(table)
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        holder.dispose()
+
+
+def _backend_pid_in_child(store: Store, out) -> None:
+    with store._engine.connect() as db:
+        out.put((db.execute(text("SELECT pg_backend_pid()")).scalar(), store.get_search("s1").name))
+
+
+def test_a_forked_child_opens_its_own_connections(postgres_url):
+    """A connection pooled before fork() is never used by the child (one socket, two processes)."""
+    with Store(postgres_url) as store:
+        new_search(store)
+        with store._engine.connect() as db:  # the pool now holds this connection
+            parent_pid = db.execute(text("SELECT pg_backend_pid()")).scalar()
+        ctx = mp.get_context("fork")
+        out = ctx.Queue()
+        child = ctx.Process(target=_backend_pid_in_child, args=(store, out))
+        child.start()
+        child_pid, name = out.get(timeout=60)
+        child.join(timeout=60)
+        assert child.exitcode == 0 and name == "s1" and child_pid != parent_pid
+        with store._engine.connect() as db:  # the parent's own session is intact
+            assert db.execute(text("SELECT pg_backend_pid()")).scalar() == parent_pid

@@ -2,12 +2,14 @@
 
 from .access import (SearchExists, SearchRow, SearchSummary, Store, StoreError, TrialRow, UnknownSearch, UnknownTrial,
                      default_url)
-from .migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaVersionError, ensure_schema
+from .migrations import (MIGRATIONS, SCHEMA_LOCK_KEY, SCHEMA_VERSION, Migration, SchemaVersionError, ensure_schema,
+                         schema_lock)
 from .schema import SEARCH_STATUSES, TRIAL_STATUSES, sanitise_json
 
 __all__ = [
     "MIGRATIONS",
     "Migration",
+    "SCHEMA_LOCK_KEY",
     "SCHEMA_VERSION",
     "SEARCH_STATUSES",
     "SchemaVersionError",
@@ -23,4 +25,5 @@ __all__ = [
     "default_url",
     "ensure_schema",
     "sanitise_json",
+    "schema_lock",
 ]

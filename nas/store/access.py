@@ -8,11 +8,16 @@ so callers never see an ORM object or a driver exception. URLs are generic SQLAl
 SQLite is made safe for several writer processes: WAL journal, a 30 s busy timeout, foreign keys
 on, and write transactions that start with `BEGIN IMMEDIATE` (they take the write lock up front,
 so a read-then-write transaction never fails on a lock upgrade; readers are never blocked).
+PostgreSQL runs its default READ COMMITTED transactions: each search has one writer (its driver),
+and unique constraints (search name; search and trial number) turn any other race into an error.
+On both, every process has its own connection pool (`pool_pre_ping`; never shared across fork).
+`Store.url` is the URL to connect with and may hold a password; print `display_url`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -22,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from sqlalchemy import Engine, case, create_engine, delete, event, func, insert, make_url, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
@@ -127,9 +132,14 @@ def _display_url(url: str) -> str:
 
 
 def _one_line(err: BaseException) -> str:
-    orig = getattr(err, "orig", None) or err  # the driver's error, without SQLAlchemy's [SQL: ...] lines
+    """`Kind: first line`, Kind being SQLAlchemy's portable class (IntegrityError, OperationalError...).
+
+    The text is the driver's, without SQLAlchemy's [SQL: ...] lines; the class is SQLAlchemy's, so a
+    NOT NULL violation reads `IntegrityError` on SQLite and PostgreSQL alike.
+    """
+    orig = getattr(err, "orig", None) or err
     text = str(orig).strip()
-    return f"{type(orig).__name__}: {text.splitlines()[0]}" if text else type(orig).__name__
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
 def _on_sqlite_connect(dbapi_connection, _record) -> None:
@@ -148,14 +158,32 @@ def _on_sqlite_begin(connection) -> None:
     connection.exec_driver_sql(f"BEGIN {mode}")
 
 
+def _remember_pid(_dbapi_connection, record) -> None:
+    record.info["pid"] = os.getpid()
+
+
+def _refuse_inherited(_dbapi_connection, record, proxy) -> None:
+    """A pooled connection inherited through fork() is dropped, never used or closed, in the child.
+
+    Two processes talking over one socket corrupt both sessions; closing it in the child would end
+    the parent's session. The pool then opens a fresh connection for the child.
+    """
+    if record.info.get("pid") != os.getpid():
+        record.dbapi_connection = proxy.dbapi_connection = None
+        raise DisconnectionError(f"connection opened in process {record.info.get('pid')}, not this one")
+
+
 def _make_engine(url: str) -> Engine:
-    """An engine for `url`: strict JSON everywhere, and the SQLite settings of the module docstring."""
+    """An engine for `url`: strict JSON everywhere, a pool per process (connections are checked with
+    a ping before use, and never shared across fork()), and the SQLite settings of the module docstring."""
     parsed = make_url(url)
     database = parsed.database or ""
     if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
         if not Path(database).expanduser().parent.is_dir():
             raise StoreError(f"directory {Path(database).parent} does not exist")
     engine = create_engine(parsed, json_serializer=partial(json.dumps, allow_nan=False), pool_pre_ping=True)
+    event.listen(engine, "connect", _remember_pid)
+    event.listen(engine, "checkout", _refuse_inherited)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _on_sqlite_connect)
         event.listen(engine, "begin", _on_sqlite_begin)
@@ -191,18 +219,19 @@ class Store:
     """The resnas database at `url`; the schema is created or upgraded on open."""
 
     def __init__(self, url: str):
-        self.url = _display_url(url)  # safe to print: no password
+        self.url = str(url)  # what to connect with (Optuna's storage too): may hold a password, never print it
+        self.display_url = _display_url(url)  # safe to print: password hidden
         try:
             self._engine = _make_engine(url)
             ensure_schema(self._engine)
         except (StoreError, SQLAlchemyError, SchemaVersionError, ImportError, OSError, ValueError) as err:
             detail = str(err) if isinstance(err, (StoreError, SchemaVersionError)) else _one_line(err)
-            raise StoreError(f"cannot open store {self.url}: {detail}") from err
+            raise StoreError(f"cannot open store {self.display_url}: {detail}") from err
         self._readers = sessionmaker(self._engine, expire_on_commit=False)
         self._writers = sessionmaker(self._engine.execution_options(sqlite_begin="IMMEDIATE"), expire_on_commit=False)
 
     def __repr__(self) -> str:
-        return f"Store({self.url!r})"
+        return f"Store({self.display_url!r})"
 
     def __enter__(self) -> Store:
         return self

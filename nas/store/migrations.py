@@ -7,15 +7,18 @@ open connection; since version 1 always builds the *current* ORM, later migratio
 Several processes may open a fresh database at once. `ensure_schema` takes the database's write
 lock first (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: `pg_advisory_xact_lock`), then re-reads the
 recorded version inside the lock, so exactly one process creates or upgrades the schema and the
-others find it done.
+others find it done. `schema_lock(url)` holds the same PostgreSQL lock for other schema work
+(Optuna's tables).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
-from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, inspect, make_url, select, text
+from sqlalchemy.pool import NullPool
 
 from .schema import Base, SchemaVersionModel, utcnow
 
@@ -73,6 +76,29 @@ def _record(connection: Connection, version: int) -> None:
         connection.execute(table.insert().values(id=1, version=version, updated_at=utcnow()))
     else:
         connection.execute(table.update().values(version=version, updated_at=utcnow()))
+
+
+@contextmanager
+def schema_lock(url: str) -> Iterator[None]:
+    """Hold the schema lock of the database at `url` for the block (PostgreSQL; elsewhere a no-op).
+
+    For schema work by code with its own connections: Optuna's RDB storage creates its tables on
+    first use, and two processes doing so at once on PostgreSQL collide (duplicate `pg_type` rows).
+    A session-level advisory lock on a connection of its own, with the key `ensure_schema` uses.
+    """
+    if make_url(url).get_backend_name() != "postgresql":
+        yield
+        return
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    finally:
+        engine.dispose()
 
 
 def ensure_schema(engine: Engine) -> int:

@@ -3,8 +3,9 @@
 Types are portable: every float column is double precision (`Double`: REAL on SQLite, DOUBLE
 PRECISION on PostgreSQL), so +/-inf round-trips on both; NaN is written as NULL (SQLite would do
 so silently anyway). JSON columns are sanitised on the way in (`sanitise_json`): non-finite floats
-become null, because NaN/Infinity are not JSON and PostgreSQL rejects them. Times are stored in UTC
-and read back timezone-aware.
+become null, because NaN/Infinity are not JSON and PostgreSQL rejects them. JSON is stored as text
+on every backend (`json`, not JSONB), so documents come back exactly as written: key order, and
+ints versus floats. Times are stored in UTC and read back timezone-aware.
 
 Every table is prefixed `resnas_`: the Optuna study lives in the same database (so optuna-dashboard
 can open it) and Optuna's RDB storage owns unprefixed names such as `studies` and `trials`.
@@ -19,7 +20,6 @@ from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, Double, ForeignKey, Index, Integer, String, Text,
                         UniqueConstraint, select)
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -64,13 +64,15 @@ def sanitise_json(value: Any) -> Any:
 
 
 class SafeJSON(TypeDecorator):
-    """JSON (JSONB on PostgreSQL) whose values pass through `sanitise_json` before they are written."""
+    """JSON whose values pass through `sanitise_json` before they are written.
+
+    Plain `json` (text) on PostgreSQL too, not JSONB: JSONB reorders object keys and stores numbers
+    as NUMERIC, so 1e16 would come back as the int 10000000000000000 and a dict of per-layer
+    diagnostics in another order than on SQLite. Nothing queries inside these documents.
+    """
 
     impl = JSON
     cache_ok = True
-
-    def load_dialect_impl(self, dialect):
-        return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
 
     def process_bind_param(self, value, dialect):
         return sanitise_json(value)
