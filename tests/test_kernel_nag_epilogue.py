@@ -82,7 +82,8 @@ NAMES = ["u_next", "s_next", "grad_u", "grad_f", "grad_s", "grad_pre",
          "grad_mix_weights", "grad_beta", "grad_alpha"]
 
 
-def test_reference_equals_nag_gate_and_rotate():
+def test_reference_equals_the_definition_with_f_perp_and_v_materialised():
+    """NagGate's m from its own parameters, then u' = cos(theta) u + sin(theta) v built explicitly."""
     d, c = 48, 3
     gate = nag.NagGate(d, c)
     with torch.no_grad():
@@ -91,12 +92,19 @@ def test_reference_equals_nag_gate_and_rotate():
     u = unit_rms_direction(10, d).view(2, 5, d)
     f, s, alpha = torch.randn(2, 5, d), torch.randn(2, 5), torch.tensor(0.7)
     with torch.no_grad():
-        expected_u, ds = nag.rotate(u, f, alpha * gate(u))
-        mix_weights, beta = torch.softmax(gate.mix_logits, 0), F.softplus(gate.beta_raw)
+        pre = u @ gate.pre.weight.T + gate.pre.bias
+        m = ((torch.sigmoid(pre) * torch.softmax(gate.mix_logits, 0)).sum(-1)) ** F.softplus(gate.beta_raw)
+        theta = torch.atan(alpha * m).unsqueeze(-1)
+        f_centred = f - f.mean(-1, keepdim=True)
+        f_perp = f_centred - (f_centred * u).sum(-1, keepdim=True) / d * u
+        v = math.sqrt(d) * f_perp / f_perp.norm(dim=-1, keepdim=True)
+        expected_u = torch.cos(theta) * u + torch.sin(theta) * v
+        expected_s = s + torch.log(1 / torch.cos(theta.squeeze(-1)))  # log ||x'|| / ||x|| = log sec(theta)
+        mix_weights, beta = gate.shape_params()
         actual_u, actual_s = nag_epilogue_reference(u, f, s, gate.pre(u), mix_weights, beta, alpha)
-    torch.testing.assert_close(actual_u, expected_u, rtol=0, atol=1e-6)
-    torch.testing.assert_close(actual_s, s + ds, rtol=0, atol=1e-6)
-    assert op.NORM_EPS == nag.NORM_EPS
+        torch.testing.assert_close(gate(u), m, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(actual_u, expected_u, rtol=0, atol=1e-5)
+    torch.testing.assert_close(actual_s, expected_s, rtol=0, atol=1e-6)
 
 
 def test_reference_gradcheck_float64():

@@ -27,9 +27,8 @@ from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU
 from .config import ArchConfig
 from .flops import SublayerKey
+from .ops.nag_epilogue import NORM_EPS, nag_epilogue, nag_gate
 from .routing import DepthRouter, gather_tokens
-
-NORM_EPS = 1e-6
 
 
 class NagGate(nn.Module):
@@ -41,32 +40,20 @@ class NagGate(nn.Module):
         self.mix_logits = nn.Parameter(torch.zeros(components))
         self.beta_raw = nn.Parameter(torch.tensor(math.log(math.e - 1.0)))  # softplus -> beta = 1
 
+    def shape_params(self) -> tuple[Tensor, Tensor]:
+        """(p, beta) = (softmax(mix_logits), softplus(beta_raw))."""
+        return torch.softmax(self.mix_logits, 0), F.softplus(self.beta_raw)
+
     def forward(self, u: Tensor) -> Tensor:
-        mixture = (torch.sigmoid(self.pre(u)) * torch.softmax(self.mix_logits, 0)).sum(-1)
-        return mixture.clamp_min(NORM_EPS) ** F.softplus(self.beta_raw)  # (...,)
-
-
-def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
-    """Rotate u towards the part of f orthogonal to it. Returns (u', s' - s).
-
-    u is zero-mean with ||u||^2 = d, so 1 and u are orthogonal and, with m = mean(f) and
-    a = <f, u> / d, f_perp = f - m - a u has ||f_perp||^2 = ||f||^2 - d m^2 - d a^2. Then
-    u + tan v = (1 - k a) u + k (f - m) with k = tan sqrt(d) / ||f_perp||: three row reductions
-    and one pass over f, instead of materialising f_perp and v. The final renormalisation keeps
-    ||u'||^2 = d exactly even where f is almost parallel to u (cancellation in ||f_perp||).
-    """
-    d = u.shape[-1]
-    mean = f.mean(-1, keepdim=True)
-    along_u = (f * u).sum(-1, keepdim=True) / d
-    perp_sq = (f * f).sum(-1, keepdim=True) - d * (mean.square() + along_u.square())
-    k = tan_theta.unsqueeze(-1) * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))
-    moved = torch.addcmul(u * (1.0 - k * along_u), k, f) - k * mean  # u + tan(theta) v, (..., d)
-    u_next = moved * (math.sqrt(d) * torch.rsqrt(moved.square().sum(-1, keepdim=True)))
-    return u_next, 0.5 * torch.log1p(tan_theta.square())
+        return nag_gate(self.pre(u), *self.shape_params())  # (...,)
 
 
 class NagSublayer(nn.Module):
-    """One NAG sublayer: its gate, its alpha_l, its (optional) router, around attention or MLP."""
+    """One NAG sublayer: its gate, its alpha_l, its (optional) router, around attention or MLP.
+
+    The gate, rotation and log-norm update after the inner sublayer are one fused op
+    (`ops.nag_epilogue`: a Triton kernel on CUDA, the PyTorch reference elsewhere).
+    """
 
     def __init__(self, cfg: ArchConfig, inner: nn.Module, position: int, block: int):
         super().__init__()
@@ -78,23 +65,29 @@ class NagSublayer(nn.Module):
         self.last_angle = self.last_gate = None
 
     def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
-        gate = self.gate(u)  # (B, T)
-        tan_theta = self.alpha * gate
+        pre = self.gate.pre(u)  # (B, T, C): the gate's matmul; the rest of the gate is fused
+        p, beta = self.gate.shape_params()
         if self.router is None:
-            u_next, ds = rotate(u, self.inner(u), tan_theta)
-            self._record(gate, tan_theta)
-            return u_next, s + ds
-        sel = self.router.select(tan_theta.abs())  # rotation it would apply, known beforehand
-        u_sel, tan_sel = gather_tokens(u, sel), gather_tokens(tan_theta, sel)  # (N, d), (N,)
-        u_next, ds = rotate(u_sel, self.inner(u_sel, sel), tan_sel)
-        self._record(gate, tan_sel)
+            self._record(pre, None)
+            return nag_epilogue(u, self.inner(u), s, pre, p, beta, self.alpha)
+        with torch.no_grad():  # the score only selects: the rotation it would apply, known beforehand
+            score = (self.alpha * nag_gate(pre, p, beta)).abs()
+        sel = self.router.select(score)
+        u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))  # (N, d), (N,), (N, C)
+        u_next, s_next = nag_epilogue(u_sel, self.inner(u_sel, sel), s_sel, pre_sel, p, beta, self.alpha)
+        self._record(pre, pre_sel)
         u = u.flatten(0, 1).index_copy(0, sel.index, u_next).view_as(u)
-        return u, s.flatten().index_add(0, sel.index, ds).view_as(s)
+        return u, s.flatten().index_copy(0, sel.index, s_next).view_as(s)
 
-    def _record(self, gate: Tensor, tan_executed: Tensor) -> None:
+    @torch.no_grad()
+    def _record(self, pre: Tensor, pre_executed: Tensor | None) -> None:
+        """Mean gate over all tokens and mean rotation angle over the executed ones."""
         if self.recording:
-            self.last_gate = gate.detach().float().mean()
-            self.last_angle = torch.atan(tan_executed.detach().float().abs()).mean()
+            p, beta = self.gate.shape_params()
+            gate = nag_gate(pre.float(), p, beta)
+            executed = gate if pre_executed is None else nag_gate(pre_executed.float(), p, beta)
+            self.last_gate = gate.mean()
+            self.last_angle = torch.atan((self.alpha * executed).abs()).mean()
 
 
 class NagBlock(nn.Module):

@@ -52,20 +52,27 @@ else:  # no Triton (it is a Linux-only dependency): the kernels stay plain, unus
         return fn
 
 
-__all__ = ["nag_epilogue", "nag_epilogue_bytes", "nag_epilogue_reference"]
+__all__ = ["NORM_EPS", "nag_epilogue", "nag_epilogue_bytes", "nag_epilogue_reference", "nag_gate", "rotate"]
 
-NORM_EPS = 1e-6  # nag.NORM_EPS (not imported: nag.py imports this module)
+NORM_EPS = 1e-6  # floor of the clamped norms and of the gate mixture
 MAX_D = 65536  # a row must fit in one program's registers
 _TILE = 4096  # elements of a (rows, d) block per program
 
 
-def nag_epilogue_reference(
-    u: Tensor, f: Tensor, s: Tensor, pre: Tensor, mix_weights: Tensor, beta: Tensor, alpha: Tensor
-) -> tuple[Tensor, Tensor]:
-    """(u', s') in plain PyTorch: NagGate's mixture then `rotate`, differentiable by autograd."""
-    _check(u, f, s, pre, mix_weights, beta, alpha)
-    gate = (torch.sigmoid(pre) * mix_weights).sum(-1).clamp_min(NORM_EPS) ** beta.reshape(())
-    tan_theta = alpha.reshape(()) * gate  # (...,)
+def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
+    """m = max(sum_c p_c sigmoid(pre_c), eps)^beta in [0, 1]: (...,) from pre (..., C)."""
+    return (torch.sigmoid(pre) * mix_weights).sum(-1).clamp_min(NORM_EPS) ** beta.reshape(())
+
+
+def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotate u towards the part of f orthogonal to it. Returns (u', s' - s).
+
+    u is zero-mean with ||u||^2 = d, so 1 and u are orthogonal and, with m = mean(f) and
+    a = <f, u> / d, f_perp = f - m - a u has ||f_perp||^2 = ||f||^2 - d m^2 - d a^2. Then
+    u + tan v = (1 - k a) u + k (f - m) with k = tan sqrt(d) / ||f_perp||: three row reductions
+    and one pass over f, instead of materialising f_perp and v. The final renormalisation keeps
+    ||u'||^2 = d exactly even where f is almost parallel to u (cancellation in ||f_perp||).
+    """
     d = u.shape[-1]
     mean = f.mean(-1, keepdim=True)
     along_u = (f * u).sum(-1, keepdim=True) / d
@@ -73,8 +80,16 @@ def nag_epilogue_reference(
     k = tan_theta.unsqueeze(-1) * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))
     moved = torch.addcmul(u * (1.0 - k * along_u), k, f) - k * mean  # u + tan(theta) v, (..., d)
     u_next = moved * (math.sqrt(d) * torch.rsqrt(moved.square().sum(-1, keepdim=True)))
-    s_next = s + 0.5 * torch.log1p(tan_theta.square())
-    return u_next.to(u.dtype), s_next.to(s.dtype)
+    return u_next, 0.5 * torch.log1p(tan_theta.square())
+
+
+def nag_epilogue_reference(
+    u: Tensor, f: Tensor, s: Tensor, pre: Tensor, mix_weights: Tensor, beta: Tensor, alpha: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(u', s') in plain PyTorch: the gate, then `rotate`, differentiable by autograd."""
+    _check(u, f, s, pre, mix_weights, beta, alpha)
+    u_next, ds = rotate(u, f, alpha.reshape(()) * nag_gate(pre, mix_weights, beta))
+    return u_next.to(u.dtype), (s + ds).to(s.dtype)
 
 
 def nag_epilogue(
