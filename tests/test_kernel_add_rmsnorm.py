@@ -1,0 +1,220 @@
+"""add_rmsnorm: the reference is a residual add then torch's nn.RMSNorm; the Triton kernels match it.
+
+Without CUDA the kernels run in Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1),
+so shapes stay small. One test compiles them for sm_90 with Triton's own ptxas (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, use_backend
+from search_spaces.residual_lm.ops.add_rmsnorm import (
+    add_rmsnorm,
+    add_rmsnorm_bytes,
+    add_rmsnorm_reference,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+needs_triton = pytest.mark.skipif(
+    not (TRITON_AVAILABLE and (torch.cuda.is_available() or interpreting())),
+    reason="the Triton path needs CUDA or TRITON_INTERPRET=1",
+)
+EPS = 1e-6
+
+
+def inputs(lead: tuple[int, ...], d: int, dtype: torch.dtype, with_delta: bool = True, device: str = DEVICE):
+    x = torch.randn(*lead, d, dtype=dtype, device=device, requires_grad=True)
+    delta = torch.randn(*lead, d, dtype=dtype, device=device, requires_grad=True) if with_delta else None
+    weight = (1 + 0.3 * torch.randn(d, device=device)).to(dtype).requires_grad_(True)
+    return x, delta, weight
+
+
+def graph_nodes(t: torch.Tensor) -> set[str]:
+    """Names of every autograd node t's value came through."""
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and type(node).__name__ not in seen:
+            seen.add(type(node).__name__)
+            stack.extend(fn for fn, _ in node.next_functions)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reference_is_add_then_nn_rmsnorm(dtype):
+    x, delta, weight = inputs((2, 5), 48, dtype, device="cpu")
+    norm = nn.RMSNorm(48, eps=EPS, dtype=dtype)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+    z, h = add_rmsnorm_reference(x, delta, weight, EPS)
+    assert torch.equal(z, x + delta)
+    torch.testing.assert_close(h, norm(x + delta), rtol=1e-6 if dtype == torch.float32 else 1e-12, atol=1e-6)
+
+
+def test_reference_bf16_is_nn_rmsnorm_up_to_rounding():
+    x, delta, weight = inputs((7,), 48, torch.bfloat16, device="cpu")
+    norm = nn.RMSNorm(48, eps=EPS, dtype=torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(weight)
+    z, h = add_rmsnorm_reference(x, delta, weight, EPS)
+    assert h.dtype == torch.bfloat16
+    torch.testing.assert_close(h.float(), norm(z).float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("with_delta", [True, False])
+def test_reference_gradcheck(with_delta):
+    x, delta, weight = inputs((3,), 6, torch.float64, with_delta, device="cpu")
+    args = (x, weight) if delta is None else (x, delta, weight)
+
+    def fn(*a):
+        return add_rmsnorm_reference(a[0], None if delta is None else a[1], a[-1], EPS)
+
+    assert torch.autograd.gradcheck(fn, args)
+
+
+CASES = {  # lead dims, d, with delta
+    "d48-multi-block": ((37,), 48, True),  # 3 blocks of 16 rows over 2 looping backward programs
+    "d64-3d": ((2, 8), 64, True),
+    "one-row": ((1,), 48, True),
+    "d1": ((5,), 1, True),
+    "no-delta": ((37,), 48, False),
+}
+BF16_ULP = 2.0**-7  # spacing of bf16 values in [1, 2)
+
+
+def assert_matches(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """fp32: 1e-5. bf16: 2% of the tensor's largest value, since both paths round their outputs
+    to bf16 and Triton's interpreter rounds toward zero (compiled code to nearest even): z may sit
+    one ulp from torch's, and what is computed from z (h, the sums over rows in dw) a few more."""
+    assert actual.dtype == expected.dtype
+    if expected.dtype == torch.float32:
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        scale = expected.float().abs().max().item()
+        torch.testing.assert_close(actual.float(), expected.float(), rtol=2e-2, atol=2e-2 * scale)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_triton_matches_reference(case, dtype):
+    lead, d, with_delta = CASES[case]
+    x, delta, weight = inputs(lead, d, dtype, with_delta)
+    args = [t for t in (x, delta, weight) if t is not None]
+    grad_z, grad_h = torch.randn_like(x), torch.randn_like(x)
+    results = {}
+    for path in ("triton", "reference"):
+        with use_backend(path):
+            z, h = add_rmsnorm(x, delta, weight, EPS)
+        results[path] = (z, h, *torch.autograd.grad((z, h), args, (grad_z, grad_h)))
+    assert "_AddRMSNormBackward" in graph_nodes(results["triton"][1])
+    (z, h, *grads), (z_ref, h_ref, *grads_ref) = results["triton"], results["reference"]
+    assert z.dtype == h.dtype == dtype and h.shape == x.shape
+    if dtype == torch.float32:
+        assert torch.equal(z, z_ref)  # the same fp32 add on both paths
+    else:  # one fp32 add rounded once on both paths; at most one ulp apart (see assert_matches)
+        torch.testing.assert_close(z.float(), z_ref.float(), rtol=BF16_ULP, atol=0.0)
+    assert_matches(h, h_ref)
+    for grad, grad_ref in zip(grads, grads_ref):
+        assert_matches(grad, grad_ref)
+
+
+@needs_triton
+def test_triton_mixed_dtypes_follow_torch_promotion():
+    """An fp32 residual stream plus a bf16 sublayer output (autocast): z and h in fp32."""
+    x, _, weight = inputs((9,), 48, torch.float32)
+    delta = torch.randn(9, 48, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    grad_z, grad_h = torch.randn_like(x), torch.randn_like(x)
+    results = {}
+    for path in ("triton", "reference"):
+        with use_backend(path):
+            z, h = add_rmsnorm(x, delta, weight, EPS)
+        results[path] = (z, h, *torch.autograd.grad((z, h), (x, delta, weight), (grad_z, grad_h)))
+    for actual, expected in zip(results["triton"], results["reference"]):
+        assert_matches(actual, expected)
+    assert [t.dtype for t in results["triton"]] == [torch.float32] * 3 + [torch.bfloat16, torch.float32]
+
+
+@needs_triton
+def test_triton_backward_when_only_h_is_used():
+    x, delta, weight = inputs((9,), 48, torch.float32)
+    grad_h = torch.randn_like(x)
+    grads = {}
+    for path in ("triton", "reference"):
+        with use_backend(path):
+            _, h = add_rmsnorm(x, delta, weight, EPS)
+        grads[path] = torch.autograd.grad(h, (x, delta, weight), grad_h)
+    for grad, grad_ref in zip(grads["triton"], grads["reference"]):
+        assert_matches(grad, grad_ref)
+    assert torch.equal(grads["triton"][0], grads["triton"][1])  # dx = ddelta
+
+
+def test_auto_picks_reference_for_cpu_tensors():
+    x, delta, weight = inputs((4,), 16, torch.float32, device="cpu")
+    with use_backend("auto"):
+        z, h = add_rmsnorm(x, delta, weight)
+    assert "_AddRMSNormBackward" not in graph_nodes(h)
+    z_ref, h_ref = add_rmsnorm_reference(x, delta, weight)
+    assert torch.equal(h, h_ref) and torch.equal(z, z_ref)
+
+
+def test_bad_shapes_raise():
+    x, delta, weight = inputs((4,), 16, torch.float32, device="cpu")
+    with pytest.raises(ValueError, match="weight"):
+        add_rmsnorm(x, delta, weight[:8])
+    with pytest.raises(ValueError, match="delta"):
+        add_rmsnorm(x, delta[:2], weight)
+
+
+def test_minimum_forward_bytes():
+    # bf16: read x, delta, w; write z, h.
+    assert add_rmsnorm_bytes(10, 48, torch.bfloat16, True) == 2 * (4 * 10 * 48 + 48)
+    assert add_rmsnorm_bytes(10, 48, torch.float32, False) == 4 * (2 * 10 * 48 + 48)
+
+
+COMPILE_FOR_SM90 = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from search_spaces.residual_lm.ops import add_rmsnorm as op
+
+cfg = op._launch(768)
+warps = cfg.pop("num_warps")
+rows = {name: "*bf16" for name in ("z_ptr", "w_ptr", "gh_ptr", "gz_ptr", "gx_ptr")}
+kernels = {
+    "forward": (op._forward_kernel, {**{n: "*bf16" for n in ("x_ptr", "delta_ptr", "w_ptr", "z_ptr", "h_ptr")},
+                                     "N": "i32", "d": "i32", "eps": "fp32"}, "HAS_DELTA"),
+    "backward": (op._backward_kernel, {**rows, "partial_w_ptr": "*fp32", "N": "i32", "d": "i32", "eps": "fp32"},
+                 "HAS_DZ"),
+}
+for name, (fn, signature, flag) in kernels.items():
+    consts = {flag: True, **cfg}
+    signature = {**signature, **{k: "constexpr" for k in consts}}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, k in enumerate(signature) if k.endswith("_ptr") or k == "d"}
+    kernel = triton.compile(ASTSource(fn, signature, consts, aligned), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": warps})
+    print(name, "cubin" in kernel.asm, kernel.asm["ptx"].count("ld.global.v"), kernel.asm["ptx"].count("ld.global"))
+"""
+
+
+@pytest.mark.skipif(not TRITON_AVAILABLE or importlib.util.find_spec("triton.backends.nvidia") is None,
+                    reason="needs Triton with its NVIDIA backend")
+def test_kernels_compile_for_sm90_with_vector_loads(tmp_path):
+    """The interpreter skips the compiler: build real sm_90 code (no GPU needed) and read its PTX."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
+    run = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], check=False, capture_output=True, text=True,
+                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for line in run.stdout.split("\n")[:2]:
+        name, has_cubin, vector_loads, loads = line.split()
+        assert has_cubin == "True", name
+        assert int(vector_loads) == int(loads) > 0, f"{name}: {vector_loads} of {loads} global loads are vectorised"

@@ -1,0 +1,223 @@
+"""ancre_mix: the reference is ancre.mix_states; the Triton kernels match it without stacking states.
+
+Without CUDA the kernels run in Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1),
+so shapes stay small. One test compiles them for sm_90 with Triton's own ptxas (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from search_spaces.residual_lm.ancre import mix_states
+from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, use_backend
+from search_spaces.residual_lm.ops import ancre_mix as ancre_mix_module
+from search_spaces.residual_lm.ops.ancre_mix import (
+    ancre_mix,
+    ancre_mix_bytes,
+    ancre_mix_reference,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+needs_triton = pytest.mark.skipif(
+    not (TRITON_AVAILABLE and (torch.cuda.is_available() or interpreting())),
+    reason="the Triton path needs CUDA or TRITON_INTERPRET=1",
+)
+TAU = 0.5
+
+
+def inputs(j: int, shape: tuple[int, ...], dtype: torch.dtype, device: str = DEVICE):
+    """Logits c (j,) in fp32 (as the model's parameter) and j states of one shape and dtype."""
+    logits = torch.randn(j, device=device, requires_grad=True)
+    states = [torch.randn(*shape, dtype=dtype, device=device, requires_grad=True) for _ in range(j)]
+    return logits, states
+
+
+def graph_nodes(t: torch.Tensor) -> set[str]:
+    """Names of every autograd node t's value came through."""
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None and type(node).__name__ not in seen:
+            seen.add(type(node).__name__)
+            stack.extend(fn for fn, _ in node.next_functions)
+    return seen
+
+
+@pytest.mark.parametrize("j", [1, 3, 25])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reference_is_mix_states(j, dtype):
+    logits, states = inputs(j, (2, 5, 48), dtype, device="cpu")
+    p = torch.softmax(logits.to(dtype) / TAU, 0)
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(ancre_mix_reference(p, states), mix_states(p, states), rtol=tol, atol=tol)
+
+
+def test_reference_gradcheck():
+    p = torch.rand(3, dtype=torch.float64, requires_grad=True)
+    states = [torch.randn(2, 5, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    assert torch.autograd.gradcheck(lambda p, *s: ancre_mix_reference(p, s), (p, *states))
+
+
+CASES = {  # j, state shape
+    "j1": (1, (5, 48)),
+    "j3-d64-3d": (3, (2, 3, 64)),
+    "j11": (11, (5, 48)),
+    "j25-d48": (25, (7, 48)),  # a 24-layer model's last block
+    "one-row": (3, (1, 48)),
+    "d1": (3, (5, 1)),
+}
+
+
+def assert_matches(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """fp32: 1e-5. bf16: 2% of the tensor's largest value (both paths round their outputs to bf16,
+    and Triton's interpreter rounds toward zero where compiled code rounds to nearest even)."""
+    assert actual.dtype == expected.dtype
+    if expected.dtype == torch.float32:
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        scale = expected.float().abs().max().item()
+        torch.testing.assert_close(actual.float(), expected.float(), rtol=2e-2, atol=2e-2 * scale)
+
+
+def forward_backward(path: str, logits: torch.Tensor, states: list[torch.Tensor], grad_out: torch.Tensor):
+    """out, then the gradients of <out, grad_out> for the logits (through softmax) and every state."""
+    with use_backend(path):
+        out = ancre_mix(torch.softmax(logits / TAU, 0), states)
+    return out, torch.autograd.grad(out, [logits, *states], grad_out)
+
+
+@needs_triton
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_triton_matches_reference(case, dtype):
+    j, shape = CASES[case]
+    logits, states = inputs(j, shape, dtype)
+    grad_out = torch.randn(shape, dtype=dtype, device=DEVICE)
+    out, grads = forward_backward("triton", logits, states, grad_out)
+    out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
+    assert "_AncreMixBackward" in graph_nodes(out)
+    assert out.dtype == dtype and out.shape == states[0].shape
+    assert_matches(out, out_ref)
+    assert grads[0].dtype == torch.float32  # the logits' gradient, through torch's softmax
+    for grad, grad_ref in zip(grads, grads_ref):
+        assert_matches(grad, grad_ref)
+
+
+@needs_triton
+def test_triton_mixed_dtypes_follow_torch_promotion():
+    """An fp32 embedding o_0 mixed with bf16 block outputs (autocast): out in fp32."""
+    logits, states = inputs(3, (5, 48), torch.bfloat16)
+    states[0] = torch.randn(5, 48, device=DEVICE, requires_grad=True)
+    grad_out = torch.randn(5, 48, device=DEVICE)
+    out, grads = forward_backward("triton", logits, states, grad_out)
+    out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
+    assert_matches(out, out_ref)
+    for grad, grad_ref in zip(grads, grads_ref):
+        assert_matches(grad, grad_ref)
+    assert [g.dtype for g in (out, *grads)] == [torch.float32] * 3 + [torch.bfloat16] * 2
+
+
+@needs_triton
+def test_triton_groups_states_over_launches(monkeypatch):
+    """More states than one launch takes: later launches add onto out, the backward runs per group."""
+    monkeypatch.setattr(ancre_mix_module, "_MAX_STATES_PER_LAUNCH", 4)  # j = 11: groups of 4, 4, 3
+    logits, states = inputs(11, (5, 48), torch.float32)
+    grad_out = torch.randn(5, 48, device=DEVICE)
+    out, grads = forward_backward("triton", logits, states, grad_out)
+    out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
+    assert_matches(out, out_ref)
+    for grad, grad_ref in zip(grads, grads_ref):
+        assert_matches(grad, grad_ref)
+
+
+@needs_triton
+def test_triton_never_stacks_the_states(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the Triton path copied the states into one tensor")
+
+    logits, states = inputs(5, (4, 48), torch.float32)
+    grad_out = torch.randn(4, 48, device=DEVICE)
+    p = torch.softmax(logits / TAU, 0)
+    for name in ("stack", "cat", "vstack", "hstack"):
+        monkeypatch.setattr(torch, name, refuse)
+    with use_backend("triton"):
+        out = ancre_mix(p, states)
+    grads = torch.autograd.grad(out, states, grad_out)
+    monkeypatch.undo()
+    torch.testing.assert_close(out, mix_states(p.detach(), states), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grads[2], p[2].detach() * grad_out)
+
+
+def test_auto_picks_reference_for_cpu_tensors():
+    logits, states = inputs(3, (4, 16), torch.float32, device="cpu")
+    p = torch.softmax(logits, 0)
+    with use_backend("auto"):
+        out = ancre_mix(p, states)
+    assert "_AncreMixBackward" not in graph_nodes(out)
+    assert torch.equal(out, ancre_mix_reference(p, states))
+
+
+def test_bad_inputs_raise():
+    p = torch.rand(3)
+    with pytest.raises(ValueError, match="p must have shape"):
+        ancre_mix(p, [torch.randn(4, 8)] * 2)
+    with pytest.raises(ValueError, match=r"states\[1\]"):
+        ancre_mix(p, [torch.randn(4, 8), torch.randn(4, 9), torch.randn(4, 8)])  # shapes differ
+    with pytest.raises(ValueError, match="at least one"):
+        ancre_mix(p[:0], [])
+
+
+def test_minimum_forward_bytes():
+    # bf16, j = 25: read 25 states and p (fp32), write out.
+    assert ancre_mix_bytes(10, 48, 25, torch.bfloat16) == 2 * 26 * 10 * 48 + 4 * 25
+
+
+COMPILE_FOR_SM90 = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from search_spaces.residual_lm.ops import ancre_mix as op
+
+j, state = 25, "*bf16"
+kernels = {
+    "forward": (op._forward_kernel, {"p_ptr": "*fp32", "p_start": "i32", "states": (state,) * j, "out_ptr": state,
+                                     "N": "i32", "ACCUMULATE": "constexpr", "BLOCK": "constexpr"},
+                {"ACCUMULATE": False, "BLOCK": op._BLOCK}),
+    "backward": (op._backward_kernel, {"p_ptr": "*fp32", "p_start": "i32", "g_ptr": state, "states": (state,) * j,
+                                       "grads": (state,) * j, "partial_p_ptr": "*fp32", "J": "i32", "N": "i32",
+                                       "BLOCK": "constexpr"}, {"BLOCK": op._BLOCK}),
+}
+for name, (fn, signature, consts) in kernels.items():
+    aligned = {}
+    for i, (arg, kind) in enumerate(signature.items()):
+        if isinstance(kind, tuple):
+            aligned.update({(i, k): [["tt.divisibility", 16]] for k in range(len(kind))})
+        elif kind.startswith("*") or arg == "N":  # as Triton specialises 16-aligned pointers and sizes
+            aligned[(i,)] = [["tt.divisibility", 16]]
+    kernel = triton.compile(ASTSource(fn, signature, consts, aligned), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": op._WARPS})
+    ptx = kernel.asm["ptx"]
+    print(name, "cubin" in kernel.asm, ptx.count("ld.global.v4"), ptx.count("st.global.v4"))
+"""
+
+
+@pytest.mark.skipif(not TRITON_AVAILABLE or importlib.util.find_spec("triton.backends.nvidia") is None,
+                    reason="needs Triton with its NVIDIA backend")
+def test_kernels_compile_for_sm90_with_one_vector_access_per_state(tmp_path):
+    """The interpreter skips the compiler: build real sm_90 code for j = 25 bf16 states (no GPU
+    needed) and count its 16-byte accesses: one load per state (+ g in the backward), one store
+    for out, one per state gradient."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
+    run = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], check=False, capture_output=True, text=True,
+                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = dict(line.split(maxsplit=1) for line in run.stdout.strip().split("\n"))
+    assert lines["forward"].split() == ["True", "25", "1"]
+    assert lines["backward"].split() == ["True", "26", "25"]
