@@ -33,3 +33,23 @@ def test_ancre_case_study_writes_curves_and_plot(tmp_path):
     assert runs["0:2"]["losses"][-1] < runs["0:2"]["losses"][0]
     p = runs["ANCRe(tau=0.01)"]["p_matrix"]  # ingoing coefficients into each node sum to one
     assert all(abs(sum(row[j] for row in p) - 1) < 1e-9 for j in range(1, len(p)))
+
+
+def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
+    """On CPU the Triton kernels run in the interpreter: each op's three paths and every family step."""
+    import os
+
+    out = tmp_path / "gpu.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "benchmarks/gpu_kernels.py", "--smoke", "--out", str(out)], cwd=ROOT,
+                   check=True, capture_output=True, timeout=300, env=env)
+    result = json.loads(out.read_text())
+    assert result["machine"]["triton_interpreter"] and result["targets_met"] is None
+    assert {"nag_epilogue/fp32", "nag_epilogue/bf16", "add_rmsnorm/fp32", "ancre_mix_j3/fp32"} <= set(result["ops"])
+    for name, row in result["ops"].items():
+        for path in ("triton", "eager"):
+            assert row[path]["forward_s"] > 0 and row[path]["forward_backward_s"] > 0, (name, path)
+        assert row["min_forward_bytes"] > 0 and row["triton_speedup_vs_eager"]["forward_s"] > 0
+    assert len(result["steps"]) == 12 and all("median_step_s" in r for r in result["steps"].values())
+    assert {"nag_vs_cascaded_step_time/triton", "ancre_mod0.25_vs_dense_step_time/reference"} <= set(result["ratios"])
+    assert 0 < result["reference_overhead"]["nag"]["share_of_step"]

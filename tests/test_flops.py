@@ -1,7 +1,9 @@
 """FLOP accounting (DESIGN.md §3.5) against torch's FlopCounterMode on real forward passes.
 
-On CPU, FlopCounterMode has no formula for the fused SDPA kernel, so it counts exactly our total
-minus the attention core (QK^T and AV), which is checked separately by counting attended pairs.
+On CPU, FlopCounterMode has no formula for the fused SDPA kernel, and ANCRe's mixing is a fused
+multiply-add (ops.ancre_mix), not a matmul, so it counts exactly our total minus the attention core
+(QK^T and AV) and the mixing. Those two are checked separately: the core by counting attended pairs,
+the mixing against FlopCounterMode on the equivalent (1 x j) @ (j x BTd) matmul.
 """
 
 import pytest
@@ -36,8 +38,22 @@ def test_matmul_flops_match_flop_counter_mode(family, shape, mod):
     for seq_len in (cfg.seq_len, 5):
         counted = _counted(model, tokens(cfg, batch=3, seq_len=seq_len))
         ours = model.last_executed_flops()
-        assert counted == sum(ours.values()) - ours["attn_core"]
+        assert counted == sum(ours.values()) - ours["attn_core"] - ours["ancre_mix"]
         assert counted > 0
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_ancre_mixing_flops_equal_the_stacked_matmul(shape):
+    """Block j mixes the j states o_0..o_{j-1}: FlopCounterMode on p (1 x j) @ stack (j x BTd)."""
+    cfg = small_cfg(residual="ancre", **shape)
+    model = build_model(cfg)
+    idx = tokens(cfg, batch=3)
+    model(idx)
+    state = torch.zeros(idx.numel() * cfg.d_model)
+    with FlopCounterMode(display=False) as counter:
+        for j in range(1, cfg.n_layers + 1):
+            torch.ones(1, j) @ torch.stack([state] * j)
+    assert model.last_executed_flops()["ancre_mix"] == counter.get_total_flops() > 0
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -8,6 +8,8 @@ logit c_ij; the ingoing coefficients p_ij = softmax_i(c_ij / tau), i = 0..j-1, s
 
 which is exactly `cascaded` when p_{j-1,j} = 1. The L(L+1)/2 logits start equal (p_ij = 1/j),
 as in the paper; without the softmax normalisation training diverges (paper Table 5).
+The mix is one fused op (`ops.ancre_mix`: a Triton kernel on CUDA that never stacks the j
+states, the PyTorch reference elsewhere).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import torch
 from torch import Tensor, nn
 
 from .base import ResidualLM
-from .cascaded import PreNormBlock, block_routers
+from .cascaded import PreNormBlock, block_routers, rms_norm
 from .config import ArchConfig
 from .flops import SublayerKey
+from .ops.ancre_mix import ancre_mix
 from .routing import DepthRouter
 
 
@@ -43,12 +46,6 @@ class AncreConnectivity(nn.Module):
         return p
 
 
-def mix_states(p: Tensor, states: list[Tensor]) -> Tensor:
-    """sum_i p_i states_i as one (1 x j) @ (j x BTd) matmul: 2 j d FLOPs per token."""
-    stacked = torch.stack(states)  # (j, B, T, d)
-    return (p.unsqueeze(0) @ stacked.flatten(1)).view_as(states[0])
-
-
 class AncreLM(ResidualLM):
     def __init__(self, cfg: ArchConfig):
         super().__init__(cfg)
@@ -65,13 +62,13 @@ class AncreLM(ResidualLM):
         states = [self.tok_emb(idx)]  # o_0: (B, T, d)
         self.record_residual_rms(states[0])
         for j, block in enumerate(self.blocks, start=1):
-            mixed = mix_states(self.connectivity.coefficients(j), states)  # sum_i p_ij o_i
+            mixed = ancre_mix(self.connectivity.coefficients(j), states)  # sum_i p_ij o_i, fused
             states.append(block(states[-1], base=mixed))
             self.record_residual_rms(states[-1])
         return states[-1]
 
     def head(self, z: Tensor) -> Tensor:
-        return self.norm(z) @ self.unembedding.T  # (B, T, V)
+        return rms_norm(self.norm, z) @ self.unembedding.T  # (B, T, V)
 
     def diagnostics(self) -> dict:
         return {**super().diagnostics(), "ancre_p": self.connectivity.matrix().tolist()}

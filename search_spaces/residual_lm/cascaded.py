@@ -5,6 +5,9 @@
 
 On a routed block each sublayer only runs on the tokens its `LinearRouter` keeps; a skipped
 token gets nothing added (the identity), a kept one gets sigmoid(r) * sublayer(.) (Raposo et al.).
+
+The add that makes z and the MLP's norm of z are one fused op (`ops.add_rmsnorm`: a Triton
+kernel on CUDA, the PyTorch reference elsewhere); so is every other RMSNorm here.
 """
 
 from __future__ import annotations
@@ -16,12 +19,25 @@ from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU
 from .config import ArchConfig
 from .flops import SublayerKey
+from .ops.add_rmsnorm import add_rmsnorm
 from .routing import Delta, DepthRouter, LinearRouter, gather_tokens
 
 
-def run_prenorm_sublayer(sublayer: nn.Module, norm: nn.Module, router: LinearRouter | None, x: Tensor) -> Delta:
-    """sublayer(norm(x)) on every token, or on the tokens the router keeps (scaled by sigmoid(score))."""
-    h = norm(x)
+def rms_norm(norm: nn.RMSNorm, x: Tensor) -> Tensor:
+    """norm(x), through the fused op."""
+    return add_rmsnorm(x, None, norm.weight, norm.eps)[1]
+
+
+def add_then_norm(x: Tensor, delta: Delta, norm: nn.RMSNorm) -> tuple[Tensor, Tensor]:
+    """(z, norm(z)) with z = x + delta: one fused pass when delta is dense."""
+    if delta.sel is None:
+        return add_rmsnorm(x, delta.values, norm.weight, norm.eps)
+    z = delta.added_to(x)
+    return z, rms_norm(norm, z)
+
+
+def run_prenorm_sublayer(sublayer: nn.Module, router: LinearRouter | None, h: Tensor) -> Delta:
+    """sublayer(h) on every token, or on the tokens the router keeps (scaled by sigmoid(score)); h = norm(x)."""
     if router is None:
         return Delta(sublayer(h))
     score = router.score(h)  # (B, T)
@@ -43,9 +59,9 @@ class PreNormBlock(nn.Module):
         self.mlp_router = make_router(cfg, index, linear=True)
 
     def forward(self, x: Tensor, base: Tensor | None = None) -> Tensor:
-        a = run_prenorm_sublayer(self.attn, self.attn_norm, self.attn_router, x)
-        z = a.added_to(x)  # (B, T, d)
-        m = run_prenorm_sublayer(self.mlp, self.mlp_norm, self.mlp_router, z)
+        a = run_prenorm_sublayer(self.attn, self.attn_router, rms_norm(self.attn_norm, x))
+        z, h = add_then_norm(x, a, self.mlp_norm)  # z = x + a: (B, T, d), h = norm(z)
+        m = run_prenorm_sublayer(self.mlp, self.mlp_router, h)
         return m.added_to(z if base is None else a.added_to(base))
 
 
@@ -80,4 +96,4 @@ class CascadedLM(ResidualLM):
         return x
 
     def head(self, z: Tensor) -> Tensor:
-        return self.norm(z) @ self.unembedding.T  # (B, T, V)
+        return rms_norm(self.norm, z) @ self.unembedding.T  # (B, T, V)
