@@ -14,7 +14,6 @@ from search_spaces.residual_lm.ops import (
     interpreting,
     use_backend,
 )
-from search_spaces.residual_lm.ops import nag_epilogue as op
 from search_spaces.residual_lm.ops.nag_epilogue import (
     nag_epilogue,
     nag_epilogue_bytes,

@@ -28,6 +28,17 @@ _override: str | None = None
 
 TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
 
+if TRITON_AVAILABLE:
+    import triton
+    import triton.language as tl
+
+    jit = triton.jit
+else:  # Triton is a Linux-only dependency: elsewhere the kernels stay plain, never-called functions
+    triton = tl = None
+
+    def jit(fn):
+        return fn
+
 
 def interpreting() -> bool:
     """True when Triton kernels run in its CPU interpreter (TRITON_INTERPRET=1)."""
@@ -51,6 +62,8 @@ def backend(*tensors: torch.Tensor) -> str:
     if choice == "auto":
         on_cuda = all(t.is_cuda for t in tensors)
         return "triton" if TRITON_AVAILABLE and on_cuda else "reference"
+    if choice == "triton" and not TRITON_AVAILABLE:
+        raise RuntimeError("the triton backend needs the triton package (Linux only); use auto or reference")
     return choice
 
 

@@ -22,11 +22,9 @@ every gradient takes its input's dtype.
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 from torch import Tensor
 
-from . import backend, interpreting
+from . import backend, interpreting, jit, tl, triton
 
 __all__ = ["add_rmsnorm", "add_rmsnorm_bytes", "add_rmsnorm_reference"]
 
@@ -146,7 +144,7 @@ def _input_grads(ctx, grad_total: Tensor) -> tuple[Tensor, Tensor | None]:
     return grad_x, None if delta_dtype is None else grad_total.to(delta_dtype)
 
 
-@triton.jit
+@jit
 def _forward_kernel(
     x_ptr, delta_ptr, w_ptr, z_ptr, h_ptr, N, d, eps,
     HAS_DELTA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -168,7 +166,7 @@ def _forward_kernel(
     tl.store(h_ptr + offs, h.to(h_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@jit
 def _backward_kernel(
     z_ptr, w_ptr, gh_ptr, gz_ptr, gx_ptr, partial_w_ptr, N, d, eps,
     HAS_DZ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,

@@ -26,11 +26,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import triton
-import triton.language as tl
 from torch import Tensor
 
-from . import backend
+from . import backend, jit, tl, triton
 
 __all__ = ["ancre_mix", "ancre_mix_bytes", "ancre_mix_reference"]
 
@@ -126,7 +124,7 @@ class _AncreMix(torch.autograd.Function):
         return grad_p, *grads
 
 
-@triton.jit
+@jit
 def _forward_kernel(p_ptr, p_start, states, out_ptr, N, ACCUMULATE: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
@@ -140,7 +138,7 @@ def _forward_kernel(p_ptr, p_start, states, out_ptr, N, ACCUMULATE: tl.constexpr
     tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@jit
 def _backward_kernel(p_ptr, p_start, g_ptr, states, grads, partial_p_ptr, J, N, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)

@@ -39,18 +39,7 @@ import math
 import torch
 from torch import Tensor
 
-from . import TRITON_AVAILABLE, backend
-
-if TRITON_AVAILABLE:
-    import triton
-    import triton.language as tl
-
-    _jit = triton.jit
-else:  # no Triton (it is a Linux-only dependency): the kernels stay plain, unused functions
-
-    def _jit(fn):
-        return fn
-
+from . import backend, jit, tl, triton
 
 __all__ = ["NORM_EPS", "nag_epilogue", "nag_epilogue_bytes", "nag_epilogue_reference", "nag_gate", "rotate"]
 
@@ -101,8 +90,6 @@ def nag_epilogue(
     """
     if backend(u, f, s, pre) == "reference":
         return nag_epilogue_reference(u, f, s, pre, mix_weights, beta, alpha)
-    if not TRITON_AVAILABLE:
-        raise RuntimeError("the triton backend needs the triton package (Linux only); use auto")
     _check(u, f, s, pre, mix_weights, beta, alpha)
     lead, d, c = u.shape[:-1], u.shape[-1], pre.shape[-1]
     u_next, s_next = _NagEpilogue.apply(
@@ -187,7 +174,7 @@ class _NagEpilogue(torch.autograd.Function):
         )
 
 
-@_jit
+@jit
 def _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C: tl.constexpr, EPS: tl.constexpr):
     """Per row: sigmoid(pre) (BLOCK_N, BLOCK_C), weights p, mix, max(mix, eps), log of it, m."""
     cols = tl.arange(0, BLOCK_C)
@@ -202,7 +189,7 @@ def _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C: tl.constexpr, EPS: t
     return sig, w, mix, log_mix, tl.exp(beta * log_mix)
 
 
-@_jit
+@jit
 def _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS: tl.constexpr):
     """Per row: mean, a, P, 1/sqrt(max(P, eps)), k; moved (zero off the row); ||moved||^-1."""
     mean = tl.sum(f, axis=1) / d
@@ -216,14 +203,14 @@ def _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS: tl.constexpr):
     return mean, along_u, perp_sq, inv_perp, k, moved, tl.rsqrt(moved_sq)
 
 
-@_jit
+@jit
 def _log1p(x):
     """log(1 + x) accurate for small x (Goldberg): log(w) x / (w - 1) with w = 1 + x."""
     w = 1.0 + x
     return tl.where(w == 1.0, x, tl.log(w) * x / tl.where(w == 1.0, 1.0, w - 1.0))
 
 
-@_jit
+@jit
 def _forward_kernel(
     u_ptr, f_ptr, s_ptr, pre_ptr, w_ptr, beta_ptr, alpha_ptr, u_out_ptr, s_out_ptr,
     N, d, C, sqrt_d,
@@ -250,7 +237,7 @@ def _forward_kernel(
     tl.store(s_out_ptr + rows, s_next.to(s_out_ptr.dtype.element_ty), mask=row_mask)
 
 
-@_jit
+@jit
 def _backward_kernel(
     u_ptr, f_ptr, pre_ptr, w_ptr, beta_ptr, alpha_ptr, gu_next_ptr, gs_next_ptr,
     gu_ptr, gf_ptr, gpre_ptr, part_w_ptr, part_beta_ptr, part_alpha_ptr,
