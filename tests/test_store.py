@@ -348,6 +348,26 @@ def test_postgres_schema_creation_waits_for_the_advisory_lock(postgres_url, open
         holder.dispose()
 
 
+def _connections_to(url: str) -> int:
+    """Server sessions on `url`'s database other than the one asking."""
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.connect() as db:
+        n = db.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND pid <> pg_backend_pid()")).scalar()
+    engine.dispose()
+    return n
+
+
+def test_closed_or_dropped_stores_leave_no_server_connections(postgres_url):
+    with Store(postgres_url) as store:
+        new_search(store)
+        assert _connections_to(postgres_url) >= 1  # pooled
+    assert _connections_to(postgres_url) == 0
+    for _ in range(20):  # a poller that never closes what it opens
+        assert Store(postgres_url).get_search("s1").name == "s1"
+    assert _connections_to(postgres_url) == 0
+
+
 def _backend_pid_in_child(store: Store, out) -> None:
     with store._engine.connect() as db:
         out.put((db.execute(text("SELECT pg_backend_pid()")).scalar(), store.get_search("s1").name))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -216,17 +217,26 @@ def _check_status(status: Any, allowed: tuple[str, ...], what: str) -> None:
 
 
 class Store:
-    """The resnas database at `url`; the schema is created or upgraded on open."""
+    """The resnas database at `url`; the schema is created or upgraded on open.
+
+    `close()` (or leaving a `with` block) closes its connections; so does dropping the last
+    reference to it, so `Store(url).trials(name)` leaves no idle server connection behind.
+    """
 
     def __init__(self, url: str):
         self.url = str(url)  # what to connect with (Optuna's storage too): may hold a password, never print it
         self.display_url = _display_url(url)  # safe to print: password hidden
+        engine = None
         try:
-            self._engine = _make_engine(url)
-            ensure_schema(self._engine)
+            engine = _make_engine(url)
+            ensure_schema(engine)
         except (StoreError, SQLAlchemyError, SchemaVersionError, ImportError, OSError, ValueError) as err:
+            if engine is not None:
+                engine.dispose()
             detail = str(err) if isinstance(err, (StoreError, SchemaVersionError)) else _one_line(err)
             raise StoreError(f"cannot open store {self.display_url}: {detail}") from err
+        self._engine = engine
+        self._dispose = weakref.finalize(self, engine.dispose)  # runs once: at close() or when unreferenced
         self._readers = sessionmaker(self._engine, expire_on_commit=False)
         self._writers = sessionmaker(self._engine.execution_options(sqlite_begin="IMMEDIATE"), expire_on_commit=False)
 
@@ -240,7 +250,7 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._dispose()
 
     @contextmanager
     def _session(self, *, write: bool = True) -> Iterator[Session]:
