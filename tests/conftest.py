@@ -11,12 +11,11 @@ and stopped at its end. Without either, PostgreSQL tests are skipped with the re
 """
 
 import os
-import uuid
 
 import pytest
 import torch
 
-from postgres_server import LocalPostgres, PostgresUnavailable
+from postgres_server import LocalPostgres, PostgresUnavailable, create_database, drop_database
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -50,29 +49,12 @@ def _postgres_admin_url():
     server.stop()
 
 
-def _admin_connection(admin_url: str):
-    """An autocommit psycopg connection to the admin URL's database (default `postgres`)."""
-    import psycopg
-    from sqlalchemy import make_url
-
-    u = make_url(admin_url)
-    try:
-        return psycopg.connect(host=u.host, port=u.port, user=u.username, password=u.password,
-                               dbname=u.database or "postgres", autocommit=True, connect_timeout=10)
-    except psycopg.Error as err:
-        shown = u.render_as_string(hide_password=True)
-        _postgres_unavailable(f"cannot connect to {shown}: {str(err).strip().splitlines()[0]}")
-
-
 @pytest.fixture
 def postgres_url(_postgres_admin_url):
     """`postgresql+psycopg://USER:PASSWORD@127.0.0.1:PORT/DBNAME` of a fresh, empty database, dropped afterwards."""
-    from sqlalchemy import make_url
-
-    name = f"resnas_test_{uuid.uuid4().hex[:12]}"
-    with _admin_connection(_postgres_admin_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield make_url(_postgres_admin_url).set(drivername="postgresql+psycopg", database=name).render_as_string(
-        hide_password=False)
-    with _admin_connection(_postgres_admin_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    try:
+        url = create_database(_postgres_admin_url)
+    except PostgresUnavailable as err:
+        _postgres_unavailable(str(err))
+    yield url
+    drop_database(_postgres_admin_url, url)

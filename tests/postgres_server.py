@@ -10,8 +10,9 @@ PostgreSQL refuses to run as root. Run as root, the server runs as the system ac
 (created with `useradd --system` if missing, or `RESNAS_POSTGRES_USER`), which then owns `base_dir`.
 
 Stopping is `pg_ctl stop` on this cluster's data directory, i.e. a signal to the PID in its own
-`postmaster.pid`: nothing else is touched. Standard library only, because CI starts the server
-before the project's virtualenv exists:
+`postmaster.pid`: nothing else is touched. Starting and stopping need the standard library only,
+because CI starts the server before the project's virtualenv exists (the database helpers use
+the project's driver, psycopg):
 
     python3 tests/postgres_server.py start DIR [--durable]   # prints the admin URL
     python3 tests/postgres_server.py stop DIR
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +185,46 @@ class LocalPostgres:
         except OSError:
             return ""
         return " | ".join(lines[-3:])
+
+
+def _connect_admin(admin_url: str):
+    """An autocommit psycopg connection to the admin URL's database (default `postgres`)."""
+    try:
+        import psycopg  # the project's driver: only the database helpers need it, not start/stop
+    except ImportError as err:
+        raise PostgresUnavailable(f"the PostgreSQL driver is not installed ({err})") from err
+
+    parts = urlsplit(admin_url)
+    try:
+        return psycopg.connect(host=parts.hostname, port=parts.port, user=unquote(parts.username or ""),
+                               password=unquote(parts.password or ""), dbname=parts.path.lstrip("/") or "postgres",
+                               autocommit=True, connect_timeout=10)
+    except psycopg.Error as err:
+        raise PostgresUnavailable(f"cannot connect to {hide_password(admin_url)}: "
+                                  f"{str(err).strip().splitlines()[0]}") from err
+
+
+def hide_password(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+
+
+def create_database(admin_url: str, prefix: str = "resnas_test") -> str:
+    """A fresh, empty database on the admin URL's server; its `postgresql+psycopg://` URL."""
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    with _connect_admin(admin_url) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(admin_url)
+    return urlunsplit(parts._replace(scheme="postgresql+psycopg", path=f"/{name}"))
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    """Drop the database of `url` (made by `create_database`), ending any session still on it."""
+    name = urlsplit(url).path.lstrip("/")
+    with _connect_admin(admin_url) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main(argv: list[str] | None = None) -> int:
