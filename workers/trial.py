@@ -2,6 +2,9 @@
 
 A trial never raises: an infeasible budget, a divergence, an out-of-memory or any other crash
 comes back as a `TrialResult` with its status and a one-line reason, and loss = inf.
+
+Where the process sees a GPU (a Ray trial given a GPU share sees exactly its own), the trial trains
+there in bf16 autocast, with the fused Triton kernels; otherwise on the CPU with `run.precision`.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import math
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -64,6 +67,11 @@ def peak_memory_mb() -> float:
     return rss / (2**20 if sys.platform == "darwin" else 2**10)
 
 
+def trial_device() -> torch.device:
+    """The first visible GPU if there is one, else the CPU."""
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
 def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if isinstance(err, MemoryError) or "out of memory" in text.lower():
@@ -87,9 +95,13 @@ def run_trial(cfg: ArchConfig, budget_flops: float, data: TokenizedCorpus | Data
     fpt = flops_per_token(cfg)
     base = dict(nominal_flops_per_token=fpt.nominal, executed_flops_per_token=fpt.executed,
                 budget_flops=budget_flops, arch=cfg.model_dump(), optim=optim.model_dump(), seed=seed)
+    device = trial_device()
     try:
         corpus = data if isinstance(data, TokenizedCorpus) else load_corpus(data or DataConfig())
-        outcome = train(cfg, budget_flops, corpus, optim=optim, run=run, seed=seed, report=report)
+        if device.type == "cuda":
+            corpus, run = replace(corpus, val=corpus.val.to(device)), run.model_copy(update={"precision": "bf16"})
+        outcome = train(cfg, budget_flops, corpus, optim=optim, run=run, seed=seed, report=report,
+                        model_hook=lambda model: model.to(device))
     except InfeasibleBudget as err:
         return _failed("infeasible", f"infeasible: {err}", base, start)
     except Exception as err:  # a crashing trial is recorded, never raised into the search
