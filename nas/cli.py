@@ -19,7 +19,9 @@ from rich.table import Table
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Architecture search over residual topologies and depth sparsity.")
 console = Console(width=None if sys.stdout.isatty() else 160)  # full tables in logs and pipes
-STORAGE_HELP = "SQLAlchemy URL of the store (default: sqlite:///resnas.db in the working directory)."
+STORAGE_ENV = "RESNAS_STORAGE"
+STORAGE_HELP = (f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
+                "command line, else sqlite:///resnas.db in the working directory).")
 
 
 def fail(message: str) -> None:
@@ -28,11 +30,20 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def storage_url(storage: Optional[str]) -> str:
+    """The store's URL: `--storage`, else $RESNAS_STORAGE, else the SQLite file resnas.db in the cwd."""
+    import os
+
+    from .store import default_url
+
+    return storage or os.environ.get(STORAGE_ENV) or default_url(Path.cwd())
+
+
 def open_store(storage: Optional[str]):
-    from .store import Store, StoreError, default_url
+    from .store import Store, StoreError
 
     try:
-        return Store(storage or default_url(Path.cwd()))
+        return Store(storage_url(storage))
     except StoreError as err:
         fail(str(err))
 
@@ -55,6 +66,12 @@ def search(
     retries: int = typer.Option(1, help="Retries of a trial whose process dies."),
     data: str = typer.Option("shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, or a hub name."),
     ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
+    ray_dir: Optional[str] = typer.Option(None, help="Ray Tune's storage path; on a cluster, a folder every node "
+                                                     "sees at the same path, or a URI such as s3://bucket/prefix "
+                                                     "(default: .resnas/ray)."),
+    gpus_per_trial: Optional[float] = typer.Option(None, help="GPU share per trial, e.g. 0.25 = 4 trials per GPU; "
+                                                              "0 = CPU only (default: the cluster's GPUs shared "
+                                                              "among --workers)."),
     max_trial_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit per trial."),
     max_search_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit for the whole search."),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
@@ -67,15 +84,16 @@ def search(
     from .store import SearchExists, StoreError
 
     space_spec, budget = _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds)
-    _check_choices(sampler=sampler in SAMPLERS, workers=workers >= 1, retries=retries >= 0)
-    data_cfg = _validated_data(data)
+    _check_choices(sampler=sampler in SAMPLERS, workers=workers >= 1, retries=retries >= 0,
+                   gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf)
+    data_cfg, ray_dir = _validated_data(data), _validated_ray_dir(ray_dir)
     try:
         check_budget_fits(space_spec, budget)  # at the space's own batch size
     except BudgetError as err:
         fail(str(err))
     store = open_store(storage)
     settings = SearchSettings(workers=workers, sampler=sampler, seed=seed, retries=retries, ray_address=ray_address,
-                              data=data_cfg, early_stopping=early_stop)
+                              ray_dir=ray_dir, gpus_per_trial=gpus_per_trial, data=data_cfg, early_stopping=early_stop)
     try:
         report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
     except (SearchExists, StoreError) as err:
@@ -259,11 +277,22 @@ def _validated_data(source: str) -> dict:
         fail(f"--data: {err.errors()[0]['msg']}")
 
 
+def _validated_ray_dir(ray_dir: Optional[str]) -> Optional[str]:
+    """A URI (s3://...) as given; a local path made absolute (every node must see it at that path)."""
+    if not ray_dir or "://" in ray_dir:
+        return ray_dir
+    path = Path(ray_dir).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        fail(f"--ray-dir: must be a folder (or a URI), not the file {path}")
+    return str(path)
+
+
 def _check_choices(**ok: bool) -> None:
-    accepted = {"sampler": "one of tpe, nsga2, random, gp", "workers": ">= 1", "retries": ">= 0"}
+    accepted = {"sampler": "one of tpe, nsga2, random, gp", "workers": ">= 1", "retries": ">= 0",
+                "gpus_per_trial": "a finite number >= 0 (a share of one GPU, e.g. 0.25)"}
     for field, good in ok.items():
         if not good:
-            fail(f"--{field}: must be {accepted[field]}")
+            fail(f"--{field.replace('_', '-')}: must be {accepted[field]}")
 
 
 def _loss(x) -> str:

@@ -119,6 +119,10 @@ def init_ray(settings: SearchSettings) -> None:
         return
     if settings.ray_address:
         ray.init(address=settings.ray_address, log_to_driver=False, logging_level=logging.WARNING)
+        nodes = sum(node["Alive"] for node in ray.nodes())
+        if nodes > 1 and not settings.ray_dir:
+            log.warning("the Ray cluster has %d nodes but --ray-dir is not set: Tune's trial files stay on the disk "
+                        "of the node that ran each trial; pass a folder every node shares, or an s3:// URI", nodes)
     else:
         ray.init(num_cpus=settings.workers, num_gpus=None, include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
@@ -126,10 +130,17 @@ def init_ray(settings: SearchSettings) -> None:
 
 
 def trial_resources(settings: SearchSettings) -> dict:
-    """One CPU per trial, plus a (fractional) GPU share when the cluster has GPUs."""
-    gpus = settings.gpus_per_trial
-    if not gpus and ray.cluster_resources().get("GPU", 0) > 0:
-        gpus = ray.cluster_resources()["GPU"] / max(1, settings.workers)
+    """One CPU per trial, plus a GPU share: `gpus_per_trial` (0 = none), or when it is None the
+    cluster's GPUs shared evenly among the `workers` concurrent trials (none on a CPU cluster).
+
+    Ray packs fractional shares onto one GPU: 0.25 runs up to 4 trials per GPU.
+    """
+    gpus, available = settings.gpus_per_trial, ray.cluster_resources().get("GPU", 0)
+    if gpus is None:
+        gpus = available / max(1, settings.workers)
+    elif gpus > available:  # not an error: a GPU node may still be joining the cluster
+        log.warning("each trial asks for %g GPU but the Ray cluster has %g now: trials wait for a GPU node",
+                    gpus, available)
     return {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
 
 
