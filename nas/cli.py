@@ -217,22 +217,41 @@ def pretrain(file: Path = typer.Argument(..., help="An exported configuration (n
 
 @app.command()
 def dashboard(storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
-              port: int = typer.Option(8501, help="Port on 127.0.0.1.")) -> None:
+              address: str = typer.Option("127.0.0.1", help="IP address to listen on. 0.0.0.0 only inside a "
+                                                             "container that publishes the port on 127.0.0.1."),
+              port: int = typer.Option(8501, help="Port to listen on (1-65535).")) -> None:
     """Browse searches, Pareto fronts and trials in a Streamlit dashboard on 127.0.0.1 (read-only)."""
-    import importlib.util
-    import os
     import subprocess
 
-    from .store import default_url
+    cmd, env = dashboard_launch(storage, address, port)
+    raise typer.Exit(subprocess.call(cmd, env=env))
 
+
+def dashboard_launch(storage: Optional[str], address: str, port: int) -> tuple[list[str], dict]:
+    """The Streamlit command line and environment that `nas dashboard` runs.
+
+    The store URL (`storage_url`: --storage, else $RESNAS_STORAGE, else resnas.db in the cwd) travels
+    in the environment, never in argv, so a password in it does not show in `ps`.
+    """
+    import importlib.util
+    import ipaddress
+    import os
+
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        fail(f"--address: must be an IP address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 "
+             f"(inside a container), not {address!r}")
+    if not 1 <= port <= 65535:
+        fail(f"--port: must be in 1..65535, not {port}")
     spec = importlib.util.find_spec("dashboard")  # found, not imported: dashboard depends on nas, not back
     if spec is None or spec.origin is None:
         fail("the dashboard package is not installed")
     app_path = Path(spec.origin).with_name("app.py")
-    env = {**os.environ, "RESNAS_STORAGE": storage or default_url(Path.cwd())}  # env, not argv: no password in ps
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", "127.0.0.1",
+    env = {**os.environ, STORAGE_ENV: storage_url(storage)}
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", address,
            "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    raise typer.Exit(subprocess.call(cmd, env=env))
+    return cmd, env
 
 
 @app.command()
