@@ -264,6 +264,14 @@ def test_workers_join_the_head_and_scale():
         assert worker.get("profiles"), f"{name}: GPU and CPU workers are chosen by profile"
 
 
+def test_every_ray_node_allows_a_multi_node_cluster():
+    """`nas` defaults RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER to 0 (a local, loopback-only Ray), with which
+    a node cannot join a cluster: the head (where `nas search` runs) and the workers must override it."""
+    for name in ("ray-head", *workers()):
+        env = services()[name].get("environment") or {}
+        assert env.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "1", name
+
+
 def gpu_devices(service: dict) -> list[dict]:
     return service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
 
