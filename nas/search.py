@@ -99,7 +99,7 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
 
     SQLite waits for locks instead of failing; elsewhere pooled connections are pinged before use.
     Optuna creates its tables on first use: under the store's schema lock, since two drivers doing
-    it at once on a fresh PostgreSQL database collide.
+    it at once on a fresh database collide.
     """
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     with schema_lock(url):

@@ -1,12 +1,16 @@
 """The SQL store on a real SQLite file and a real PostgreSQL database: schema versions and locks, round
-trips, rollback, concurrent writers. SQLite-only: WAL and its file; PostgreSQL-only: the advisory lock."""
+trips, rollback, concurrent writers, connections. SQLite-only: WAL and its file; PostgreSQL-only: the
+advisory lock, connection hygiene (fork, dropped stores)."""
 
+import fcntl
 import math
 import multiprocessing as mp
+import os
 import sqlite3
 import time
 import traceback
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, make_url, text
@@ -313,39 +317,114 @@ def _open_schema(url: str, opener: str) -> None:
         optuna_storage(url).engine.dispose()
 
 
-def _waits_for_schema_lock(db) -> bool:
-    """Some other session waits for the schema's advisory lock (a bigint key: classid high, objid low word)."""
-    return bool(db.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-                                "AND classid = :high AND objid = :low"),
-                           {"high": SCHEMA_LOCK_KEY >> 32, "low": SCHEMA_LOCK_KEY & 0xFFFFFFFF}).scalar())
+class SchemaLockHolder:
+    """Holds the schema lock another process would take, and sees that process wait for it.
+
+    PostgreSQL: the advisory lock, which is per database (a bigint key shows in pg_locks as classid =
+    high, objid = low word). SQLite: the flock on the database's directory (a blocked flock shows in /proc/locks as
+    `-> FLOCK ... PID MAJ:MIN:INODE`).
+    """
+
+    def __init__(self, url: str):
+        self.url, self.postgres = url, url.startswith("postgresql")
+        self.engine = create_engine(url, poolclass=NullPool)
+
+    def __enter__(self):
+        if self.postgres:
+            self.db = self.engine.connect()
+            self.db.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            self.db.commit()
+        else:
+            self.directory = Path(make_url(self.url).database).parent
+            self.fd = os.open(self.directory, os.O_RDONLY)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        if self.postgres:
+            self.db.close()  # ends the session: releases the lock
+        else:
+            os.close(self.fd)
+        self.engine.dispose()
+
+    def waited_on_by(self, pid: int) -> bool:
+        if self.postgres:
+            self.db.commit()
+            return bool(self.db.execute(text(  # pg_locks knows server PIDs only: any waiter on this database's lock
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = :high "
+                "AND objid = :low AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+                {"high": SCHEMA_LOCK_KEY >> 32, "low": SCHEMA_LOCK_KEY & 0xFFFFFFFF}).scalar())
+        inode = os.stat(self.directory).st_ino
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields_ = line.split()
+            if "->" in fields_ and "FLOCK" in fields_:
+                at = fields_.index("->")
+                if int(fields_[at + 4]) == pid and int(fields_[at + 5].rsplit(":", 1)[1]) == inode:
+                    return True
+        return False
+
+    def has_table(self, table: str) -> bool:
+        with self.engine.connect() as db:
+            return inspect(db).has_table(table)
 
 
-@pytest.mark.parametrize("opener, table", [("store", "resnas_schema_version"), ("optuna", "studies")])
-def test_postgres_schema_creation_waits_for_the_advisory_lock(postgres_url, opener, table):
-    """While another session holds the schema lock, a process creating tables waits and creates nothing."""
-    holder = create_engine(postgres_url, poolclass=NullPool)
-    proc = mp.get_context("spawn").Process(target=_open_schema, args=(postgres_url, opener))
+@pytest.mark.parametrize("backend, opener, table", [("postgresql", "store", "resnas_schema_version"),
+                                                    ("postgresql", "optuna", "studies"),
+                                                    ("sqlite", "optuna", "studies")])
+def test_schema_creation_waits_for_the_schema_lock(backend, opener, table, request, tmp_path):
+    """While the test holds the schema lock, a process creating tables waits and creates nothing.
+
+    (The store's own tables on SQLite are created under `BEGIN IMMEDIATE`: see the concurrent test.)
+    """
+    url = default_url(tmp_path) if backend == "sqlite" else request.getfixturevalue("postgres_url")
+    if backend == "sqlite":
+        Store(url).close()  # the file exists, without Optuna's tables
+    proc = mp.get_context("spawn").Process(target=_open_schema, args=(url, opener))
     try:
-        with holder.connect() as db:
-            db.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
-            db.commit()
+        with SchemaLockHolder(url) as lock:
             proc.start()
             deadline = time.monotonic() + 120
-            while not _waits_for_schema_lock(db) and proc.is_alive() and time.monotonic() < deadline:
-                db.commit()
+            while not lock.waited_on_by(proc.pid) and proc.is_alive() and time.monotonic() < deadline:
                 time.sleep(0.1)
-            assert _waits_for_schema_lock(db) and proc.is_alive(), "the process did not wait for the schema lock"
-            assert not inspect(db).has_table(table)
-            db.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
-            db.commit()
+            assert lock.waited_on_by(proc.pid) and proc.is_alive(), "the process did not wait for the schema lock"
+            assert not lock.has_table(table)
         proc.join(timeout=120)
         assert proc.exitcode == 0
-        with holder.connect() as db:
-            assert inspect(db).has_table(table)
+        assert SchemaLockHolder(url).has_table(table)
     finally:
         if proc.is_alive():
             proc.kill()
-        holder.dispose()
+
+
+def _open_optuna_storage(url: str, start, errors) -> None:
+    try:
+        start.wait(timeout=60)
+        optuna_storage(url).engine.dispose()
+    except BaseException:
+        errors.put(traceback.format_exc())
+
+
+def test_concurrent_drivers_create_optunas_tables_once(store_url):
+    """Four processes open Optuna's storage on a fresh database at once: none collides."""
+    Store(store_url).close()
+    n_procs = 4
+    ctx = mp.get_context("spawn")
+    start, errors = ctx.Barrier(n_procs), ctx.Queue()
+    procs = [ctx.Process(target=_open_optuna_storage, args=(store_url, start, errors)) for _ in range(n_procs)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    problems = []
+    while not errors.empty():
+        problems.append(errors.get())
+    assert not problems, "\n".join(problems)
+    assert [p.exitcode for p in procs] == [0] * n_procs
+    engine = create_engine(store_url, poolclass=NullPool)
+    with engine.connect() as db:
+        assert db.execute(text("SELECT count(*) FROM version_info")).scalar() == 1
+        assert db.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+    engine.dispose()
 
 
 def _connections_to(url: str) -> int:

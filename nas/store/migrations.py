@@ -7,14 +7,16 @@ open connection; since version 1 always builds the *current* ORM, later migratio
 Several processes may open a fresh database at once. `ensure_schema` takes the database's write
 lock first (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: `pg_advisory_xact_lock`), then re-reads the
 recorded version inside the lock, so exactly one process creates or upgrades the schema and the
-others find it done. `schema_lock(url)` holds the same PostgreSQL lock for other schema work
-(Optuna's tables).
+others find it done. `schema_lock(url)` serialises other schema work (Optuna's tables) the
+same way across processes.
 """
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, inspect, make_url, select, text
@@ -80,15 +82,29 @@ def _record(connection: Connection, version: int) -> None:
 
 @contextmanager
 def schema_lock(url: str) -> Iterator[None]:
-    """Hold the schema lock of the database at `url` for the block (PostgreSQL; elsewhere a no-op).
+    """Hold a schema lock on the database at `url` for the block, for schema work by code with its
+    own connections: Optuna's RDB storage creates its tables on first use, and two processes doing
+    so at once collide ("table ... already exists" on SQLite, duplicate `pg_type` rows on PostgreSQL).
 
-    For schema work by code with its own connections: Optuna's RDB storage creates its tables on
-    first use, and two processes doing so at once on PostgreSQL collide (duplicate `pg_type` rows).
-    A session-level advisory lock on a connection of its own, with the key `ensure_schema` uses.
+    PostgreSQL: the advisory lock `ensure_schema` takes, session-level, on a connection of its own.
+    SQLite file: an exclusive `flock` on the file's directory (a database write lock would block
+    the very writes it guards; the file itself must not be opened beside SQLite's own descriptors,
+    whose POSIX locks a close() would drop). Other databases: no lock.
     """
-    if make_url(url).get_backend_name() != "postgresql":
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "postgresql":
+        with _advisory_lock(url):
+            yield
+    elif parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
+        with _directory_lock(Path(database).expanduser().resolve().parent):
+            yield
+    else:
         yield
-        return
+
+
+@contextmanager
+def _advisory_lock(url: str) -> Iterator[None]:
     engine = create_engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
@@ -99,6 +115,25 @@ def schema_lock(url: str) -> Iterator[None]:
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
     finally:
         engine.dispose()
+
+
+@contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """An exclusive flock on `directory` (none where flock or the directory is missing)."""
+    try:
+        import fcntl
+
+        fd = os.open(directory, os.O_RDONLY)
+    except (ImportError, OSError):  # no flock here, or no directory: the guarded work reports that itself
+        fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
 
 
 def ensure_schema(engine: Engine) -> int:
