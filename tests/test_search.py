@@ -1,9 +1,11 @@
-"""Searches end to end on a real local Ray cluster and a real SQLite store, and the faults they survive.
+"""Searches end to end on a real local Ray cluster and a real store, and the faults they survive.
 
 Each test runs `nas` as its own process (its own local Ray, on 127.0.0.1) over a space of tiny
 models, so a trial takes a second or two. Faults are caused for real: SIGKILL of a trial's Ray
-worker, SIGKILL of the driver, NaN losses, two drivers writing one SQLite file. Every process a
-test starts is stopped by PID, and only those.
+worker, SIGKILL of the driver, NaN losses, two drivers writing one store. The search, the fault
+and the two-driver tests run on both stores (a SQLite file, a PostgreSQL database, with the Optuna
+study in the same database); the others on SQLite. Every process a test starts is stopped by PID,
+and only those.
 """
 
 import math
@@ -18,6 +20,7 @@ import optuna
 import psutil
 import pytest
 
+from nas.search import optuna_storage
 from nas.store import Store, UnknownSearch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,9 +28,20 @@ DATA = ROOT / "tests" / "data"
 pytestmark = pytest.mark.timeout(900)
 
 
-def nas_args(name: str, db: Path, trials: int, flops: str = "2e10", space: str = "tiny_space.yaml") -> list[str]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path) -> str:
+    """A fresh store on each backend: a SQLite file (not created yet), an empty PostgreSQL database."""
+    return f"sqlite:///{tmp_path / 'r.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'r.db'}"
+
+
+def nas_args(name: str, url: str, trials: int, flops: str = "2e10", space: str = "tiny_space.yaml") -> list[str]:
     return [sys.executable, "-m", "nas.cli", "search", "--name", name, "--trial-flops", flops, "--trials", str(trials),
-            "--workers", "2", "--space", str(DATA / space), "--storage", f"sqlite:///{db}", "--no-progress"]
+            "--workers", "2", "--space", str(DATA / space), "--storage", url, "--no-progress"]
 
 
 def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -90,54 +104,58 @@ def assert_listening_on_loopback_only(pids: list[int]) -> None:
     assert set(listening) <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
 
 
-def trial_rows(db: Path, name: str) -> list:
-    """The search's trial rows, or [] while the driver has not created the file or the search yet."""
-    if not db.exists():
+def trial_rows(url: str, name: str) -> list:
+    """The search's trial rows, or [] while the driver has not created the SQLite file or the search yet."""
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return []
     try:
-        return Store(f"sqlite:///{db}").trials(name)
+        with Store(url) as store:
+            return store.trials(name)
     except UnknownSearch:
         return []
 
 
-def final_rows(db: Path, name: str):
-    return [r for r in trial_rows(db, name) if r.status != "running"]
+def final_rows(url: str, name: str):
+    return [r for r in trial_rows(url, name) if r.status != "running"]
 
 
-def test_search_end_to_end_then_show_list_status(tmp_path):
-    db = tmp_path / "r.db"
-    done = run(nas_args("e2e", db, trials=4), tmp_path)
+def optuna_study(url: str, store: Store, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=store.get_search(name).optuna_study_name, storage=optuna_storage(url))
+
+
+def test_search_end_to_end_then_show_list_status(url, tmp_path):
+    done = run(nas_args("e2e", url, trials=4), tmp_path)
     assert "Pareto front" in done.stdout and "hypervolume" in done.stdout
-    store = Store(f"sqlite:///{db}")
-    rows = store.trials("e2e")
-    assert len(rows) == 4 and {r.status for r in rows} == {"completed"}
-    assert all(math.isfinite(r.val_loss) and r.tokens_seen > 0 and r.executed_flops_per_token > 0 for r in rows)
-    assert store.curve(rows[0].id) and store.diagnostics(rows[0].id) and store.get_search("e2e").status == "completed"
-    study = optuna.load_study(study_name=store.get_search("e2e").optuna_study_name, storage=f"sqlite:///{db}")
+    with Store(url) as store:
+        rows = store.trials("e2e")
+        assert len(rows) == 4 and {r.status for r in rows} == {"completed"}
+        assert all(math.isfinite(r.val_loss) and r.tokens_seen > 0 and r.executed_flops_per_token > 0 for r in rows)
+        assert store.curve(rows[0].id) and store.diagnostics(rows[0].id)
+        assert store.get_search("e2e").status == "completed"
+        study = optuna_study(url, store, "e2e")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
-    shown = run([sys.executable, "-m", "nas.cli", "show", "e2e", "--pareto", "--storage", f"sqlite:///{db}"], tmp_path)
+    assert sorted(t.number for t in study.trials) == sorted(r.optuna_trial_number for r in rows)
+    shown = run([sys.executable, "-m", "nas.cli", "show", "e2e", "--pareto", "--storage", url], tmp_path)
     assert "Pareto front" in shown.stdout
-    listed = run([sys.executable, "-m", "nas.cli", "list", "--storage", f"sqlite:///{db}"], tmp_path)
+    listed = run([sys.executable, "-m", "nas.cli", "list", "--storage", url], tmp_path)
     assert "e2e" in listed.stdout and "completed" in listed.stdout
 
 
-def test_diverged_trials_are_stored_with_inf_and_told_to_optuna(tmp_path):
-    db = tmp_path / "r.db"
-    run(nas_args("nan", db, trials=3, space="diverge_space.yaml"), tmp_path)
-    store = Store(f"sqlite:///{db}")
-    rows = store.trials("nan")
+def test_diverged_trials_are_stored_with_inf_and_told_to_optuna(sqlite_url, tmp_path):
+    run(nas_args("nan", sqlite_url, trials=3, space="diverge_space.yaml"), tmp_path)
+    with Store(sqlite_url) as store:
+        rows = store.trials("nan")
+        study = optuna_study(sqlite_url, store, "nan")
     assert [r.status for r in rows] == ["diverged"] * 3
     assert all(r.val_loss == math.inf and "non-finite" in r.failure_reason for r in rows)
-    study = optuna.load_study(study_name=store.get_search("nan").optuna_study_name, storage=f"sqlite:///{db}")
     assert all(t.state == optuna.trial.TrialState.COMPLETE and t.values[0] == math.inf for t in study.trials)
 
 
-def test_a_killed_trial_process_is_recorded_failed_and_retried(tmp_path, started):
-    db = tmp_path / "r.db"
-    driver = started.popen(nas_args("kill1", db, trials=4, flops="8e10"), tmp_path)
+def test_a_killed_trial_process_is_recorded_failed_and_retried(url, tmp_path, started):
+    driver = started.popen(nas_args("kill1", url, trials=4, flops="8e10"), tmp_path)
 
     def running_trial_worker():
-        rows = [r for r in trial_rows(db, "kill1") if r.status == "running"]
+        rows = [r for r in trial_rows(url, "kill1") if r.status == "running"]
         if not rows:
             return None
         workers = [p for p in started.remember_descendants(driver.pid) if "ImplicitFunc" in " ".join(p.cmdline())]
@@ -149,7 +167,7 @@ def test_a_killed_trial_process_is_recorded_failed_and_retried(tmp_path, started
     victim.send_signal(signal.SIGKILL)
     out, err = driver.communicate(timeout=600)
     assert driver.returncode == 0, err[-4000:]
-    rows = Store(f"sqlite:///{db}").trials("kill1")
+    rows = trial_rows(url, "kill1")
     retried = [r for r in rows if r.previous_attempts]
     assert retried, "the killed trial left no failed attempt"
     failed_attempt = retried[0].previous_attempts[0]
@@ -158,48 +176,50 @@ def test_a_killed_trial_process_is_recorded_failed_and_retried(tmp_path, started
     assert len({r.number for r in rows if r.status == "completed"}) == 4
 
 
-def test_driver_killed_then_resume_completes_without_loss_or_duplicates(tmp_path, started):
-    db = tmp_path / "r.db"
-    driver = started.popen(nas_args("resume1", db, trials=6, flops="5e10"), tmp_path)
-    wait_for(lambda: len([r for r in final_rows(db, "resume1") if r.status == "completed"]) >= 2)
+def test_driver_killed_then_resume_completes_without_loss_or_duplicates(url, tmp_path, started):
+    driver = started.popen(nas_args("resume1", url, trials=6, flops="5e10"), tmp_path)
+    wait_for(lambda: len([r for r in final_rows(url, "resume1") if r.status == "completed"]) >= 2)
     started.remember_descendants(driver.pid)
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=30)
     started.stop_all()  # the dead driver's Ray daemons (only the ones it started)
-    before = {r.number: (r.val_loss, r.tokens_seen) for r in final_rows(db, "resume1") if r.status == "completed"}
-    assert Store(f"sqlite:///{db}").get_search("resume1").status == "running"  # it never got to say otherwise
+    before = {r.number: (r.val_loss, r.tokens_seen) for r in final_rows(url, "resume1") if r.status == "completed"}
+    with Store(url) as store:
+        assert store.get_search("resume1").status == "running"  # it never got to say otherwise
 
-    run([sys.executable, "-m", "nas.cli", "resume", "resume1", "--storage", f"sqlite:///{db}", "--no-progress"], tmp_path)
-    store = Store(f"sqlite:///{db}")
-    rows = store.trials("resume1")
+    run([sys.executable, "-m", "nas.cli", "resume", "resume1", "--storage", url, "--no-progress"], tmp_path)
+    with Store(url) as store:
+        rows = store.trials("resume1")
+        assert store.get_search("resume1").status == "completed"
+        study = optuna_study(url, store, "resume1")
     after = {r.number: (r.val_loss, r.tokens_seen) for r in rows if r.status == "completed"}
     assert all(after[n] == v for n, v in before.items())  # no completed result lost or rewritten
     assert len(rows) == len({r.number for r in rows})  # no duplicates
-    assert len(after) >= 6 and store.get_search("resume1").status == "completed"
+    assert len(after) >= 6
     interrupted = [r for r in rows if (r.failure_reason or "").startswith("interrupted")]
     assert all(r.status == "failed" for r in interrupted)
+    assert optuna.trial.TrialState.RUNNING not in {t.state for t in study.trials}  # stale trials were failed
 
 
-def test_two_searches_write_one_sqlite_file_at_once(tmp_path, started):
-    db = tmp_path / "shared.db"
-    drivers = [started.popen(nas_args(name, db, trials=3), tmp_path) for name in ("left", "right")]
+def test_two_searches_write_one_store_at_once(url, tmp_path, started):
+    """Two drivers open a fresh store together: both create the schemas (ours and Optuna's) under a lock."""
+    drivers = [started.popen(nas_args(name, url, trials=3), tmp_path) for name in ("left", "right")]
     for d in drivers:
         _, err = d.communicate(timeout=600)
         assert d.returncode == 0, err[-4000:]
-    store = Store(f"sqlite:///{db}")
-    for name in ("left", "right"):
-        assert store.get_search(name).status == "completed"
-        assert [r.status for r in store.trials(name)] == ["completed"] * 3
+    with Store(url) as store:
+        for name in ("left", "right"):
+            assert store.get_search(name).status == "completed"
+            assert [r.status for r in store.trials(name)] == ["completed"] * 3
 
 
-def test_configs_the_budget_cannot_pay_for_are_infeasible_not_run(tmp_path):
-    db = tmp_path / "r.db"
-    run(nas_args("tight", db, trials=6, flops="3e7"), tmp_path)  # one step of the smallest tiny config, not more
-    store = Store(f"sqlite:///{db}")
-    rows = store.trials("tight")
+def test_configs_the_budget_cannot_pay_for_are_infeasible_not_run(sqlite_url, tmp_path):
+    run(nas_args("tight", sqlite_url, trials=6, flops="3e7"), tmp_path)  # one step of the smallest tiny config
+    with Store(sqlite_url) as store:
+        rows = store.trials("tight")
+        study = optuna_study(sqlite_url, store, "tight")
     infeasible = [r for r in rows if r.status == "infeasible"]
     assert infeasible and all(r.val_loss == math.inf and "one training step" in r.failure_reason for r in infeasible)
     assert all(not r.tokens_seen for r in infeasible)  # never trained
-    study = optuna.load_study(study_name=store.get_search("tight").optuna_study_name, storage=f"sqlite:///{db}")
     flagged = {t.number for t in study.trials if t.system_attrs.get("constraints:infeasible", 0) > 0}
     assert flagged == {r.number for r in infeasible}
