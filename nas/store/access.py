@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from sqlalchemy import Engine, case, create_engine, delete, event, func, insert, make_url, select, update
-from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
@@ -159,19 +159,21 @@ def _on_sqlite_begin(connection) -> None:
     connection.exec_driver_sql(f"BEGIN {mode}")
 
 
-def _remember_pid(_dbapi_connection, record) -> None:
-    record.info["pid"] = os.getpid()
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()  # every Store's engine in this process
 
 
-def _refuse_inherited(_dbapi_connection, record, proxy) -> None:
-    """A pooled connection inherited through fork() is dropped, never used or closed, in the child.
+def _fresh_pools_after_fork() -> None:
+    """In a forked child, every engine starts a new pool; the parent's connections are left alone.
 
-    Two processes talking over one socket corrupt both sessions; closing it in the child would end
-    the parent's session. The pool then opens a fresh connection for the child.
+    Two processes talking over one socket corrupt both sessions, and a child that closed (or
+    pinged) an inherited connection would end or disturb the parent's session.
     """
-    if record.info.get("pid") != os.getpid():
-        record.dbapi_connection = proxy.dbapi_connection = None
-        raise DisconnectionError(f"connection opened in process {record.info.get('pid')}, not this one")
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_pools_after_fork)
 
 
 def _make_engine(url: str) -> Engine:
@@ -183,8 +185,7 @@ def _make_engine(url: str) -> Engine:
         if not Path(database).expanduser().parent.is_dir():
             raise StoreError(f"directory {Path(database).parent} does not exist")
     engine = create_engine(parsed, json_serializer=partial(json.dumps, allow_nan=False), pool_pre_ping=True)
-    event.listen(engine, "connect", _remember_pid)
-    event.listen(engine, "checkout", _refuse_inherited)
+    _ENGINES.add(engine)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _on_sqlite_connect)
         event.listen(engine, "begin", _on_sqlite_begin)
