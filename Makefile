@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test bench precision proxy case-study claims service search-efficiency clean
+.PHONY: install demo families test bench precision proxy case-study claims service load search-efficiency clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ claims: $(STAMP)
 
 service: $(STAMP)
 	$(PY) benchmarks/service_overhead.py --out benchmarks/results/service_overhead.json
+
+# 500 no-op trials, 8 at a time, on PostgreSQL: LOAD_ADMIN_URL=postgresql://... uses a running server,
+# otherwise a private one is started (and stopped) like the tests' (tests/postgres_server.py).
+load: $(STAMP)
+	$(PY) benchmarks/store_load.py --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
 
 search-efficiency: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json
