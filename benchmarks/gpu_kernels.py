@@ -76,7 +76,7 @@ SMOKE = Shapes(rows=24, d=48, gate_components=4, ancre_states=(3, 9),
 # The CPU reference-path overhead runs at cpu_throughput.py's size (the CPU proxy).
 CPU = Shapes(rows=16 * 128, d=128, gate_components=32, ancre_states=(3, 5),
              model=dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4), batch=16,
-             repeats=10, warmup=2)
+             repeats=30, warmup=3)
 
 
 def synchronize(device: torch.device) -> None:
