@@ -104,6 +104,7 @@ def search(
 @app.command()
 def resume(name: str = typer.Argument(..., help="The search to finish."),
            storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
+           ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of the stored address."),
            progress: bool = typer.Option(True, help="Show the progress bar.")) -> None:
     """Finish a search that was interrupted: run the trials still missing."""
     from .search import resume_search
@@ -111,7 +112,7 @@ def resume(name: str = typer.Argument(..., help="The search to finish."),
 
     store = open_store(storage)
     try:
-        report = resume_search(store, name, show_progress=progress)
+        report = resume_search(store, name, show_progress=progress, ray_address=ray_address)
     except StoreError as err:
         fail(str(err))
     _print_front(store, report.name)

@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import optuna
@@ -48,7 +48,7 @@ class SearchSettings:
     seed: int = 0
     retries: int = 1
     ray_address: str | None = None
-    gpus_per_trial: float = 0.0
+    gpus_per_trial: float | None = None  # None: the cluster's GPUs shared among workers; 0: CPU only
     data: dict | None = None  # DataConfig fields; None = the shipped corpus
     ray_dir: str | None = None  # Tune's storage_path (shared by all nodes on a cluster)
     early_stopping: bool = False  # stop losers within FLOP bands (nas.early_stop)
@@ -183,8 +183,6 @@ def code_version() -> str:
 def launch_search(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings,
                   show_progress: bool = True) -> SearchReport:
     """Create search `name` (inputs already validated) and run all its trials."""
-    from dataclasses import asdict
-
     study = new_study_name(name)
     store.create_search(name, requested_trials=budget.n_trials, budget=budget.model_dump(),
                         space=space.model_dump(), settings=asdict(settings), optuna_study_name=study,
@@ -192,20 +190,25 @@ def launch_search(store: Store, name: str, space: SearchSpace, budget: Budget, s
     return _run_remaining(store, name, show_progress)
 
 
-def resume_search(store: Store, name: str, show_progress: bool = True) -> SearchReport:
-    """Finish search `name`: what a dead driver left running is marked interrupted, the rest is run."""
+def resume_search(store: Store, name: str, show_progress: bool = True, ray_address: str | None = None) -> SearchReport:
+    """Finish search `name`: what a dead driver left running is marked interrupted, the rest is run.
+
+    It runs with the stored settings, except on `ray_address` when given (a restarted cluster).
+    """
     row = store.get_search(name)
     marked = store.fail_running_trials(name, INTERRUPTED)
     stale = fail_stale_optuna_trials(optuna_storage(store.url), row.optuna_study_name)
     log.info("resume %s: %d interrupted trial rows, %d stale Optuna trials marked failed", name, marked, stale)
-    return _run_remaining(store, name, show_progress)
+    return _run_remaining(store, name, show_progress, ray_address)
 
 
-def _run_remaining(store: Store, name: str, show_progress: bool) -> SearchReport:
+def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: str | None = None) -> SearchReport:
     from .tune_runner import run_tuner  # Ray is imported only when a search really runs
 
     row = store.get_search(name)
     space, budget, settings = space_from_dict(row.space), Budget(**row.budget), SearchSettings(**row.settings)
+    if ray_address:
+        settings = replace(settings, ray_address=ray_address)
     missing = row.requested_trials - len(finished_trial_numbers(store, name))
     store.set_search_status(name, "running")
     try:
