@@ -9,7 +9,7 @@
 ARG PYTHON_VERSION=3.11
 FROM python:${PYTHON_VERSION}-slim-bookworm
 
-# Inside the project's range (pyproject: torch>=2.4,<2.15); the version CI tests with.
+# Inside the project's range (pyproject: torch>=2.7,<2.15); the version CI tests with.
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://pypi.org/simple
 

@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test bench precision proxy case-study claims service load search-efficiency clean
+.PHONY: install demo families test bench precision proxy case-study claims service load search-efficiency gpu-kernels reference-ops clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,14 @@ search-efficiency: $(STAMP)
 
 case-study: $(STAMP)
 	$(PY) benchmarks/ancre_case_study.py --out-dir benchmarks/results
+
+# Fused kernels on a CUDA machine: per-op Triton / eager / torch.compile, bandwidth, whole steps.
+gpu-kernels: $(STAMP)
+	$(PY) benchmarks/gpu_kernels.py --out benchmarks/results/gpu_kernels.json
+
+# On CPU: the share of each family's training step spent in the reference ops the kernels fuse.
+reference-ops: $(STAMP)
+	$(PY) benchmarks/gpu_kernels.py --reference-only --device cpu --out benchmarks/results/reference_ops_cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache *.egg-info
