@@ -53,3 +53,19 @@ def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     assert len(result["steps"]) == 12 and all("median_step_s" in r for r in result["steps"].values())
     assert {"nag_vs_cascaded_step_time/triton", "ancre_mod0.25_vs_dense_step_time/reference"} <= set(result["ratios"])
     assert 0 < result["reference_overhead"]["nag"]["share_of_step"]
+
+
+def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgres_admin_url):
+    """A small run of the load benchmark on the test PostgreSQL server: exact integrity counts."""
+    import os
+
+    out = tmp_path / "load.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "benchmarks/store_load.py", "--trials", "16", "--concurrency", "2",
+                    "--admin-url", _postgres_admin_url, "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300, env=env)
+    result = json.loads(out.read_text())
+    integrity = result["integrity"]
+    assert integrity["store_rows"] == integrity["distinct_trial_numbers"] == integrity["optuna_complete"] == 16
+    assert integrity["no_trial_lost_or_duplicated"] and result["machine"]
+    assert 0 < result["all_writes"]["median"] <= result["all_writes"]["p99"] and result["trials_per_s"] > 0
