@@ -6,27 +6,19 @@ so shapes stay small. One test compiles them for sm_90 with Triton's own ptxas (
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from torch import nn
 
-from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, use_backend
+from kernel_helpers import DEVICE, autograd_node_names, compile_for_sm90, needs_nvidia_backend, needs_triton
+from search_spaces.residual_lm.ops import use_backend
 from search_spaces.residual_lm.ops.add_rmsnorm import (
     add_rmsnorm,
     add_rmsnorm_bytes,
     add_rmsnorm_reference,
 )
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-needs_triton = pytest.mark.skipif(
-    not (TRITON_AVAILABLE and (torch.cuda.is_available() or interpreting())),
-    reason="the Triton path needs CUDA or TRITON_INTERPRET=1",
-)
 EPS = 1e-6
 
 
@@ -37,15 +29,7 @@ def inputs(lead: tuple[int, ...], d: int, dtype: torch.dtype, with_delta: bool =
     return x, delta, weight
 
 
-def graph_nodes(t: torch.Tensor) -> set[str]:
-    """Names of every autograd node t's value came through."""
-    seen, stack = set(), [t.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is not None and type(node).__name__ not in seen:
-            seen.add(type(node).__name__)
-            stack.extend(fn for fn, _ in node.next_functions)
-    return seen
+
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -115,7 +99,7 @@ def test_triton_matches_reference(case, dtype):
         with use_backend(path):
             z, h = add_rmsnorm(x, delta, weight, EPS)
         results[path] = (z, h, *torch.autograd.grad((z, h), args, (grad_z, grad_h)))
-    assert "_AddRMSNormBackward" in graph_nodes(results["triton"][1])
+    assert "_AddRMSNormBackward" in autograd_node_names(results["triton"][1])
     (z, h, *grads), (z_ref, h_ref, *grads_ref) = results["triton"], results["reference"]
     assert z.dtype == h.dtype == dtype and h.shape == x.shape
     if dtype == torch.float32:
@@ -161,7 +145,7 @@ def test_auto_picks_reference_for_cpu_tensors():
     x, delta, weight = inputs((4,), 16, torch.float32, device="cpu")
     with use_backend("auto"):
         z, h = add_rmsnorm(x, delta, weight)
-    assert "_AddRMSNormBackward" not in graph_nodes(h)
+    assert "_AddRMSNormBackward" not in autograd_node_names(h)
     z_ref, h_ref = add_rmsnorm_reference(x, delta, weight)
     assert torch.equal(h, h_ref) and torch.equal(z, z_ref)
 
@@ -205,16 +189,11 @@ for name, (fn, signature, flag) in kernels.items():
 """
 
 
-@pytest.mark.skipif(not TRITON_AVAILABLE or importlib.util.find_spec("triton.backends.nvidia") is None,
-                    reason="needs Triton with its NVIDIA backend")
+@needs_nvidia_backend
 def test_kernels_compile_for_sm90_with_vector_loads(tmp_path):
     """The interpreter skips the compiler: build real sm_90 code (no GPU needed) and read its PTX."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
-    run = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], check=False, capture_output=True, text=True,
-                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    for line in run.stdout.split("\n")[:2]:
+    stdout = compile_for_sm90(COMPILE_FOR_SM90, tmp_path)
+    for line in stdout.split("\n")[:2]:
         name, has_cubin, vector_loads, loads = line.split()
         assert has_cubin == "True", name
         assert int(vector_loads) == int(loads) > 0, f"{name}: {vector_loads} of {loads} global loads are vectorised"

@@ -6,15 +6,12 @@ so shapes stay small. One test compiles them for sm_90 with Triton's own ptxas (
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, use_backend
+from kernel_helpers import DEVICE, autograd_node_names, compile_for_sm90, needs_nvidia_backend, needs_triton
+from search_spaces.residual_lm.ops import use_backend
 from search_spaces.residual_lm.ops import ancre_mix as ancre_mix_module
 from search_spaces.residual_lm.ops.ancre_mix import (
     ancre_mix,
@@ -22,11 +19,6 @@ from search_spaces.residual_lm.ops.ancre_mix import (
     ancre_mix_reference,
 )
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-needs_triton = pytest.mark.skipif(
-    not (TRITON_AVAILABLE and (torch.cuda.is_available() or interpreting())),
-    reason="the Triton path needs CUDA or TRITON_INTERPRET=1",
-)
 TAU = 0.5
 
 
@@ -42,15 +34,7 @@ def inputs(j: int, shape: tuple[int, ...], dtype: torch.dtype, device: str = DEV
     return logits, states
 
 
-def graph_nodes(t: torch.Tensor) -> set[str]:
-    """Names of every autograd node t's value came through."""
-    seen, stack = set(), [t.grad_fn]
-    while stack:
-        node = stack.pop()
-        if node is not None and type(node).__name__ not in seen:
-            seen.add(type(node).__name__)
-            stack.extend(fn for fn, _ in node.next_functions)
-    return seen
+
 
 
 @pytest.mark.parametrize("j", [1, 3, 25])
@@ -105,7 +89,7 @@ def test_triton_matches_reference(case, dtype):
     grad_out = torch.randn(shape, dtype=dtype, device=DEVICE)
     out, grads = forward_backward("triton", logits, states, grad_out)
     out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
-    assert "_AncreMixBackward" in graph_nodes(out)
+    assert "_AncreMixBackward" in autograd_node_names(out)
     assert out.dtype == dtype and out.shape == states[0].shape
     assert_matches(out, out_ref)
     assert grads[0].dtype == torch.float32  # the logits' gradient, through torch's softmax
@@ -163,7 +147,7 @@ def test_auto_picks_reference_for_cpu_tensors():
     p = torch.softmax(logits, 0)
     with use_backend("auto"):
         out = ancre_mix(p, states)
-    assert "_AncreMixBackward" not in graph_nodes(out)
+    assert "_AncreMixBackward" not in autograd_node_names(out)
     assert torch.equal(out, ancre_mix_reference(p, states))
 
 
@@ -211,17 +195,12 @@ for name, (fn, signature, consts) in kernels.items():
 """
 
 
-@pytest.mark.skipif(not TRITON_AVAILABLE or importlib.util.find_spec("triton.backends.nvidia") is None,
-                    reason="needs Triton with its NVIDIA backend")
+@needs_nvidia_backend
 def test_kernels_compile_for_sm90_with_one_vector_access_per_state(tmp_path):
     """The interpreter skips the compiler: build real sm_90 code for j = 25 bf16 states (no GPU
     needed) and count its 16-byte accesses: one load per state (+ g in the backward), one store
     for out, one per state gradient."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(TRITON_CACHE_DIR=str(tmp_path), TRITON_DEFAULT_FP_FUSION="1")
-    run = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], check=False, capture_output=True, text=True,
-                         env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    lines = dict(line.split(maxsplit=1) for line in run.stdout.strip().split("\n"))
+    stdout = compile_for_sm90(COMPILE_FOR_SM90, tmp_path)
+    lines = dict(line.split(maxsplit=1) for line in stdout.strip().split("\n"))
     assert lines["forward"].split() == ["True", "25", "1"]
     assert lines["backward"].split() == ["True", "26", "25"]

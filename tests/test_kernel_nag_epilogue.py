@@ -7,23 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernel_helpers import DEVICE, autograd_node_names, needs_triton
 from search_spaces.residual_lm import nag
-from search_spaces.residual_lm.ops import (
-    TRITON_AVAILABLE,
-    backend,
-    interpreting,
-    use_backend,
-)
+from search_spaces.residual_lm.ops import backend, use_backend
 from search_spaces.residual_lm.ops.nag_epilogue import (
     nag_epilogue,
     nag_epilogue_bytes,
     nag_epilogue_reference,
-)
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-needs_triton = pytest.mark.skipif(
-    not TRITON_AVAILABLE or not (torch.cuda.is_available() or interpreting()),
-    reason="Triton kernels need CUDA or TRITON_INTERPRET=1",
 )
 
 
@@ -63,17 +53,6 @@ def assert_close_scaled(actual: torch.Tensor, expected: torch.Tensor, rel: float
     err = (actual - expected).abs().max().item() if expected.numel() else 0.0
     bound = rel * max(expected.abs().max().item() if expected.numel() else 0.0, 1.0)
     assert err <= bound, f"{name}: max error {err:.3g} > {bound:.3g}"
-
-
-def autograd_nodes(t: torch.Tensor) -> set[str]:
-    """Names of every node in t's backward graph."""
-    seen, todo = set(), [t.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is not None and type(node).__name__ not in seen:
-            seen.add(type(node).__name__)
-            todo.extend(next_fn for next_fn, _ in node.next_functions)
-    return seen
 
 
 KERNEL_NODE = "_NagEpilogueBackward"  # torch names a Function's node <class name>Backward
@@ -129,7 +108,7 @@ def test_triton_matches_reference_fp32(n, d, c):
     expected = outputs_and_grads(nag_epilogue_reference, inputs, upstream)
     with use_backend("triton"):
         actual = outputs_and_grads(nag_epilogue, inputs, upstream)
-    assert KERNEL_NODE in autograd_nodes(actual[0])
+    assert KERNEL_NODE in autograd_node_names(actual[0])
     for name, a, e in zip(NAMES, actual, expected):
         assert a.dtype == e.dtype, name
         assert torch.isfinite(a).all(), name
@@ -202,7 +181,7 @@ def test_auto_picks_reference_on_cpu(monkeypatch):
     inputs = [x.cpu() for x in epilogue_inputs(5, 48, 3)]
     assert backend(*inputs[:4]) == "reference"
     u_next, s_next = nag_epilogue(*inputs)
-    assert KERNEL_NODE not in autograd_nodes(u_next)
+    assert KERNEL_NODE not in autograd_node_names(u_next)
     expected = nag_epilogue_reference(*inputs)
     assert torch.equal(u_next, expected[0]) and torch.equal(s_next, expected[1])
 

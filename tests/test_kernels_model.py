@@ -8,13 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import FAMILIES, small_cfg, tokens, warmed_model
+from kernel_helpers import DEVICE, autograd_node_names, needs_triton
 from search_spaces.residual_lm import build_model
-from search_spaces.residual_lm.ops import TRITON_AVAILABLE, backend, interpreting, use_backend
-from tests.helpers import FAMILIES, small_cfg, tokens, warmed_model
+from search_spaces.residual_lm.ops import backend, use_backend
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(not TRITON_AVAILABLE or (DEVICE == "cpu" and not interpreting()),
-                                reason="needs Triton on CUDA, or its CPU interpreter (TRITON_INTERPRET=1)")
+pytestmark = needs_triton
 
 
 def loss_and_grads(model, idx, path: str):
@@ -50,13 +49,7 @@ def test_the_kernel_path_really_runs_inside_the_model():
         model = build_model(cfg).to(DEVICE)
         with use_backend("triton"):
             loss = model(tokens(cfg, batch=2).to(DEVICE)).sum()
-        visited, todo = set(), [loss.grad_fn]
-        while todo:
-            node = todo.pop()
-            if node is not None and node not in visited:
-                visited.add(node)
-                todo.extend(fn for fn, _ in node.next_functions)
-        names = {type(node).__name__ for node in visited}
+        names = autograd_node_names(loss)
         assert expected[family] <= names, (family, expected[family] - names)
 
 
