@@ -222,10 +222,13 @@ def dashboard(storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
                                                              "container that publishes the port on 127.0.0.1."),
               port: int = typer.Option(8501, help="Port to listen on (1-65535).")) -> None:
     """Browse searches, Pareto fronts and trials in a Streamlit dashboard on 127.0.0.1 (read-only)."""
-    import subprocess
+    import os
 
     cmd, env = dashboard_launch(storage, address, port)
-    raise typer.Exit(subprocess.call(cmd, env=env))
+    sys.stdout.flush()
+    # Streamlit replaces this process (same PID): stopping `nas dashboard` stops the server, and a
+    # killed parent never leaves an orphaned server listening.
+    os.execve(cmd[0], cmd, env)
 
 
 def dashboard_launch(storage: Optional[str], address: str, port: int) -> tuple[list[str], dict]:

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from nas.store import Store, default_url
@@ -58,9 +59,11 @@ def dashboard_url(tmp_path):
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_until_serving(f"http://127.0.0.1:{port}", proc)
+        # `nas dashboard` became the server (exec): killing it cannot orphan a listening streamlit
+        assert "streamlit" in psutil.Process(proc.pid).cmdline() and not psutil.Process(proc.pid).children()
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.kill()  # the one process this test started (streamlit runs in it)
+        proc.kill()  # the one process this test started (streamlit runs as it)
         proc.wait(timeout=30)
 
 
