@@ -30,7 +30,6 @@ import argparse
 import json
 import logging
 import math
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -41,7 +40,8 @@ import torch
 import torch.nn.functional as F
 
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
-from search_spaces.residual_lm.ops import interpreting, use_backend
+from cpu_throughput import machine_info as cpu_machine_info
+from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, triton, use_backend
 from search_spaces.residual_lm.ops.add_rmsnorm import add_rmsnorm, add_rmsnorm_bytes, add_rmsnorm_reference
 from search_spaces.residual_lm.ops.ancre_mix import ancre_mix, ancre_mix_bytes, ancre_mix_reference
 from search_spaces.residual_lm.ops.nag_epilogue import nag_epilogue, nag_epilogue_bytes, nag_epilogue_reference
@@ -136,7 +136,7 @@ def nag_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
     for t in tensors.values():
         t.requires_grad_(True)
     args = list(tensors.values())
-    return args, (lambda *a: nag_epilogue(*a)), nag_epilogue_reference, nag_epilogue_bytes(n, d, c, dtype)
+    return args, nag_epilogue, nag_epilogue_reference, nag_epilogue_bytes(n, d, c, dtype)
 
 
 def add_rmsnorm_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
@@ -145,6 +145,13 @@ def add_rmsnorm_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
             torch.randn(n, d, device=device, dtype=dtype, requires_grad=True),
             (1 + 0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_(True)]
     return args, add_rmsnorm, add_rmsnorm_reference, add_rmsnorm_bytes(n, d, dtype, True)
+
+
+def rmsnorm_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
+    """The same op without the add (delta None): every block's attention pre-norm and the final norm."""
+    (x, _, weight), _, _, _ = add_rmsnorm_case(shapes, dtype, device)
+    return ([x, weight], lambda x, w: add_rmsnorm(x, None, w), lambda x, w: add_rmsnorm_reference(x, None, w),
+            add_rmsnorm_bytes(shapes.rows, shapes.d, dtype, False))
 
 
 def ancre_case(j: int):
@@ -179,7 +186,7 @@ def time_op(name: str, case, shapes: Shapes, dtype: torch.dtype, device: torch.d
     variants = {}
     if "triton" in paths:
         variants["triton"] = lambda *a: _with_backend("triton", op, a)
-    variants["eager"] = lambda *a: _with_backend("reference", reference, a)
+    variants["eager"] = reference  # plain PyTorch: never consults the backend
     if "compile" in paths:
         variants["compile"] = torch.compile(reference, dynamic=False)
     row = {"dtype": str(dtype).removeprefix("torch."), "min_forward_bytes": min_bytes}
@@ -281,16 +288,18 @@ def reference_overhead(ops: dict, rows: dict, shapes: Shapes) -> dict:
     """Share of each family's reference-path step spent in the ops the kernels fuse.
 
     Op calls per step, at L blocks: NAG runs its epilogue 2L times; cascaded and ANCRe run one
-    add + RMSNorm per block (the MLP's pre-norm); ANCRe also mixes j = 1..L states, timed at the
-    measured j nearest the mean (L + 1) / 2. Estimates from isolated op timings at the step's
+    add + RMSNorm per block (the MLP's pre-norm) and L + 1 plain RMSNorms (each attention pre-norm
+    and the final norm); ANCRe also mixes j = 1..L states, timed at the measured j nearest the
+    mean (L + 1) / 2. Estimates from isolated op timings at the step's
     token count (dense, MoD 0), so they ignore cache effects between ops.
     """
     n_layers = shapes.model["n_layers"]
     fb = lambda key: ops[key]["eager"]["forward_backward_s"]  # noqa: E731
     j_mean = min(shapes.ancre_states, key=lambda j: abs(j - (n_layers + 1) / 2))
-    per_step = {"cascaded": n_layers * fb("add_rmsnorm/fp32"),
+    norms = n_layers * fb("add_rmsnorm/fp32") + (n_layers + 1) * fb("rmsnorm/fp32")
+    per_step = {"cascaded": norms,
                 "nag": 2 * n_layers * fb("nag_epilogue/fp32"),
-                "ancre": n_layers * (fb("add_rmsnorm/fp32") + fb(f"ancre_mix_j{j_mean}/fp32"))}
+                "ancre": norms + n_layers * fb(f"ancre_mix_j{j_mean}/fp32")}
     return {fam: {"op_seconds_per_step": s, "share_of_step": s / rows[f"{fam}/reference"]["median_step_s"]}
             for fam, s in per_step.items() if "median_step_s" in rows.get(f"{fam}/reference", {})}
 
@@ -312,22 +321,13 @@ def verdicts(ops: dict, ratios: dict) -> dict:
 
 
 def machine_info(device: torch.device) -> dict:
-    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "device": str(device), "triton_interpreter": interpreting()}
-    try:
-        import triton
-        info["triton"] = triton.__version__
-    except ImportError:
-        info["triton"] = None
+    """cpu_throughput's record of the machine, plus the device, Triton and (on CUDA) the GPU."""
+    info = {**cpu_machine_info(), "device": str(device), "triton_interpreter": interpreting(),
+            "triton": triton.__version__ if TRITON_AVAILABLE else None}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         info.update(gpu=props.name, gpu_memory_gib=props.total_memory / 2**30, cuda=torch.version.cuda,
                     sm_count=props.multi_processor_count)
-    else:
-        cpuinfo = Path("/proc/cpuinfo")
-        info["cpu"] = next((l.split(":", 1)[1].strip() for l in cpuinfo.read_text().splitlines()
-                            if l.startswith("model name")), platform.processor()) if cpuinfo.exists() else platform.processor()
-        info["threads"] = torch.get_num_threads()
     return info
 
 
@@ -347,7 +347,7 @@ def main() -> None:
     dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" or args.smoke else [])
     peak, copy_peak = spec_bandwidth(device), measured_copy_bandwidth(device)
 
-    cases = {"nag_epilogue": nag_case, "add_rmsnorm": add_rmsnorm_case,
+    cases = {"nag_epilogue": nag_case, "add_rmsnorm": add_rmsnorm_case, "rmsnorm": rmsnorm_case,
              **{f"ancre_mix_j{j}": ancre_case(j) for j in shapes.ancre_states}}
     ops = {f"{name}/{str(dt).removeprefix('torch.').replace('float32', 'fp32').replace('bfloat16', 'bf16')}":
            time_op(name, case, shapes, dt, device, paths, peak, copy_peak)

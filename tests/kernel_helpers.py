@@ -35,6 +35,18 @@ def autograd_node_names(t: torch.Tensor) -> set[str]:
     return {type(node).__name__ for node in visited}
 
 
+def assert_matches(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """fp32: 1e-5. bf16: 2% of the tensor's largest value, since both paths round their outputs to
+    bf16 and Triton's interpreter rounds toward zero (compiled code to nearest even): a value may sit
+    one ulp from torch's, and what is computed from it (a norm, sums over rows) a few more."""
+    assert actual.dtype == expected.dtype
+    if expected.dtype == torch.float32:
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    else:
+        scale = expected.float().abs().max().item()
+        torch.testing.assert_close(actual.float(), expected.float(), rtol=2e-2, atol=2e-2 * scale)
+
+
 def compile_for_sm90(script: str, cache_dir: Path) -> str:
     """Run `script` (which calls triton.compile for an sm_90 target) with the interpreter off; its stdout.
 

@@ -15,6 +15,8 @@ BAD_VALUES = [
     ({"residual": "highway"}, "residual"),
     ({"n_layers": 0}, "n_layers"),
     ({"mod_every": 0}, "mod_every"),
+    ({"n_layers": 3, "mod_rate": 0.5, "mod_every": 4}, "mod_every"),  # would silently route nothing
+    ({"n_layers": 1, "mod_rate": 0.5}, "n_layers"),  # block 1 is never routed
     ({"vocab_size": 1}, "vocab_size"),
     ({"colour": "blue"}, "colour"),
 ]

@@ -11,7 +11,14 @@ import pytest
 import torch
 from torch import nn
 
-from kernel_helpers import DEVICE, autograd_node_names, compile_for_sm90, needs_nvidia_backend, needs_triton
+from kernel_helpers import (
+    DEVICE,
+    assert_matches,
+    autograd_node_names,
+    compile_for_sm90,
+    needs_nvidia_backend,
+    needs_triton,
+)
 from search_spaces.residual_lm.ops import use_backend
 from search_spaces.residual_lm.ops.add_rmsnorm import (
     add_rmsnorm,
@@ -73,17 +80,6 @@ CASES = {  # lead dims, d, with delta
 }
 BF16_ULP = 2.0**-7  # spacing of bf16 values in [1, 2)
 
-
-def assert_matches(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    """fp32: 1e-5. bf16: 2% of the tensor's largest value, since both paths round their outputs
-    to bf16 and Triton's interpreter rounds toward zero (compiled code to nearest even): z may sit
-    one ulp from torch's, and what is computed from z (h, the sums over rows in dw) a few more."""
-    assert actual.dtype == expected.dtype
-    if expected.dtype == torch.float32:
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-    else:
-        scale = expected.float().abs().max().item()
-        torch.testing.assert_close(actual.float(), expected.float(), rtol=2e-2, atol=2e-2 * scale)
 
 
 @needs_triton

@@ -10,7 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel_helpers import DEVICE, autograd_node_names, compile_for_sm90, needs_nvidia_backend, needs_triton
+from kernel_helpers import (
+    DEVICE,
+    assert_matches,
+    autograd_node_names,
+    compile_for_sm90,
+    needs_nvidia_backend,
+    needs_triton,
+)
 from search_spaces.residual_lm.ops import use_backend
 from search_spaces.residual_lm.ops import ancre_mix as ancre_mix_module
 from search_spaces.residual_lm.ops.ancre_mix import (
@@ -62,22 +69,22 @@ CASES = {  # j, state shape
 }
 
 
-def assert_matches(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    """fp32: 1e-5. bf16: 2% of the tensor's largest value (both paths round their outputs to bf16,
-    and Triton's interpreter rounds toward zero where compiled code rounds to nearest even)."""
-    assert actual.dtype == expected.dtype
-    if expected.dtype == torch.float32:
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-    else:
-        scale = expected.float().abs().max().item()
-        torch.testing.assert_close(actual.float(), expected.float(), rtol=2e-2, atol=2e-2 * scale)
-
 
 def forward_backward(path: str, logits: torch.Tensor, states: list[torch.Tensor], grad_out: torch.Tensor):
     """out, then the gradients of <out, grad_out> for the logits (through softmax) and every state."""
     with use_backend(path):
         out = ancre_mix(torch.softmax(logits / TAU, 0), states)
     return out, torch.autograd.grad(out, [logits, *states], grad_out)
+
+
+def triton_matching_reference(logits, states, grad_out):
+    """The Triton path's out and gradients, after checking each against the reference path's."""
+    out, grads = forward_backward("triton", logits, states, grad_out)
+    out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
+    assert_matches(out, out_ref)
+    for grad, grad_ref in zip(grads, grads_ref):
+        assert_matches(grad, grad_ref)
+    return out, grads
 
 
 @needs_triton
@@ -87,14 +94,10 @@ def test_triton_matches_reference(case, dtype):
     j, shape = CASES[case]
     logits, states = inputs(j, shape, dtype)
     grad_out = torch.randn(shape, dtype=dtype, device=DEVICE)
-    out, grads = forward_backward("triton", logits, states, grad_out)
-    out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
+    out, grads = triton_matching_reference(logits, states, grad_out)
     assert "_AncreMixBackward" in autograd_node_names(out)
     assert out.dtype == dtype and out.shape == states[0].shape
-    assert_matches(out, out_ref)
     assert grads[0].dtype == torch.float32  # the logits' gradient, through torch's softmax
-    for grad, grad_ref in zip(grads, grads_ref):
-        assert_matches(grad, grad_ref)
 
 
 @needs_triton
@@ -103,11 +106,7 @@ def test_triton_mixed_dtypes_follow_torch_promotion():
     logits, states = inputs(3, (5, 48), torch.bfloat16)
     states[0] = torch.randn(5, 48, device=DEVICE, requires_grad=True)
     grad_out = torch.randn(5, 48, device=DEVICE)
-    out, grads = forward_backward("triton", logits, states, grad_out)
-    out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
-    assert_matches(out, out_ref)
-    for grad, grad_ref in zip(grads, grads_ref):
-        assert_matches(grad, grad_ref)
+    out, grads = triton_matching_reference(logits, states, grad_out)
     assert [g.dtype for g in (out, *grads)] == [torch.float32] * 3 + [torch.bfloat16] * 2
 
 
@@ -117,11 +116,7 @@ def test_triton_groups_states_over_launches(monkeypatch):
     monkeypatch.setattr(ancre_mix_module, "_MAX_STATES_PER_LAUNCH", 4)  # j = 11: groups of 4, 4, 3
     logits, states = inputs(11, (5, 48), torch.float32)
     grad_out = torch.randn(5, 48, device=DEVICE)
-    out, grads = forward_backward("triton", logits, states, grad_out)
-    out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
-    assert_matches(out, out_ref)
-    for grad, grad_ref in zip(grads, grads_ref):
-        assert_matches(grad, grad_ref)
+    out, grads = triton_matching_reference(logits, states, grad_out)
 
 
 @needs_triton

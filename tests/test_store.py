@@ -285,12 +285,12 @@ def _writer(url: str, name: str, n_trials: int, start, errors) -> None:
         errors.put(f"{name}: {traceback.format_exc()}")
 
 
-def test_concurrent_writers_on_a_fresh_store(store_url):
-    """Four processes create the schema at once (SQLite: write lock; PostgreSQL: advisory lock), then write."""
-    n_procs, n_trials = 4, 40
+def run_at_once(n_procs: int, target, args_of) -> None:
+    """Run target(*args_of(i), start, errors) in n fresh (spawned) processes released by one barrier;
+    fail with every child's traceback if any reported an error or exited non-zero."""
     ctx = mp.get_context("spawn")
     start, errors = ctx.Barrier(n_procs), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(store_url, f"w{i}", n_trials, start, errors)) for i in range(n_procs)]
+    procs = [ctx.Process(target=target, args=(*args_of(i), start, errors)) for i in range(n_procs)]
     for p in procs:
         p.start()
     for p in procs:
@@ -300,6 +300,12 @@ def test_concurrent_writers_on_a_fresh_store(store_url):
         problems.append(errors.get())
     assert not problems, "\n".join(problems)
     assert [p.exitcode for p in procs] == [0] * n_procs
+
+
+def test_concurrent_writers_on_a_fresh_store(store_url):
+    """Four processes create the schema at once (SQLite: write lock; PostgreSQL: advisory lock), then write."""
+    n_procs, n_trials = 4, 40
+    run_at_once(n_procs, _writer, lambda i: (store_url, f"w{i}", n_trials))
     with Store(store_url) as store:
         assert store.schema_version() == 1
         summaries = store.list_searches()
@@ -407,19 +413,7 @@ def _open_optuna_storage(url: str, start, errors) -> None:
 def test_concurrent_drivers_create_optunas_tables_once(store_url):
     """Four processes open Optuna's storage on a fresh database at once: none collides."""
     Store(store_url).close()
-    n_procs = 4
-    ctx = mp.get_context("spawn")
-    start, errors = ctx.Barrier(n_procs), ctx.Queue()
-    procs = [ctx.Process(target=_open_optuna_storage, args=(store_url, start, errors)) for _ in range(n_procs)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-    problems = []
-    while not errors.empty():
-        problems.append(errors.get())
-    assert not problems, "\n".join(problems)
-    assert [p.exitcode for p in procs] == [0] * n_procs
+    run_at_once(4, _open_optuna_storage, lambda i: (store_url,))
     engine = create_engine(store_url, poolclass=NullPool)
     with engine.connect() as db:
         assert db.execute(text("SELECT count(*) FROM version_info")).scalar() == 1

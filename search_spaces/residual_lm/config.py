@@ -44,6 +44,16 @@ class ArchConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_routing(self) -> "ArchConfig":
+        """mod_rate > 0 must route at least one block (every mod_every-th of blocks 2..n_layers)."""
+        if self.mod_rate > 0 and not self.routed_blocks:
+            raise ValueError(
+                f"mod_rate={self.mod_rate} routes no block: needs n_layers >= 2 and 1 <= mod_every <= n_layers "
+                f"(got n_layers={self.n_layers}, mod_every={self.mod_every})"
+            )
+        return self
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
@@ -75,7 +85,7 @@ def config_error_message(err: ValidationError, prefix: str = "") -> str:
     """One line naming each offending field and what it accepts, e.g. `mod_rate: Input should be less than 0.9`."""
     parts = []
     for e in err.errors():
-        field = ".".join(str(x) for x in e["loc"]) or "config"
+        field = ".".join(str(x) for x in e["loc"])
         msg = e["msg"].removeprefix("Value error, ")
         parts.append(f"{prefix}{field}: {msg} (got {e.get('input')!r})" if e["loc"] else f"{msg}")
     return "; ".join(parts)

@@ -15,8 +15,9 @@ Dense sublayers execute c = T tokens. `flops_per_token(cfg)` gives the nominal c
 executed) and the expected executed count (routed sublayers executing c = (1 - mod_rate) T);
 `forward_flops(cfg, T, counts)` gives what a real forward executed, from the routers' counts.
 
-On CPU, `torch.utils.flop_counter.FlopCounterMode` does not count the fused SDPA kernel, so
-it sees exactly this total minus the `attn_core` term; the tests check that equality.
+On CPU, `torch.utils.flop_counter.FlopCounterMode` counts matmuls only: it misses the fused SDPA
+kernel and the fused ANCRe mix (a multiply-add, `ops.ancre_mix`), so it sees exactly this total
+minus the `attn_core` and `ancre_mix` terms; the tests check that equality and those two apart.
 """
 
 from __future__ import annotations
@@ -39,11 +40,6 @@ class FlopsPerToken:
     nominal: float
     executed: float
     executed_breakdown: dict[str, float]
-
-    @property
-    def training_executed(self) -> float:
-        """Forward + backward: 3x the executed forward FLOPs."""
-        return 3.0 * self.executed
 
 
 def _tokens_and_key_pairs(count: Count, batch: int) -> tuple[float | Tensor, float | Tensor]:

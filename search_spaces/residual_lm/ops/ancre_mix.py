@@ -5,7 +5,7 @@ to the logits) and j states o_i of one shape (..., d):
 
     out = sum_i p_i o_i,        d o_i = p_i g,        d p_i = <g, o_i>      (g = dL/dout)
 
-`torch.stack` + matmul (ancre.mix_states) first copies the j states into one (j, ...) tensor:
+A `torch.stack` + matmul (the obvious implementation) first copies the j states into one (j, ...) tensor:
 j extra reads and writes of the whole residual stream per block. Here the kernels receive the
 states as a tuple of pointers (a Triton tuple argument, specialised on its length), so one launch
 reads each state once and writes out once, accumulating in fp32 registers: (j + 1) N element
@@ -58,8 +58,7 @@ def ancre_mix(p: Tensor, states: Sequence[Tensor]) -> Tensor:
 
 def ancre_mix_bytes(rows: int, d: int, j: int, dtype: torch.dtype) -> int:
     """Bytes the forward must move at least: read j states and p (fp32), write out."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return itemsize * (j + 1) * rows * d + 4 * j
+    return dtype.itemsize * (j + 1) * rows * d + 4 * j
 
 
 def _check(p: Tensor, states: Sequence[Tensor]) -> None:

@@ -24,12 +24,12 @@ and writes u', s'; the backward recomputes everything from the saved inputs (no 
 intermediates are saved) and writes per-program partial sums for the three shared parameters,
 which torch adds up. The kernels compute in fp32 whatever the input dtype; outputs and grads take
 their input's dtype (u' that of u, s' that of s). The reference computes in the promoted dtype of
-its inputs, as nag.py does, and casts u', s' the same way.
+its inputs (as eager PyTorch would) and casts u', s' the same way.
 
 d = 1 is degenerate (no zero-mean unit-RMS u exists): u = +-1 makes P = -f^2 < eps, so
 k = tan / sqrt(eps) and u' = sign(moved) = +-1; d u'/d moved = 0, so only g_s reaches the gate,
 alpha and beta (the kernel's g_u, g_f are exactly 0, autograd's are rounding noise ~1e-6).
-A row with moved = 0 gives NaN on both paths, as in nag.py.
+A row with moved = 0 gives NaN on both paths.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def nag_epilogue(
 ) -> tuple[Tensor, Tensor]:
     """(u', s') for u, f (..., d), s (...,), pre (..., C), mix_weights (C,), beta and alpha 0-d.
 
-    The Triton kernels where `backend(u, f, s, pre)` says so (CUDA), the reference elsewhere.
+    The Triton kernels where `backend(...)` says so for all seven inputs (CUDA), the reference elsewhere.
     """
-    if backend(u, f, s, pre) == "reference":
+    if backend(u, f, s, pre, mix_weights, beta, alpha) == "reference":
         return nag_epilogue_reference(u, f, s, pre, mix_weights, beta, alpha)
     _check(u, f, s, pre, mix_weights, beta, alpha)
     lead, d, c = u.shape[:-1], u.shape[-1], pre.shape[-1]
