@@ -18,11 +18,9 @@ import torch
 from torch import Tensor, nn
 
 from .base import ResidualLM
-from .cascaded import PreNormBlock, block_routers, rms_norm
+from .cascaded import PreNormBlock, rms_norm
 from .config import ArchConfig
-from .flops import SublayerKey
 from .ops.ancre_mix import ancre_mix
-from .routing import DepthRouter
 
 
 class AncreConnectivity(nn.Module):
@@ -53,9 +51,6 @@ class AncreLM(ResidualLM):
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.connectivity = AncreConnectivity(cfg.n_layers, cfg.ancre_tau)
         self.init_weights()
-
-    def routers(self) -> dict[SublayerKey, DepthRouter]:
-        return block_routers(self.blocks, "attn_router", "mlp_router")
 
     def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)

@@ -46,8 +46,16 @@ class ResidualLM(nn.Module):
                 nn.init.normal_(p, 0.0, std)
 
     def routers(self) -> dict[SublayerKey, DepthRouter]:
-        """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block)."""
-        raise NotImplementedError
+        """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block).
+
+        Every family's blocks expose `attn_router` and `mlp_router` (None where not routed).
+        """
+        found = {}
+        for j, block in enumerate(self.blocks, start=1):
+            for kind, router in (("attn", block.attn_router), ("mlp", block.mlp_router)):
+                if router is not None:
+                    found[(kind, j)] = router
+        return found
 
     def hidden(self, idx: Tensor) -> Tensor:
         """The residual stream after the last block, z: (B, T, d) (the width probe's z)."""

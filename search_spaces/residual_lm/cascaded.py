@@ -18,9 +18,8 @@ from torch import Tensor, nn
 from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU
 from .config import ArchConfig
-from .flops import SublayerKey
 from .ops.add_rmsnorm import add_rmsnorm
-from .routing import Delta, DepthRouter, LinearRouter, gather_tokens
+from .routing import Delta, LinearRouter, gather_tokens
 
 
 def rms_norm(norm: nn.RMSNorm, x: Tensor) -> Tensor:
@@ -65,26 +64,12 @@ class PreNormBlock(nn.Module):
         return m.added_to(z if base is None else a.added_to(base))
 
 
-def block_routers(blocks: nn.ModuleList, attn: str, mlp: str) -> dict[SublayerKey, DepthRouter]:
-    """{("attn" | "mlp", j): router} over the routed sublayers of 1-based blocks j."""
-    found = {}
-    for j, block in enumerate(blocks, start=1):
-        for kind, name in (("attn", attn), ("mlp", mlp)):
-            router = getattr(block, name)
-            if router is not None:
-                found[(kind, j)] = router
-    return found
-
-
 class CascadedLM(ResidualLM):
     def __init__(self, cfg: ArchConfig):
         super().__init__(cfg)
         self.blocks = nn.ModuleList(PreNormBlock(cfg, j) for j in range(1, cfg.n_layers + 1))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.init_weights()
-
-    def routers(self) -> dict[SublayerKey, DepthRouter]:
-        return block_routers(self.blocks, "attn_router", "mlp_router")
 
     def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)

@@ -75,11 +75,6 @@ class ArchConfig(BaseModel):
         """True unless per-sequence top-k routing lets a token's fate depend on later tokens."""
         return not (self.routed_blocks and self.mod_routing == "topk")
 
-    @property
-    def n_ancre_logits(self) -> int:
-        """ANCRe adds one logit per shortcut i:j, 0 <= i < j <= L: L(L+1)/2 scalars."""
-        return self.n_layers * (self.n_layers + 1) // 2
-
 
 def config_error_message(err: ValidationError, prefix: str = "") -> str:
     """One line naming each offending field and what it accepts, e.g. `mod_rate: Input should be less than 0.9`."""

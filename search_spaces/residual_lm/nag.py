@@ -26,7 +26,6 @@ from torch import Tensor, nn
 from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU
 from .config import ArchConfig
-from .flops import SublayerKey
 from .ops.nag_epilogue import NORM_EPS, nag_epilogue, nag_gate
 from .routing import DepthRouter, gather_tokens
 
@@ -96,6 +95,14 @@ class NagBlock(nn.Module):
         self.attn = NagSublayer(cfg, CausalSelfAttention(cfg), 2 * index - 1, index)
         self.mlp = NagSublayer(cfg, SwiGLU(cfg), 2 * index, index)
 
+    @property
+    def attn_router(self) -> DepthRouter | None:
+        return self.attn.router
+
+    @property
+    def mlp_router(self) -> DepthRouter | None:
+        return self.mlp.router
+
     def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
         return self.mlp(*self.attn(u, s))
 
@@ -107,14 +114,6 @@ class NagLM(ResidualLM):
         self.g_encode = nn.Parameter(torch.zeros(()))
         self.init_weights()
         nn.init.normal_(self.tok_emb.weight, 0.0, 1.0)  # unit RMS: s_0 starts near g_encode = 0
-
-    def routers(self) -> dict[SublayerKey, DepthRouter]:
-        found = {}
-        for j, block in enumerate(self.blocks, start=1):
-            for kind, sub in (("attn", block.attn), ("mlp", block.mlp)):
-                if sub.router is not None:
-                    found[(kind, j)] = sub.router
-        return found
 
     def encode(self, idx: Tensor) -> tuple[Tensor, Tensor]:
         """(u_0, s_0) from the mean-centred embedding rows."""

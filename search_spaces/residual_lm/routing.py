@@ -29,6 +29,7 @@ of a routed sublayer really do (1 - mod_rate) of the work; attention pads them p
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -41,24 +42,36 @@ EVAL_MOMENTUM = 0.1  # weight of the newest training threshold in eval_threshold
 
 @dataclass
 class TokenSelection:
-    """The executed tokens of a (B, T) batch, in ascending (b, t) order."""
+    """The executed tokens of a (B, T) batch, in ascending (b, t) order.
 
+    The per-sequence padded layout only attention needs (`max_count`, `padded_index`: a host sync
+    and a cumsum) is computed on first use, so routed MLPs never pay for it.
+    """
+
+    keep: Tensor  # (B, T) bool: the routing decision
     index: Tensor  # (N,) flat index b * T + t into the (B * T) token rows
     positions: Tensor  # (N,) position t of each token, for RoPE
-    padded_index: Tensor  # (N,) row b * max_count + rank in a per-sequence padded layout
     counts: Tensor  # (B,) executed tokens per sequence
-    batch: int
-    max_count: int
 
     @classmethod
     def from_mask(cls, keep: Tensor) -> "TokenSelection":
-        batch, seq_len = keep.shape
         index = keep.flatten().nonzero().squeeze(1)
-        counts = keep.sum(1)
-        max_count = int(counts.max()) if batch else 0
-        rank = (keep.cumsum(1) - 1).flatten()[index]  # position among the kept tokens of its sequence
-        padded_index = (index // seq_len) * max_count + rank
-        return cls(index, index % seq_len, padded_index, counts, batch, max_count)
+        return cls(keep, index, index % keep.shape[1], keep.sum(1))
+
+    @property
+    def batch(self) -> int:
+        return self.keep.shape[0]
+
+    @functools.cached_property
+    def max_count(self) -> int:
+        """The longest sequence's executed tokens: the padded layout's length."""
+        return int(self.counts.max()) if self.batch else 0
+
+    @functools.cached_property
+    def padded_index(self) -> Tensor:
+        """(N,) row b * max_count + rank of each executed token in a per-sequence padded layout."""
+        rank = (self.keep.cumsum(1) - 1).flatten()[self.index]  # position among its sequence's kept tokens
+        return (self.index // self.keep.shape[1]) * self.max_count + rank
 
 
 @dataclass
