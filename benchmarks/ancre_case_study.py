@@ -45,12 +45,12 @@ import json
 import logging
 import math
 import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from cpu_throughput import machine_info  # the machine record every benchmark writes
 
 LOG = logging.getLogger("ancre_case_study")
 
@@ -341,17 +341,6 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def machine_info() -> dict:
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "numpy": np.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
-
-
 def settings(steps: int) -> dict:
     return {
         "d": D, "n": D, "rank": RANK, "X": "identity (whitened, X X^T = I)",
@@ -379,7 +368,7 @@ def main() -> None:
     gaps = {depth: gap_verdict(depth, runs) for depth, runs in results.items()}
     ancre = {depth: ancre_verdict(depth, runs) for depth, runs in results.items()}
     payload = {
-        "machine": machine_info(),
+        "machine": {**machine_info(), "cpu_count": os.cpu_count(), "numpy": np.__version__},
         "settings": settings(args.steps),
         "results": {f"K={k}": v for k, v in results.items()},
         "summary": {

@@ -28,8 +28,8 @@ from search_spaces.residual_lm import flavour
 from workers import load_corpus, DataConfig, run_trial
 corpus = load_corpus(DataConfig())
 r = run_trial(flavour("bench", residual=sys.argv[1], mod_rate=0.25), float(sys.argv[2]), corpus)
-print(json.dumps({k: getattr(r, k) for k in ("status", "val_loss", "tokens_seen", "steps", "wall_time_s",
-                  "tokens_per_s", "step_time_share", "peak_memory_mb", "executed_flops_per_token")}))
+print(json.dumps({k: getattr(r, k) for k in ("status", "failure_reason", "val_loss", "tokens_seen", "steps",
+                  "wall_time_s", "tokens_per_s", "step_time_share", "peak_memory_mb", "executed_flops_per_token")}))
 """
 
 
@@ -42,8 +42,11 @@ def main() -> None:
     for family in ("cascaded", "nag", "ancre"):
         done = subprocess.run([sys.executable, "-c", ONE_TRIAL, family, str(args.budget)], check=True,
                               capture_output=True, text=True)
-        trials[family] = json.loads(done.stdout.strip().splitlines()[-1])
-        trials[family]["outside_steps_share"] = 1 - trials[family]["step_time_share"]
+        trial = json.loads(done.stdout.strip().splitlines()[-1])
+        reason = trial.pop("failure_reason")
+        if trial["status"] != "completed":  # no timing to report (an infeasible or failed one has none at all)
+            sys.exit(f"proxy_trial: the {family} trial did not complete ({trial['status']}): {reason}")
+        trials[family] = {**trial, "outside_steps_share": 1 - trial["step_time_share"]}
     met = {f: {"outside_steps": t["outside_steps_share"] < TARGETS["outside_steps_share_max"],
                "peak_memory": t["peak_memory_mb"] < TARGETS["peak_memory_mb_max"],
                "wall_10_to_30_s": 10 <= t["wall_time_s"] <= 30} for f, t in trials.items()}

@@ -5,17 +5,10 @@ store (`--storage URL` after `--`, else $RESNAS_STORAGE, else resnas.db in the w
 and caches reads; `views` holds the pages and `app.py` is the script `streamlit run` executes.
 """
 
-from pathlib import Path
-
 from .figures import (ancre_heatmap, hypervolume_figure, loss_curve_figure, nag_figure, pareto_figure,
                       residual_norm_figure, searches_frame, skip_rate_figure, trials_frame, width_figure, width_trend)
 
-APP_PATH = Path(__file__).with_name("app.py")
-STORAGE_ENV = "RESNAS_STORAGE"  # the same name as dashboard.data.STORAGE_ENV (kept here without importing streamlit)
-
 __all__ = [
-    "APP_PATH",
-    "STORAGE_ENV",
     "ancre_heatmap",
     "hypervolume_figure",
     "loss_curve_figure",

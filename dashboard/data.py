@@ -16,9 +16,8 @@ from typing import Mapping, Sequence
 import streamlit as st
 from sqlalchemy.engine import make_url
 
-from nas.store import SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
+from nas.store import STORAGE_ENV, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
 
-from . import STORAGE_ENV
 TTL_S = 3.0  # cache lifetime of store reads (seconds)
 REFRESH_S = 5.0  # live refresh period of pages showing a running search
 

@@ -1,40 +1,25 @@
-"""Export bundle: a zip of the YAML configs of chosen trials.
-
-PLACEHOLDER: `nas.export.export_configs(store, name, out_dir, pareto=False, trial=N)` is being
-written alongside this dashboard. It is imported lazily, inside `export_bundle`, so the rest of
-the dashboard works without it; the Export page shows "export not available" while the import
-fails. Revisit once `nas.export` lands (signature, file layout, errors it raises).
-"""
+"""Export bundle: a zip of the YAML configs `nas.export.export_configs` writes for chosen trials."""
 
 from __future__ import annotations
 
-import importlib
 import io
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Iterable
 
-
-def export_available() -> bool:
-    """Whether `nas.export.export_configs` can be imported."""
-    try:
-        return hasattr(importlib.import_module("nas.export"), "export_configs")
-    except ImportError:
-        return False
+from nas.export import export_configs
+from nas.store import Store
 
 
-def export_bundle(store_url: str, search: str, trial_numbers: Iterable[int]) -> bytes:
-    """PLACEHOLDER. A zip (bytes) of the YAML files `nas.export.export_configs` writes for each trial.
+def export_bundle(store: Store, search: str, trial_numbers: Iterable[int]) -> bytes:
+    """A zip (bytes) of the YAML file `nas.export.export_configs` writes for each trial.
 
-    Raises ImportError when `nas.export` is not there yet (the page turns that into an info box).
-    Only reads the store: export_configs writes YAML files into a temporary folder, not the database.
+    Only reads the store: the YAML files are written into a temporary folder, not the database.
+    Raises what export_configs raises (`ExportError`, `StoreError`).
     """
-    from nas.export import export_configs  # lazy: the module is being written (see the module docstring)
-    from nas.store import Store
-
     buffer = io.BytesIO()
-    with tempfile.TemporaryDirectory(prefix="resnas-export-") as tmp, Store(store_url) as store:
+    with tempfile.TemporaryDirectory(prefix="resnas-export-") as tmp:
         out_dir = Path(tmp)
         for number in trial_numbers:
             export_configs(store, search, out_dir, pareto=False, trial=int(number))

@@ -19,15 +19,21 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from nas.pareto import hypervolume, hypervolume_curve, pareto_rows, reference_point
+from nas.pareto import (
+    hypervolume,
+    hypervolume_curve,
+    is_front_candidate,
+    pareto_rows,
+    reference_point,
+)
 
 __all__ = [
     "FAMILY_COLOURS",
     "MOD_SYMBOLS",
     "ancre_heatmap",
     "family_colour",
+    "format_number",
     "hypervolume_figure",
-    "is_front_candidate",
     "loss_curve_figure",
     "mod_symbol",
     "nag_figure",
@@ -77,11 +83,6 @@ def _finite(x: Any) -> bool:
     return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def is_front_candidate(row) -> bool:
-    """Completed with a finite loss and FLOPs: the only rows that may sit on a front (nas.pareto)."""
-    return row.status == "completed" and _finite(row.val_loss) and _finite(row.executed_flops_per_token)
-
-
 def trial_lr(row) -> float | None:
     """The trial's learning rate: what ran (config["optim"]) or else what was sampled (flat config)."""
     optim = row.config.get("optim") if isinstance(row.config.get("optim"), dict) else {}
@@ -89,7 +90,8 @@ def trial_lr(row) -> float | None:
     return float(lr) if _finite(lr) else None
 
 
-def _fmt(x: Any, spec: str) -> str:
+def format_number(x: Any, spec: str) -> str:
+    """`x` in `spec`, "-" for None and "inf"/"-inf" for an infinite float (hover texts, metrics)."""
     if x is None:
         return "-"
     if isinstance(x, float) and not math.isfinite(x):
@@ -102,12 +104,12 @@ def trial_hover(row, search: str | None = None) -> str:
     head = f"<b>{search} · trial #{row.number}</b>" if search else f"<b>trial #{row.number}</b>"
     lines = [
         head,
-        f"residual {row.residual or '-'} · layers {_fmt(row.n_layers, 'd')} · d_model {_fmt(row.d_model, 'd')}"
-        f" · heads {_fmt(row.n_heads, 'd')}",
-        f"mod_rate {_fmt(row.mod_rate, 'g')} · lr {_fmt(trial_lr(row), '.2e')}",
-        f"val loss {_fmt(row.val_loss, '.4f')} nats · {_fmt(row.val_bpb, '.3f')} bits/byte",
-        f"executed FLOPs/token {_fmt(row.executed_flops_per_token, '.3g')}",
-        f"tokens {_fmt(row.tokens_seen, ',d')} · status {row.status}",
+        f"residual {row.residual or '-'} · layers {format_number(row.n_layers, 'd')}"
+        f" · d_model {format_number(row.d_model, 'd')} · heads {format_number(row.n_heads, 'd')}",
+        f"mod_rate {format_number(row.mod_rate, 'g')} · lr {format_number(trial_lr(row), '.2e')}",
+        f"val loss {format_number(row.val_loss, '.4f')} nats · {format_number(row.val_bpb, '.3f')} bits/byte",
+        f"executed FLOPs/token {format_number(row.executed_flops_per_token, '.3g')}",
+        f"tokens {format_number(row.tokens_seen, ',d')} · status {row.status}",
     ]
     if row.failure_reason:
         lines.append(f"reason: {row.failure_reason[:80]}")
@@ -348,7 +350,7 @@ def width_figure(rows_with_width: Sequence[tuple[Any, Mapping]]) -> go.Figure:
             x=[w.get("d_model") for w in widths], y=[w.get(key) for w in widths], mode="markers", name=key,
             marker=dict(color=[family_colour(r.residual) for r in rows], symbol=[mod_symbol(r.mod_rate) for r in rows],
                         size=10, line=dict(color="#222222", width=1)),
-            hovertext=[trial_hover(r) + f"<br>{key} {_fmt(w.get(key), '.4g')}" for r, w in rows_with_width],
+            hovertext=[trial_hover(r) + f"<br>{key} {format_number(w.get(key), '.4g')}" for r, w in rows_with_width],
             hovertemplate="%{hovertext}<extra></extra>", showlegend=False), row=1, col=col)
     for key in _legend_keys(rows):
         fig.add_trace(key, row=1, col=1)

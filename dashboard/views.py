@@ -9,7 +9,6 @@ its own multipage navigation.)
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Sequence
 
 import pandas as pd
@@ -18,8 +17,8 @@ import streamlit as st
 from nas.pareto import pareto_rows, reference_point
 
 from . import data
-from .export import export_available, export_bundle
-from .figures import (ancre_heatmap, hypervolume_figure, loss_curve_figure, nag_figure, pareto_figure,
+from .export import export_bundle
+from .figures import (ancre_heatmap, format_number, hypervolume_figure, loss_curve_figure, nag_figure, pareto_figure,
                       residual_norm_figure, searches_frame, skip_rate_figure, trials_frame, width_figure, width_trend)
 
 FLOPS = st.column_config.NumberColumn(format="%.3e")
@@ -52,12 +51,6 @@ def _pick_search(summaries: Sequence, key: str) -> str:
 
 def _running(summaries: Sequence, names: Sequence[str]) -> bool:
     return any(is_running(s) for s in summaries if s.name in names)
-
-
-def _fmt(x, spec: str) -> str:
-    if x is None:
-        return "-"
-    return ("inf" if x > 0 else "-inf") if isinstance(x, float) and not math.isfinite(x) else format(x, spec)
 
 
 # ---- Searches --------------------------------------------------------------------------------
@@ -139,11 +132,11 @@ def _trial_summary(row) -> None:
     for earlier in row.previous_attempts or []:
         st.caption(f"attempt {earlier.get('attempt')}: {earlier.get('status')} - {earlier.get('failure_reason') or ''}")
     cols = st.columns(5)
-    cols[0].metric("val loss (nats)", _fmt(row.val_loss, ".4f"))
-    cols[1].metric("bits/byte", _fmt(row.val_bpb, ".3f"))
-    cols[2].metric("executed FLOPs/token", _fmt(row.executed_flops_per_token, ".3g"))
-    cols[3].metric("tokens seen", _fmt(row.tokens_seen, ",d"))
-    cols[4].metric("wall time (s)", _fmt(row.wall_time_s, ".1f"))
+    cols[0].metric("val loss (nats)", format_number(row.val_loss, ".4f"))
+    cols[1].metric("bits/byte", format_number(row.val_bpb, ".3f"))
+    cols[2].metric("executed FLOPs/token", format_number(row.executed_flops_per_token, ".3g"))
+    cols[3].metric("tokens seen", format_number(row.tokens_seen, ",d"))
+    cols[4].metric("wall time (s)", format_number(row.wall_time_s, ".1f"))
     st.caption(f"residual {row.residual} · {row.n_layers} layers · d_model {row.d_model} · {row.n_heads} heads · "
                f"mod_rate {row.mod_rate} · attempt {row.attempt}")
     with st.expander("config", expanded=False):
@@ -246,14 +239,9 @@ def export_page(url: str, summaries: Sequence) -> None:
     front = [r.number for r in pareto_rows(rows)]
     numbers = st.multiselect("trials (default: the Pareto front)", [r.number for r in rows], default=front,
                              key=f"export_trials:{name}")
-    if not export_available():
-        st.info("export not available")
-        return
     if st.button("build YAML bundle", key="export_build", disabled=not numbers):
         try:
-            st.session_state["export_bundle"] = (name, tuple(numbers), export_bundle(url, name, numbers))
-        except ImportError:
-            st.info("export not available")
+            st.session_state["export_bundle"] = (name, tuple(numbers), export_bundle(data.store(url), name, numbers))
         except Exception as err:  # the exporter's own errors, shown rather than crashing the page
             st.error(f"export failed: {err}")
     built = st.session_state.get("export_bundle")

@@ -19,7 +19,7 @@ from rich.table import Table
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Architecture search over residual topologies and depth sparsity.")
 console = Console(width=None if sys.stdout.isatty() else 160)  # full tables in logs and pipes
-STORAGE_ENV = "RESNAS_STORAGE"
+from .store import STORAGE_ENV
 STORAGE_HELP = (f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
                 "command line, else sqlite:///resnas.db in the working directory).")
 

@@ -17,20 +17,28 @@ import numpy as np
 OBJECTIVE_NAMES = ("val_loss", "executed_flops_per_token")
 
 
+def is_front_candidate(row) -> bool:
+    """Completed with a finite loss and finite executed FLOPs: the only rows that may sit on a front.
+
+    A completed trial always has finite FLOPs; requiring them (the dashboard's rule) keeps a NaN or inf
+    that reached the store off fronts, hypervolumes and plot axes alike.
+    """
+    return row.status == "completed" and _finite(row.val_loss) and _finite(row.executed_flops_per_token)
+
+
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def objectives(rows: Sequence) -> np.ndarray:
     """(n, 2) array of (val_loss, executed FLOPs per token) of completed rows with finite values."""
-    pts = [(r.val_loss, r.executed_flops_per_token) for r in rows if _on_front_candidate(r)]
+    pts = [(r.val_loss, r.executed_flops_per_token) for r in rows if is_front_candidate(r)]
     return np.array(pts, dtype=float).reshape(-1, 2)
-
-
-def _on_front_candidate(row) -> bool:
-    return (row.status == "completed" and row.val_loss is not None and math.isfinite(row.val_loss)
-            and row.executed_flops_per_token is not None)
 
 
 def pareto_rows(rows: Sequence) -> list:
     """The non-dominated completed rows, sorted by executed FLOPs per token."""
-    candidates = [r for r in rows if _on_front_candidate(r)]
+    candidates = [r for r in rows if is_front_candidate(r)]
     if not candidates:
         return []
     keep = moocore.is_nondominated(objectives(candidates), maximise=False, keep_weakly=False)

@@ -59,7 +59,7 @@ import torch.distributed as dist
 from pydantic import ValidationError
 
 from search_spaces.residual_lm import ResidualLM, config_error_message, flops_per_token
-from workers.data import DataConfig, TokenizedCorpus, load_corpus
+from workers.data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
 from workers.train import InfeasibleBudget, Report, RunConfig, plan_budget, train
 
 from .export import ExportedConfig
@@ -164,7 +164,6 @@ def _pretrain(exported: ExportedConfig, budget: float, data: DataConfig, out_dir
     device = parallel.device()
     run = _run_config(exported, overrides, budget / parallel.world_size, parallel.checkpoint_dir(out_dir), device)
     corpus = parallel.shard(load_corpus(data))
-    corpus = replace(corpus, val=corpus.val.to(device))  # `evaluate` feeds validation batches as they are
     manifest = _manifest(exported, budget, seed, run, corpus, parallel)
     ckpt = Path(run.checkpoint_dir) / "last.pt"
     done, refused = None, None
@@ -253,7 +252,7 @@ def _summary(outcome, exported: ExportedConfig, budget: float, run: RunConfig, p
     loss = state.val_loss if outcome.status == "completed" else math.inf
     return {
         "status": outcome.status, "failure_reason": outcome.failure_reason,
-        "val_loss": loss, "val_bpb": loss / math.log(2), "last_val_loss": state.val_loss,
+        "val_loss": loss, "val_bpb": bits_per_byte(loss), "last_val_loss": state.val_loss,
         "tokens_seen": int(tokens), "planned_tokens": outcome.plan.tokens * parallel.world_size, "steps": state.step,
         "planned_steps": outcome.plan.steps, "training_flops": flops, "budget_flops": budget,
         "executed_flops_per_token": outcome.plan.executed_flops_per_token,

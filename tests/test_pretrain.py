@@ -5,7 +5,6 @@ that MoD thresholds are loaded, that a stopped run resumes from its checkpoint t
 final loss and weights as an uninterrupted one, and data parallelism over two gloo processes.
 """
 
-import inspect
 import json
 import math
 import os
@@ -31,9 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 ARCH = ArchConfig(vocab_size=256, seq_len=32, n_layers=2, d_model=32, n_heads=2, residual="ancre", mod_rate=0.25,
                   mod_every=1)
 TOKENS = 20_000
-HAS_HOOK = "model_hook" in inspect.signature(train).parameters
-needs_hook = pytest.mark.skipif(not HAS_HOOK, reason="workers.train.train has no model_hook parameter: pretraining "
-                                "cannot freeze ANCRe coefficients or load MoD thresholds without it")
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +174,6 @@ def test_unfrozen_export_learns_connectivity_from_equal_logits(exported):
 
 # ---- end to end ----------------------------------------------------------------------------------------
 
-@needs_hook
 def test_pretrain_end_to_end_keeps_frozen_coefficients(uninterrupted, exported):
     out, summary, spy = uninterrupted
     assert summary["status"] == "completed" and math.isfinite(summary["val_loss"])
@@ -202,14 +197,18 @@ def test_pretrain_end_to_end_keeps_frozen_coefficients(uninterrupted, exported):
     assert torch.equal(final["model"]["connectivity.logits"], expected)
 
 
-@needs_hook
 def test_stopped_run_resumes_to_the_uninterrupted_result(uninterrupted, exported, data, tmp_path):
-    full_out, full, _ = uninterrupted
+    full_out, full, full_spy = uninterrupted
     out = tmp_path / "resumed"
     stopped, _ = run_pretrain(exported, out, data, report=lambda point: point["step"] >= 50)
     assert stopped["status"] == "stopped" and stopped["steps"] == 50 and stopped["final_model"] is None
-    resumed, spy = run_pretrain(exported, out, data)
+    points = []
+    resumed, spy = run_pretrain(exported, out, data, report=points.append)
     assert resumed["status"] == "completed" and resumed["resumed_from_step"] == 50
+    # Training really started from the step-50 checkpoint (a fresh run with the same seed would report
+    # from its first steps), and reported exactly what the uninterrupted run reported after step 50.
+    assert points and points[0]["step"] > 50
+    assert points == [p for p in full_spy.outcomes[0].state.curve if p["step"] > 50]
     assert resumed["val_loss"] == full["val_loss"] and resumed["tokens_seen"] == full["tokens_seen"]
     assert resumed["training_flops"] == full["training_flops"]
     a = torch.load(full_out / "final.pt", weights_only=True)["model"]
@@ -219,7 +218,6 @@ def test_stopped_run_resumes_to_the_uninterrupted_result(uninterrupted, exported
     assert again["already_complete"] and again["val_loss"] == full["val_loss"] and not spy_again.outcomes
 
 
-@needs_hook
 def test_out_dir_holding_another_run_is_refused(uninterrupted, exported, data):
     out, full, _ = uninterrupted
     with pytest.raises(PretrainError, match="different budget_flops") as err:
@@ -260,7 +258,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@needs_hook
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo")
 def test_two_process_data_parallel_keeps_replicas_identical(exported_file, data, tmp_path):
     """The environment torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), two CPU processes."""

@@ -81,7 +81,7 @@ class _Interrupt(Exception):
 def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path, family):
     cfg = tiny(residual=family, mod_rate=0.25)
     budget = 3 * flops_per_token(cfg).executed * 4 * 32 * 12
-    straight = train(cfg, budget, corpus, run=RUN, seed=3)
+    straight = train(cfg, budget, corpus, run=RUN.model_copy(update={"report_every": 1}), seed=3)
 
     def crash_at_step_7(point):
         if point["step"] >= 7:
@@ -90,7 +90,12 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path, f
     run = RUN.model_copy(update={"checkpoint_dir": str(tmp_path), "checkpoint_every": 2, "report_every": 1})
     with pytest.raises(_Interrupt):
         train(cfg, budget, corpus, run=run, seed=3, report=crash_at_step_7)
-    resumed = train(cfg, budget, corpus, run=run, seed=3)
+    points = []
+    resumed = train(cfg, budget, corpus, run=run, seed=3, report=points.append)
+    # It resumed from the step-6 checkpoint (a fresh start with the same seed would report step 1 first)
+    # and reported what the uninterrupted run did from step 7 on.
+    assert points and points[0]["step"] == 7
+    assert points == straight.state.curve[6:]
     assert resumed.status == "completed" and resumed.state.step == straight.state.step
     assert resumed.state.val_loss == straight.state.val_loss
     assert resumed.state.tokens_seen == straight.state.tokens_seen

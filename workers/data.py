@@ -335,6 +335,15 @@ def _write_cache(entry: Path, train: np.ndarray, val: np.ndarray, meta: dict[str
     _atomic_write(entry / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode("utf-8")))
 
 
+def _corpus(train: np.ndarray, val: np.ndarray, meta: dict[str, Any]) -> TokenizedCorpus:
+    """The corpus of two uint8 streams and their cache metadata (shares the arrays' memory)."""
+    return TokenizedCorpus(
+        train=torch.from_numpy(train), val=torch.from_numpy(val), vocab_size=VOCAB_SIZE,
+        name=meta["name"], n_train_docs=meta["n_train_docs"], n_val_docs=meta["n_val_docs"],
+        fingerprint=meta["fingerprint"],
+    )
+
+
 def _read_cache(entry: Path) -> TokenizedCorpus | None:
     """The cached corpus in ``entry``, or None if absent or inconsistent."""
     try:
@@ -346,11 +355,7 @@ def _read_cache(entry: Path) -> TokenizedCorpus | None:
     if train.dtype != np.uint8 or (train.size, val.size) != (meta["n_train_tokens"], meta["n_val_tokens"]):
         logger.warning("ignoring inconsistent cache entry %s", entry)
         return None
-    return TokenizedCorpus(
-        train=torch.from_numpy(train), val=torch.from_numpy(val), vocab_size=VOCAB_SIZE,
-        name=meta["name"], n_train_docs=meta["n_train_docs"], n_val_docs=meta["n_val_docs"],
-        fingerprint=meta["fingerprint"],
-    )
+    return _corpus(train, val, meta)
 
 
 def _build_corpus(cfg: DataConfig, fingerprint: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
@@ -386,11 +391,7 @@ def load_corpus(cfg: DataConfig) -> TokenizedCorpus:
         "corpus %s: %d train docs (%d bytes), %d val docs (%d bytes), cached in %s",
         meta["name"], meta["n_train_docs"], train.size, meta["n_val_docs"], val.size, entry,
     )
-    return TokenizedCorpus(
-        train=torch.from_numpy(train), val=torch.from_numpy(val), vocab_size=VOCAB_SIZE,
-        name=meta["name"], n_train_docs=meta["n_train_docs"], n_val_docs=meta["n_val_docs"],
-        fingerprint=fingerprint,
-    )
+    return _corpus(train, val, meta)
 
 
 # --------------------------------------------------------------------------- batches

@@ -203,7 +203,8 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
     """Train `cfg` on `corpus` for the iso-FLOP token budget of `budget_flops`. Raises InfeasibleBudget.
 
     `model_hook(model)` runs right after the model is built, before the optimiser is built and
-    before any checkpoint is loaded (pretraining uses it to load frozen ANCRe coefficients).
+    before any checkpoint is loaded (pretraining uses it to load frozen ANCRe coefficients). Training
+    and validation batches go to the device the model is on after the hook.
     """
     # 1. Plan the budget and build everything under the seed.
     if cfg.vocab_size < corpus.vocab_size:
@@ -215,8 +216,9 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
         model_hook(model)
     opt = build_optimizer(model, optim)
     batches = TrainBatches(corpus.train, cfg.seq_len, run.batch_size, seed)
-    val = validation_batches(corpus.val, cfg.seq_len, run.eval_sequences, run.batch_size)
-    device = next(model.parameters()).device
+    device = next(model.parameters()).device  # where model_hook put the model
+    val = [(x.to(device), y.to(device))
+           for x, y in validation_batches(corpus.val, cfg.seq_len, run.eval_sequences, run.batch_size)]
     # 2. Resume from the last checkpoint, if any.
     ckpt = _checkpoint_path(run)
     state = load_checkpoint(ckpt, cfg, model, opt, batches) if ckpt and ckpt.exists() else TrainState()
@@ -251,7 +253,8 @@ def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, dev
     with autocast(precision, device):
         logits = model(x)
     loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-    value = loss.item()
+    value = loss.item()  # syncs with the device once per step ...
+    executed = sum(model.last_executed_flops().values())  # ... so reading the routers' counts stalls nothing more
     if math.isfinite(value):
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -259,7 +262,7 @@ def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, dev
         opt.step()
         state.step += 1
         state.tokens_seen += y.numel()
-        state.training_flops += 3.0 * sum(model.last_executed_flops().values())
+        state.training_flops += 3.0 * executed
         state.train_loss = value if math.isnan(state.train_loss) else 0.9 * state.train_loss + 0.1 * value
     state.step_seconds += time.perf_counter() - start
     return value

@@ -13,19 +13,18 @@ import math
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import torch
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token
 
-from .data import DataConfig, TokenizedCorpus, load_corpus
+from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
 from .train import InfeasibleBudget, OptimConfig, Report, RunConfig, TrainOutcome, train
 from .width_probe import width_certificate
 
 Status = Literal["completed", "diverged", "stopped", "infeasible", "failed"]
-LN2 = math.log(2.0)
 
 
 @dataclass
@@ -99,7 +98,7 @@ def run_trial(cfg: ArchConfig, budget_flops: float, data: TokenizedCorpus | Data
     try:
         corpus = data if isinstance(data, TokenizedCorpus) else load_corpus(data or DataConfig())
         if device.type == "cuda":
-            corpus, run = replace(corpus, val=corpus.val.to(device)), run.model_copy(update={"precision": "bf16"})
+            run = run.model_copy(update={"precision": "bf16"})
         outcome = train(cfg, budget_flops, corpus, optim=optim, run=run, seed=seed, report=report,
                         model_hook=lambda model: model.to(device))
     except InfeasibleBudget as err:
@@ -127,7 +126,7 @@ def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) 
     wall = time.perf_counter() - start
     loss = state.val_loss if completed else math.inf
     return TrialResult(
-        status=outcome.status, failure_reason=outcome.failure_reason, val_loss=loss, val_bpb=loss / LN2,
+        status=outcome.status, failure_reason=outcome.failure_reason, val_loss=loss, val_bpb=bits_per_byte(loss),
         realised_flops_per_token=state.training_flops / (3 * state.tokens_seen) if state.tokens_seen else None,
         training_flops=state.training_flops, tokens_seen=state.tokens_seen, planned_tokens=outcome.plan.tokens,
         steps=state.step, wall_time_s=wall, tokens_per_s=state.tokens_seen / wall if wall > 0 else 0.0,

@@ -6,12 +6,15 @@ from .migrations import (MIGRATIONS, SCHEMA_LOCK_KEY, SCHEMA_VERSION, Migration,
                          schema_lock)
 from .schema import SEARCH_STATUSES, TRIAL_STATUSES, sanitise_json
 
+STORAGE_ENV = "RESNAS_STORAGE"  # the store URL when none is given, ahead of default_url (CLI and dashboard)
+
 __all__ = [
     "MIGRATIONS",
     "Migration",
     "SCHEMA_LOCK_KEY",
     "SCHEMA_VERSION",
     "SEARCH_STATUSES",
+    "STORAGE_ENV",
     "SchemaVersionError",
     "SearchExists",
     "SearchRow",
