@@ -43,7 +43,7 @@ import optuna
 
 from cpu_throughput import machine_info
 from nas.budget import Budget
-from nas.search import DefineByRun, SearchSettings, code_version, make_sampler, new_study_name, optuna_storage
+from nas.search import DefineByRun, SearchSettings, create_search, make_sampler, optuna_storage
 from nas.space import load_space
 from nas.store import Store
 
@@ -92,9 +92,8 @@ def run_service(tmp: Path, space, budget: Budget, settings: SearchSettings) -> d
 
     import_s = time.perf_counter() - t0
     store = Store(f"sqlite:///{tmp / 'resnas.db'}")
-    name, study = "overhead", new_study_name("overhead")
-    store.create_search(name, requested_trials=N_TRIALS, budget=budget.model_dump(), space=space.model_dump(),
-                        settings=asdict(settings), optuna_study_name=study, code_version=code_version())
+    name = "overhead"
+    study = create_search(store, name, space, budget, settings)
     t1 = time.perf_counter()
     tune_runner.init_ray(settings)
     startup = time.perf_counter() - t1

@@ -35,7 +35,7 @@ import optuna
 
 from cpu_throughput import machine_info
 from nas.budget import Budget
-from nas.search import SearchSettings, code_version, new_study_name, optuna_storage
+from nas.search import SearchSettings, create_search, optuna_storage
 from nas.space import load_space
 from nas.store import Store
 from service_overhead import TRIAL_FLOPS, noop, quantiles_ms
@@ -73,9 +73,8 @@ def run_search(url: str, n_trials: int, settings: SearchSettings) -> dict:
     from nas import tune_runner  # imports Ray
 
     space, budget = load_space(), Budget(trial_flops=TRIAL_FLOPS, trials=n_trials)
-    store, name, study = TimedStore(url), "load", new_study_name("load")
-    store.create_search(name, requested_trials=n_trials, budget=budget.model_dump(), space=space.model_dump(),
-                        settings=asdict(settings), optuna_study_name=study, code_version=code_version())
+    store, name = TimedStore(url), "load"
+    study = create_search(store, name, space, budget, settings)
     t0 = time.perf_counter()
     tune_runner.init_ray(settings)
     startup = time.perf_counter() - t0

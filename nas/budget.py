@@ -105,11 +105,7 @@ class Budget(BaseModel):
         """`trials`, or floor(search_flops / trial_flops)."""
         if self.trials is not None:
             return self.trials
-        n = math.floor(self.search_flops / self.trial_flops)
-        if n < 1:  # unreachable after validation, kept for model_construct'ed budgets
-            raise BudgetError(f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
-                              f"{_num(self.trial_flops)}: not even one trial")
-        return n
+        return math.floor(self.search_flops / self.trial_flops)  # >= 1: validation checked search >= trial
 
     @property
     def total_flops(self) -> float:

@@ -16,10 +16,11 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
+from .store import STORAGE_ENV
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Architecture search over residual topologies and depth sparsity.")
 console = Console(width=None if sys.stdout.isatty() else 160)  # full tables in logs and pipes
-from .store import STORAGE_ENV
 STORAGE_HELP = (f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
                 "command line, else sqlite:///resnas.db in the working directory).")
 
@@ -49,7 +50,7 @@ def open_store(storage: Optional[str]):
 
 
 @app.callback()
-def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+def configure_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -84,16 +85,18 @@ def search(
     from .store import SearchExists, StoreError
 
     space_spec, budget = _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds)
-    _check_choices(sampler=sampler in SAMPLERS, workers=workers >= 1, retries=retries >= 0,
-                   gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf)
+    _check_choices(name=bool(name.strip()), sampler=sampler in SAMPLERS, workers=workers >= 1, retries=retries >= 0,
+                   seed=0 <= seed < 2**32, gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf)
     data_cfg, ray_dir = _validated_data(data), _validated_ray_dir(ray_dir)
     try:
         check_budget_fits(space_spec, budget)  # at the space's own batch size
     except BudgetError as err:
         fail(str(err))
-    store = open_store(storage)
     settings = SearchSettings(workers=workers, sampler=sampler, seed=seed, retries=retries, ray_address=ray_address,
                               ray_dir=ray_dir, gpus_per_trial=gpus_per_trial, data=data_cfg, early_stopping=early_stop)
+    if ray_address:
+        _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
+    store = open_store(storage)
     try:
         report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
     except (SearchExists, StoreError) as err:
@@ -206,6 +209,8 @@ def pretrain(file: Path = typer.Argument(..., help="An exported configuration (n
     from .pretrain import PretrainError
     from .pretrain import pretrain as run_pretraining
 
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out: must be a folder (a run folder, created if missing), not the file {out}")
     data_cfg = DataConfig(**_validated_data(data))
     try:
         exported = load_exported(file)
@@ -271,16 +276,13 @@ def demo(
 
 
 def _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds):
-    from .budget import Budget, budget_error_message
+    from .budget import Budget, BudgetError
     from .space import SpaceError, load_space
 
     try:
         budget = Budget(trial_flops=trial_flops, trials=trials, search_flops=search_flops,
                         max_trial_seconds=max_trial_seconds, max_search_seconds=max_search_seconds)
-        budget.n_trials
-    except ValidationError as err:
-        fail(budget_error_message(err))
-    except ValueError as err:
+    except BudgetError as err:
         fail(str(err))
     try:
         return load_space(space), budget
@@ -289,15 +291,28 @@ def _validated_inputs(space, trial_flops, trials, search_flops, max_trial_second
 
 
 def _validated_data(source: str) -> dict:
-    from workers.data import DataConfig
+    """The corpus config, after loading the corpus once here (it is then cached for the trials), so a
+    typo or an unreachable source fails now, in one line, instead of in every trial."""
+    from workers.data import DataConfig, load_corpus
 
-    looks_local = source != "shipped" and (source.startswith((".", "/", "~")) or Path(source).suffix)
-    if looks_local and not Path(source).expanduser().exists():
-        fail(f"--data: no such file or folder: {source}")
     try:
-        return DataConfig(source=source).model_dump(exclude_defaults=True)
+        config = DataConfig(source=source)
     except ValidationError as err:
         fail(f"--data: {err.errors()[0]['msg']}")
+    try:
+        load_corpus(config)
+    except Exception as err:  # noqa: BLE001 - any loader failure is bad input here, reported in one line
+        fail(f"--data: cannot load {source!r}: {type(err).__name__}: {err}")
+    return config.model_dump(exclude_defaults=True)
+
+
+def _join_ray_cluster(settings) -> None:
+    from .tune_runner import init_ray
+
+    try:
+        init_ray(settings)
+    except Exception as err:  # noqa: BLE001 - a malformed or unreachable address is bad input
+        fail(f"--ray-address: cannot join the Ray cluster at {settings.ray_address!r}: {type(err).__name__}: {err}")
 
 
 def _validated_ray_dir(ray_dir: Optional[str]) -> Optional[str]:
@@ -311,7 +326,10 @@ def _validated_ray_dir(ray_dir: Optional[str]) -> Optional[str]:
 
 
 def _check_choices(**ok: bool) -> None:
-    accepted = {"sampler": "one of tpe, nsga2, random, gp", "workers": ">= 1", "retries": ">= 0",
+    from .search import SAMPLERS
+
+    accepted = {"name": "a non-empty name", "sampler": f"one of {', '.join(SAMPLERS)}", "workers": ">= 1",
+                "retries": ">= 0", "seed": "in 0..2**32 - 1",
                 "gpus_per_trial": "a finite number >= 0 (a share of one GPU, e.g. 0.25)"}
     for field, good in ok.items():
         if not good:
@@ -347,5 +365,23 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
                   f"{len(rows)} trial rows")
 
 
+def main() -> None:
+    """The `nas` console script: typer's app, except that usage errors (a missing option, a value of
+    the wrong type or out of an option's range) also end in one `error:` line with exit status 2."""
+    from typer.exceptions import TyperException
+
+    if len(sys.argv) <= 1:
+        app()  # no command: typer shows the help
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
+    except TyperException as err:  # click's usage errors: bad option values, missing or unknown options
+        typer.echo(f"error: {' '.join(err.format_message().split())}", err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    app()
+    main()

@@ -1,12 +1,11 @@
 """`nas demo`: build each residual family, print its size and FLOPs, train it a few steps.
 
-A stand-in for the real search (later issues): it shows the families side by side at one size,
-trained with the same seed, the same batches and the same number of steps on the shipped corpus.
+A quick tour before a search: the families side by side at one size, trained with the same
+seed, the same batches and the same number of steps on the shipped corpus.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 
@@ -18,7 +17,6 @@ from rich.table import Table
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flavour, flops_per_token
 from workers import byte_tokens, read_shipped_texts
 
-log = logging.getLogger(__name__)
 
 DEMO_VARIANTS = [
     {"residual": "cascaded"},

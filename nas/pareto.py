@@ -14,8 +14,6 @@ from typing import Sequence
 import moocore
 import numpy as np
 
-OBJECTIVE_NAMES = ("val_loss", "executed_flops_per_token")
-
 
 def is_front_candidate(row) -> bool:
     """Completed with a finite loss and finite executed FLOPs: the only rows that may sit on a front.

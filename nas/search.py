@@ -24,18 +24,20 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import optuna
+from pydantic import ValidationError
 
-from search_spaces.residual_lm import flops_per_token
+from search_spaces.residual_lm import config_error_message, flops_per_token
 from workers.data import DataConfig
 
 from .budget import Budget, trial_is_feasible
-from .space import SearchSpace, is_valid, space_from_dict, suggest, to_configs
+from .space import SearchSpace, space_from_dict, suggest, to_configs
 from .store import Store, schema_lock
 
 log = logging.getLogger(__name__)
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp")
 INTERRUPTED = "interrupted: the search driver stopped before this trial finished"
+RETRYING = "(retrying: attempt"  # marks a failed attempt that Tune retries (tune_runner.StoreCallback)
 FINAL_STATUSES = ("completed", "diverged", "infeasible", "stopped", "failed")
 
 
@@ -84,10 +86,12 @@ class DefineByRun:
     def __call__(self, trial) -> dict:
         params = suggest(self.space, trial)
         ot_trial = getattr(trial, "ot_trial", trial)  # Ray wraps the Optuna trial in a captor
-        reason = is_valid(self.space, params)
-        extra = {"optuna_number": ot_trial.number, "infeasible_reason": reason, "executed_flops_per_token": math.inf}
-        if reason is None:
+        extra = {"optuna_number": ot_trial.number, "executed_flops_per_token": math.inf}
+        try:
             arch, _, run = to_configs(self.space, params)
+        except ValidationError as err:
+            extra["infeasible_reason"] = config_error_message(err)
+        else:
             extra["executed_flops_per_token"] = flops_per_token(arch).executed
             extra["infeasible_reason"] = trial_is_feasible(arch, self.budget, run.batch_size)
         ot_trial.set_constraint("infeasible", 1.0 if extra["infeasible_reason"] else 0.0)
@@ -120,12 +124,12 @@ def fail_stale_optuna_trials(storage: optuna.storages.RDBStorage, study_name: st
 
 def finished_trial_numbers(store: Store, name: str) -> set[int]:
     """Trials that count towards the requested number: final and not interrupted by a dead driver."""
-    done = set()
-    for row in store.trials(name):
-        if row.status in FINAL_STATUSES and not (row.failure_reason or "").startswith("interrupted"):
-            if row.status != "failed" or "retrying" not in (row.failure_reason or ""):
-                done.add(row.number)
-    return done
+    def counts(row) -> bool:
+        reason = row.failure_reason or ""
+        being_retried = row.status == "failed" and RETRYING in reason
+        return row.status in FINAL_STATUSES and not reason.startswith(INTERRUPTED) and not being_retried
+
+    return {row.number for row in store.trials(name) if counts(row)}
 
 
 def data_config(settings: SearchSettings) -> DataConfig:
@@ -183,11 +187,17 @@ def code_version() -> str:
 def launch_search(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings,
                   show_progress: bool = True) -> SearchReport:
     """Create search `name` (inputs already validated) and run all its trials."""
+    create_search(store, name, space, budget, settings)
+    return _run_remaining(store, name, show_progress)
+
+
+def create_search(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> str:
+    """Record search `name` with everything `resume` needs; returns its Optuna study's name."""
     study = new_study_name(name)
     store.create_search(name, requested_trials=budget.n_trials, budget=budget.model_dump(),
                         space=space.model_dump(), settings=asdict(settings), optuna_study_name=study,
                         code_version=code_version())
-    return _run_remaining(store, name, show_progress)
+    return study
 
 
 def resume_search(store: Store, name: str, show_progress: bool = True, ray_address: str | None = None) -> SearchReport:

@@ -371,8 +371,9 @@ class SearchSpace(_Frozen):
         errors = [(("params", name), f"{name} is also in fixed: a knob is either fixed or searched", None)
                   for name in self.params if name in self.fixed]
         _fail(errors)
-        if _smallest(self)[0] is None:  # no combination of the knobs is a valid ArchConfig
-            _fail([(("params",), f"no valid architecture in the space (e.g. {_smallest(self)[1]})", None)])
+        smallest, reason = _smallest(self)
+        if smallest is None:  # no combination of the knobs is a valid ArchConfig
+            _fail([(("params",), f"no valid architecture in the space (e.g. {reason})", None)])
         return self
 
     def spec(self) -> dict:
@@ -438,10 +439,8 @@ def space_from_dict(raw: dict, source: str = "space") -> SearchSpace:
     """Validate an already-parsed spec; raises SpaceError naming `source` and the field path."""
     try:
         return SearchSpace.model_validate(raw)
-    except ValidationError as err:
+    except ValidationError as err:  # the validators' own errors arrive wrapped in it too
         raise SpaceError(space_error_message(err, source)) from None
-    except SpaceError as err:
-        raise SpaceError(f"{source}: {err}") from None
 
 
 # ---------------------------------------------------------------------------------------------

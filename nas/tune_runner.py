@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from .search import (DefineByRun, SearchSettings, data_config, local_ray_env, make_sampler, optuna_storage,
-                     ray_results_dir)
+from .search import (RETRYING, DefineByRun, SearchSettings, data_config, local_ray_env, make_sampler,
+                     optuna_storage, ray_results_dir)
 
 local_ray_env()  # before Ray is imported: it reads these variables at import time
 
@@ -89,7 +89,7 @@ class StoreCallback(tune.Callback):
     def on_trial_recover(self, iteration, trials, trial, **info):
         attempt = int(trial.num_failures)
         self._close(trial, {"status": "failed", "val_loss": math.inf,
-                            "failure_reason": f"{error_line(trial)} (retrying: attempt {attempt + 1} of {self.retries + 1})"})
+                            "failure_reason": f"{error_line(trial)} {RETRYING} {attempt + 1} of {self.retries + 1})"})
         self.counts.failed += 1
         self._refresh()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import logging
 import os
 import pwd
@@ -38,7 +37,6 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 log = logging.getLogger(__name__)
 
 SUPERUSER = "resnas"
-STATE_FILE = "server.json"
 # Tests trade durability for speed (the data is thrown away); `durable=True` keeps the defaults.
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
@@ -98,13 +96,6 @@ class LocalPostgres:
         """A server in a fresh directory under the system temp dir (reachable by the server account)."""
         return cls(tempfile.mkdtemp(prefix="resnas-pg-"), durable=durable, remove_on_stop=True)
 
-    def __enter__(self) -> LocalPostgres:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     @property
     def pid(self) -> int | None:
         """The postmaster's PID, from this cluster's own `postmaster.pid`."""
@@ -130,9 +121,6 @@ class LocalPostgres:
                                        "start"])
             if done.returncode == 0:
                 self.url = f"postgresql+psycopg://{SUPERUSER}:{password}@127.0.0.1:{port}/postgres"
-                state = self.base_dir / STATE_FILE
-                state.touch(mode=0o600)
-                state.write_text(json.dumps({"url": self.url, "pid": self.pid}))  # holds the password
                 log.info("PostgreSQL started: pid %s, 127.0.0.1:%d, %s", self.pid, port, self.base_dir)
                 return self.url
             if "Address already in use" not in self._log_tail():

@@ -1,5 +1,6 @@
 """Bad input: a one-line error naming the field, exit code 2, and nothing written to the store."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "data" / "tiny_space.yaml"
 
 
-def nas(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nas.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+def nas(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nas.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
 
 
 def space_file(tmp_path: Path, text: str) -> str:
@@ -36,6 +38,13 @@ CASES = {
     "missing data file": (["--data", "/nonexistent/corpus.txt"], "--data"),
     "unreachable storage URL": (["--storage", "sqlite:////nonexistent-dir/x.db"], "nonexistent-dir"),
     "unknown sampler": (["--sampler", "hyperband"], "--sampler"),
+    "empty name": (["--name", " "], "--name"),
+    "negative seed": (["--seed", "-1"], "--seed"),
+    "seed beyond 32 bits": (["--seed", str(2**32)], "--seed"),
+    "no workers": (["--workers", "0"], "--workers"),
+    "negative retries": (["--retries", "-1"], "--retries"),
+    "malformed Ray address": (["--ray-address", "not an address"], "--ray-address"),
+    "budget not a number": (["--trial-flops", "abc"], "--trial-flops"),  # a click usage error, one line too
 }
 
 
@@ -45,9 +54,9 @@ def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
     args = list(args)
     if args[0] == "--space":
         args[1] = space_file(tmp_path, args[1])
-    base = {"--trial-flops": "2e10", "--space": str(TINY), "--storage": f"sqlite:///{tmp_path}/r.db"}
+    base = {"--name": "bad", "--trial-flops": "2e10", "--space": str(TINY), "--storage": f"sqlite:///{tmp_path}/r.db"}
     base.update(dict(zip(args[::2], args[1::2])))
-    done = nas("search", "--name", "bad", *[x for kv in base.items() for x in kv], "--no-progress", cwd=tmp_path)
+    done = nas("search", *[x for kv in base.items() for x in kv], "--no-progress", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], done.stderr
@@ -61,3 +70,36 @@ def test_unknown_search_name(command, tmp_path):
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "nosuch" in done.stderr
     assert Store(f"sqlite:///{tmp_path}/r.db").list_searches() == []
+
+
+@pytest.mark.parametrize("args, field", [(["--out", "taken"], "--out"), ([], "nosuch.yaml")])
+def test_bad_pretrain_input_is_one_line_exit_2_and_writes_nothing(args, field, tmp_path):
+    (tmp_path / "taken").write_text("a file, not a run folder")
+    done = nas("pretrain", "nosuch.yaml", *args, "--tokens", "1000", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no run folder
+
+
+@pytest.mark.parametrize("option, value", [("--gpus-per-trial", "-0.5"), ("--gpus-per-trial", "nan"),
+                                           ("--gpus-per-trial", "inf"), ("--ray-dir", "a-file")])
+def test_bad_cluster_options_are_one_line_exit_2_and_write_nothing(option, value, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    db = tmp_path / "r.db"
+    done = nas("search", "--name", "bad", "--trial-flops", "2e10", "--space", str(TINY),
+                   option, value, "--no-progress", cwd=tmp_path, RESNAS_STORAGE=f"sqlite:///{db}")
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {option}: must be"), done.stderr
+    assert not db.exists() or Store(f"sqlite:///{db}").list_searches() == []
+
+
+def test_the_store_url_comes_from_resnas_storage_unless_storage_is_given(tmp_path):
+    unreachable = "sqlite:////nonexistent-dir/x.db"
+    done = nas("list", cwd=tmp_path, RESNAS_STORAGE=unreachable)
+    assert done.returncode == 2 and "nonexistent-dir" in done.stderr, done.stderr
+    assert not (tmp_path / "resnas.db").exists()  # not the default file
+    done = nas("list", "--storage", f"sqlite:///{tmp_path / 'given.db'}", cwd=tmp_path, RESNAS_STORAGE=unreachable)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "given.db").exists()

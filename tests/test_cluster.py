@@ -281,34 +281,6 @@ def test_search_survives_a_killed_worker_node(cluster, postgres_url):
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * TRIALS
 
 
-def nas_cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nas.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
-
-
-@pytest.mark.parametrize("option, value", [("--gpus-per-trial", "-0.5"), ("--gpus-per-trial", "nan"),
-                                           ("--gpus-per-trial", "inf"), ("--ray-dir", "a-file")])
-def test_bad_cluster_options_are_one_line_exit_2_and_write_nothing(option, value, tmp_path):
-    (tmp_path / "a-file").write_text("not a folder")
-    db = tmp_path / "r.db"
-    done = nas_cli("search", "--name", "bad", "--trial-flops", "2e10", "--space", str(DATA / "tiny_space.yaml"),
-                   option, value, "--no-progress", cwd=tmp_path, RESNAS_STORAGE=f"sqlite:///{db}")
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {option}: must be"), done.stderr
-    assert not db.exists() or Store(f"sqlite:///{db}").list_searches() == []
-
-
-def test_the_store_url_comes_from_resnas_storage_unless_storage_is_given(tmp_path):
-    unreachable = "sqlite:////nonexistent-dir/x.db"
-    done = nas_cli("list", cwd=tmp_path, RESNAS_STORAGE=unreachable)
-    assert done.returncode == 2 and "nonexistent-dir" in done.stderr, done.stderr
-    assert not (tmp_path / "resnas.db").exists()  # not the default file
-    done = nas_cli("list", "--storage", f"sqlite:///{tmp_path / 'given.db'}", cwd=tmp_path, RESNAS_STORAGE=unreachable)
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "given.db").exists()
-
-
 def serve_worker_node(spec: dict) -> None:
     """Run one Ray worker node on 127.0.0.1 until killed: `ray start --address ... --block` without
     the CLI's rewrite of 127.0.0.1 (module docstring), as `ray.cluster_utils.Cluster.add_node` does."""

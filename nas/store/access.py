@@ -350,8 +350,9 @@ class Store:
         _check_status(result.get("status"), TRIAL_STATUSES[1:], "a finished trial's")
         with self._session() as s:
             trial = self._trial(s, trial_id)
+            finishing_again = trial.finished_at is not None  # else no child rows exist (a retry cleared them)
             _apply_result(trial, result)
-            _replace_children(s, trial_id, result)
+            _replace_children(s, trial_id, result, finishing_again)
             s.execute(update(SearchModel).where(SearchModel.id == trial.search_id).values(updated_at=utcnow()))
 
     def fail_running_trials(self, search_name: str, reason: str) -> int:
@@ -458,9 +459,10 @@ def _delete_children(session: Session, trial_id: int) -> None:
         session.execute(delete(model).where(model.trial_id == trial_id))
 
 
-def _replace_children(session: Session, trial_id: int, result: dict) -> None:
-    """The trial's curve points, diagnostics and width certificate, replacing any earlier ones."""
-    _delete_children(session, trial_id)
+def _replace_children(session: Session, trial_id: int, result: dict, replace_earlier: bool) -> None:
+    """The trial's curve points, diagnostics and width certificate (replacing earlier ones if any)."""
+    if replace_earlier:
+        _delete_children(session, trial_id)
     curve = _merged_curve(result.get("curve") or [])
     if curve:
         session.execute(insert(CurvePointModel), [{"trial_id": trial_id, **point} for point in curve])
