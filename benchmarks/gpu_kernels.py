@@ -63,20 +63,21 @@ class Shapes:
     ancre_states: tuple[int, ...]  # j values to time for ANCRe mixing
     model: dict  # ArchConfig fields of the whole-step proxy
     batch: int
-    repeats: int
+    repeats: int  # whole training steps, interleaved round by round
+    op_repeats: int  # calls of one op (milliseconds each: cheap to repeat, noisy if not)
     warmup: int
 
 
 FULL = Shapes(rows=8 * 1024, d=768, gate_components=32, ancre_states=(4, 13),
               model=dict(vocab_size=256, seq_len=1024, n_layers=12, d_model=768, n_heads=12), batch=8,
-              repeats=30, warmup=5)
+              repeats=30, op_repeats=100, warmup=5)
 SMOKE = Shapes(rows=24, d=48, gate_components=4, ancre_states=(3, 9),
                model=dict(vocab_size=64, seq_len=16, n_layers=2, d_model=32, n_heads=2), batch=2,
-               repeats=1, warmup=0)
+               repeats=1, op_repeats=1, warmup=0)
 # The CPU reference-path overhead runs at cpu_throughput.py's size (the CPU proxy).
 CPU = Shapes(rows=16 * 128, d=128, gate_components=32, ancre_states=(3, 5),
              model=dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4), batch=16,
-             repeats=30, warmup=3)
+             repeats=30, op_repeats=200, warmup=3)
 
 
 def synchronize(device: torch.device) -> None:
@@ -192,8 +193,8 @@ def time_op(name: str, case, shapes: Shapes, dtype: torch.dtype, device: torch.d
     row = {"dtype": str(dtype).removeprefix("torch."), "min_forward_bytes": min_bytes}
     for vname, fn in variants.items():
         try:
-            fwd = median_seconds(forward_only(fn, args), device, shapes.repeats, shapes.warmup)
-            both = median_seconds(forward_backward(fn, args), device, shapes.repeats, shapes.warmup)
+            fwd = median_seconds(forward_only(fn, args), device, shapes.op_repeats, shapes.warmup)
+            both = median_seconds(forward_backward(fn, args), device, shapes.op_repeats, shapes.warmup)
         except Exception as err:  # noqa: BLE001 - one failing path must not hide the others
             row[vname] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
             continue
@@ -357,7 +358,7 @@ def main() -> None:
     result = {"machine": machine_info(device), "smoke": args.smoke, "paths": paths, "backends": backends,
               "shapes": {"rows": shapes.rows, "d": shapes.d, "gate_components": shapes.gate_components,
                          "ancre_states": list(shapes.ancre_states), "model": shapes.model, "batch": shapes.batch,
-                         "repeats": shapes.repeats},
+                         "repeats": shapes.repeats, "op_repeats": shapes.op_repeats},
               "peak_bandwidth": {"spec_bytes_per_s": peak, "measured_copy_bytes_per_s": copy_peak},
               "ops": ops, "steps": families, "ratios": ratios,
               "reference_overhead": reference_overhead(ops, families, shapes),
