@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernel_helpers import DEVICE, autograd_node_names, needs_triton
+from kernel_helpers import DEVICE, autograd_node_names, compile_for_sm90, needs_nvidia_backend, needs_triton
 from search_spaces.residual_lm import nag
 from search_spaces.residual_lm.ops import backend, use_backend
 from search_spaces.residual_lm.ops.nag_epilogue import (
@@ -203,3 +203,41 @@ def test_bytes_count_the_forward_tensors():
     u_next, s_next = torch.empty_like(u), torch.empty_like(s)
     moved = sum(t.nbytes for t in (u, f, s, pre, u_next, s_next))
     assert nag_epilogue_bytes(7, 48, 5, torch.bfloat16) == moved
+
+
+COMPILE_FOR_SM90 = """
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from search_spaces.residual_lm.ops import nag_epilogue as op
+
+cfg = op._launch(8192, 768, 32)
+warps = cfg.pop("num_warps")
+shared = {"u_ptr": "*fp32", "f_ptr": "*bf16", "pre_ptr": "*bf16", "w_ptr": "*fp32", "beta_ptr": "*fp32",
+          "alpha_ptr": "*fp32"}  # as under autocast: u fp32, the sublayer's output and the gate's matmul bf16
+sizes = {"N": "i32", "d": "i32", "C": "i32", "sqrt_d": "fp32"}
+kernels = {
+    "forward": (op._forward_kernel, {**shared, "s_ptr": "*fp32", "u_out_ptr": "*fp32", "s_out_ptr": "*fp32"}),
+    "backward": (op._backward_kernel, {**shared, "gu_next_ptr": "*fp32", "gs_next_ptr": "*fp32", "gu_ptr": "*fp32",
+                                       "gf_ptr": "*bf16", "gpre_ptr": "*bf16", "part_w_ptr": "*fp32",
+                                       "part_beta_ptr": "*fp32", "part_alpha_ptr": "*fp32"}),
+}
+for name, (fn, pointers) in kernels.items():
+    names = fn.arg_names
+    given = {**pointers, **sizes}
+    consts = {"EPS": op.NORM_EPS, **cfg}
+    signature = {k: given[k] if k in given else "constexpr" for k in names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, k in enumerate(names) if k.endswith("_ptr") or k == "d"}
+    kernel = triton.compile(ASTSource(fn, signature, consts, aligned), target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": warps})
+    print(name, "cubin" in kernel.asm, kernel.asm["ptx"].count("ld.global.v"))
+"""
+
+
+@needs_nvidia_backend
+def test_kernels_compile_for_sm90(tmp_path):
+    """The interpreter never runs Triton's compiler: build real sm_90 code at d = 768 (no GPU needed)."""
+    lines = dict(line.split(maxsplit=1) for line in compile_for_sm90(COMPILE_FOR_SM90, tmp_path).strip().split("\n"))
+    for name in ("forward", "backward"):
+        has_cubin, vector_loads = lines[name].split()
+        assert has_cubin == "True" and int(vector_loads) > 0, (name, lines[name])
