@@ -15,7 +15,7 @@ machine is shared: next to another busy process, torch's 2 threads ran the 2-lay
 `replay` (the default) runs, for seeds 0..9, an Optuna study with both objectives minimised
 (val_loss, executed FLOPs/token) whose objective samples the five knobs with `suggest_categorical`
 over the grid values and looks the result up in the CSV, for 30 trials, once with
-`nas.search.make_sampler("tpe", seed)` and once with `make_sampler("random", seed)`. After each
+`nas.study.make_sampler("tpe", seed)` and once with `make_sampler("random", seed)`. After each
 trial it computes the hypervolume of the completed points so far with `nas.pareto` (moocore,
 points beyond the reference count for nothing), reference = (ln 256, 1.1 x the grid's largest
 executed FLOPs/token), and compares with the hypervolume of the whole grid (the best reachable).
@@ -42,10 +42,11 @@ import optuna
 
 from cpu_throughput import machine_info
 from nas.pareto import hypervolume, hypervolume_curve, reference_point
-from nas.search import make_sampler
+from nas.study import make_sampler
 
 log = logging.getLogger("search_efficiency")
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 GRID_CSV = HERE / "data" / "proxy_grid.csv"
 GRID = {
     "residual": ["cascaded", "nag", "ancre"],
@@ -215,6 +216,18 @@ def plot(summary: dict, grid_hv: float, ref: tuple, path: Path) -> None:
     plt.close(fig)
 
 
+def repo_path(path: Path) -> str:
+    """`path` relative to the repository root (POSIX form) when it lies inside it, else absolute.
+
+    What the JSON records then reads the same on every machine and checkout.
+    """
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def replay_main(args) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -225,7 +238,7 @@ def replay_main(args) -> None:
     runs = run_replays(table, list(range(args.seeds)), args.trials, ref)
     summary = summarise(runs, facts["hypervolume"])
     summary["tpe"]["identical_to_random_through_trial"] = shared_prefix(runs)
-    out = {"machine": machine_info(), "grid_csv": str(args.grid), "grid_knobs": GRID, "fixed_arch": FIXED_ARCH,
+    out = {"machine": machine_info(), "grid_csv": repo_path(args.grid), "grid_knobs": GRID, "fixed_arch": FIXED_ARCH,
            "budget_flops_per_trial": BUDGET_FLOPS, "trials": args.trials, "seeds": list(range(args.seeds)),
            "samplers": {"tpe": "TPESampler(multivariate=True, seed)", "random": "RandomSampler(seed)"},
            "reference_point": {"val_loss": ref[0], "executed_flops_per_token": ref[1],
