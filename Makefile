@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test bench precision proxy case-study claims service load search-efficiency gpu-kernels reference-ops clean
+.PHONY: install demo families test bench precision proxy case-study claims service load search-efficiency gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ families: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# Lint, format check and type check; mypy reads its files from [tool.mypy] in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json

@@ -38,6 +38,7 @@ L >= Omega(t^{-(K-1)/(K-2)}) (= t^{-2} for K=3), while 0:2 (K=3) / 0:K-1
 converge linearly (log L falls linearly in t).  Gradients via float64 autograd;
 all variants of one K share the same A and the same initial W_k.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from cpu_throughput import machine_info  # the machine record every benchmark writes
 
 LOG = logging.getLogger("ancre_case_study")
@@ -88,10 +90,7 @@ def make_problem() -> tuple[torch.Tensor, torch.Tensor]:
 def init_weights(depth: int) -> list[torch.Tensor]:
     """W_k(0) ~ N(0, INIT_STD^2), identical for every variant of a given depth."""
     gen = torch.Generator().manual_seed(WEIGHT_SEED + 100 * depth)
-    return [
-        (INIT_STD * torch.randn(D, D, generator=gen, dtype=torch.float64)).requires_grad_()
-        for _ in range(depth)
-    ]
+    return [(INIT_STD * torch.randn(D, D, generator=gen, dtype=torch.float64)).requires_grad_() for _ in range(depth)]
 
 
 def fixed_coefficients(depth: int, shortcuts: list[tuple[int, int]]) -> torch.Tensor:
@@ -156,7 +155,7 @@ def train(depth: int, inputs, target, steps: int, coeffs=None, tau=None) -> dict
             break
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
-            for param, grad in zip(params, grads):
+            for param, grad in zip(params, grads, strict=True):
                 param -= LR * grad
     final_p = ingoing_softmax(logits, tau).detach() if logits is not None else coeffs
     return {
@@ -219,9 +218,13 @@ def gap_verdict(depth: int, runs: dict) -> dict:
     fast_rate = fast["fits"]["loglinear_decades_per_1k_steps"]
     ratio = fast["final_loss"] / slow["final_loss"]
     ok = (
-        slow_slope is not None and slow_slope >= -2.0
-        and fast_r2 is not None and fast_r2 >= 0.95 and fast_rate > 0
-        and fast["fits"]["loglog_slope"] is not None and fast["fits"]["loglog_slope"] <= -10
+        slow_slope is not None
+        and slow_slope >= -2.0
+        and fast_r2 is not None
+        and fast_r2 >= 0.95
+        and fast_rate > 0
+        and fast["fits"]["loglog_slope"] is not None
+        and fast["fits"]["loglog_slope"] <= -10
         and ratio <= 1e-6
     )
     return {
@@ -325,7 +328,7 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-    for ax, (depth, runs) in zip(axes, results.items()):
+    for ax, (depth, runs) in zip(axes, results.items(), strict=True):
         for name, run in runs.items():
             style = "--" if name.startswith("ANCRe") else "-"
             ax.plot(run["steps"], run["losses"], style, lw=1.6, label=name)
@@ -343,12 +346,18 @@ def plot(results: dict, path: Path) -> None:
 
 def settings(steps: int) -> dict:
     return {
-        "d": D, "n": D, "rank": RANK, "X": "identity (whitened, X X^T = I)",
+        "d": D,
+        "n": D,
+        "rank": RANK,
+        "X": "identity (whitened, X X^T = I)",
         "target": "A = G1 G2^T / sqrt(r), G1, G2 ~ N(0,1)^{d x r}",
         "init": f"W_k ~ N(0, {INIT_STD**2:g}) (std {INIT_STD:g}), shared across variants",
         "optimizer": f"full-batch GD, fixed step {LR:g} on weights and ANCRe logits",
-        "steps": steps, "dtype": "float64", "data_seed": DATA_SEED,
-        "weight_seed": f"{WEIGHT_SEED} + 100*K", "ancre_taus": list(TAUS),
+        "steps": steps,
+        "dtype": "float64",
+        "data_seed": DATA_SEED,
+        "weight_seed": f"{WEIGHT_SEED} + 100*K",
+        "ancre_taus": list(TAUS),
         "ancre_normalisation": "ingoing softmax over i<j, logits init 0 (p_01 = 1 forced)",
         "layer_rule": "h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i, f = h_K",
     }

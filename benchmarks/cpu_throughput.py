@@ -58,9 +58,18 @@ class ReferenceGPT(nn.Module):
         self.n_heads = n_heads
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(seq_len, d)
         self.blocks = nn.ModuleList(
-            nn.ModuleDict(dict(ln1=nn.LayerNorm(d), qkv=nn.Linear(d, 3 * d), proj=nn.Linear(d, d),
-                               ln2=nn.LayerNorm(d), fc=nn.Linear(d, 4 * d), out=nn.Linear(4 * d, d)))
-            for _ in range(n_layers))
+            nn.ModuleDict(
+                dict(
+                    ln1=nn.LayerNorm(d),
+                    qkv=nn.Linear(d, 3 * d),
+                    proj=nn.Linear(d, d),
+                    ln2=nn.LayerNorm(d),
+                    fc=nn.Linear(d, 4 * d),
+                    out=nn.Linear(4 * d, d),
+                )
+            )
+            for _ in range(n_layers)
+        )
         self.ln_f = nn.LayerNorm(d)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
@@ -129,10 +138,25 @@ def time_interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> d
 
 
 def machine_info() -> dict:
-    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
-                if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
-    return {"platform": platform.platform(), "cpu": cpu, "torch": torch.__version__,
-            "threads": torch.get_num_threads(), "python": platform.python_version()}
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else platform.processor()
+    )
+    return {
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+    }
 
 
 def build_models() -> tuple[dict, dict]:
@@ -153,15 +177,24 @@ def summarise(times: dict, train_flops: dict, models: dict, peak: float) -> dict
     for name, ts in times.items():
         median = statistics.median(ts)
         gflops = train_flops[name] * tokens_per_step / median / 1e9
-        rows[name] = {"median_step_s": median, "min_step_s": min(ts), "tokens_per_s": tokens_per_step / median,
-                      "train_flops_per_token": train_flops[name], "gflops": gflops, "share_of_peak": gflops / peak,
-                      "params": sum(p.numel() for p in models[name].parameters())}
+        rows[name] = {
+            "median_step_s": median,
+            "min_step_s": min(ts),
+            "tokens_per_s": tokens_per_step / median,
+            "train_flops_per_token": train_flops[name],
+            "gflops": gflops,
+            "share_of_peak": gflops / peak,
+            "params": sum(p.numel() for p in models[name].parameters()),
+        }
     step = {n: r["median_step_s"] for n, r in rows.items()}
     ratios = {
         "cascaded_vs_reference_tokens_per_s": step["reference_gpt"] / step["cascaded"],
         "nag_vs_cascaded_step_time": step["nag"] / step["cascaded"],
         "ancre_vs_cascaded_step_time": step["ancre"] / step["cascaded"],
-        **{f"{fam}_mod0.25_vs_dense_step_time": step[f"{fam}_mod0.25"] / step[fam] for fam in ("cascaded", "nag", "ancre")},
+        **{
+            f"{fam}_mod0.25_vs_dense_step_time": step[f"{fam}_mod0.25"] / step[fam]
+            for fam in ("cascaded", "nag", "ancre")
+        },
         "fp32_share_of_matmul_peak": rows["cascaded"]["share_of_peak"],
     }
     return {"models": rows, "ratios": ratios}
@@ -193,8 +226,13 @@ def main() -> None:
     models, train_flops = build_models()
     times = time_interleaved({n: make_step(m) for n, m in models.items()}, args.rounds, args.per_round, args.warmup)
     result = summarise(times, train_flops, models, peak["gflops"])
-    result.update(machine=machine_info(), matmul_peak=peak, size={**SIZE, "batch": BATCH}, targets=TARGETS,
-                  targets_met=verdicts(result["ratios"]))
+    result.update(
+        machine=machine_info(),
+        matmul_peak=peak,
+        size={**SIZE, "batch": BATCH},
+        targets=TARGETS,
+        targets_met=verdicts(result["ratios"]),
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     for k, v in result["ratios"].items():

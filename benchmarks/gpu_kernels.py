@@ -39,8 +39,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from cpu_throughput import machine_info as cpu_machine_info
+from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, triton, use_backend
 from search_spaces.residual_lm.ops.add_rmsnorm import add_rmsnorm, add_rmsnorm_bytes, add_rmsnorm_reference
 from search_spaces.residual_lm.ops.ancre_mix import ancre_mix, ancre_mix_bytes, ancre_mix_reference
@@ -49,10 +49,23 @@ from search_spaces.residual_lm.ops.nag_epilogue import nag_epilogue, nag_epilogu
 log = logging.getLogger("gpu_kernels")
 
 # Spec-sheet HBM bandwidth (bytes/s), matched against torch.cuda.get_device_name().
-PEAK_BANDWIDTH = {"H200": 4.8e12, "H100 SXM": 3.35e12, "H100 NVL": 3.9e12, "H100 PCIe": 2.0e12, "H100": 3.35e12,
-                  "A100-SXM4-80GB": 2.039e12, "A100 80GB PCIe": 1.935e12, "A100": 1.555e12, "L40S": 0.864e12}
-TARGETS = {"op_speedup_vs_eager": 2.0, "op_share_of_peak_bandwidth": 0.70,
-           "family_vs_cascaded_step_time": 1.05, "mod0.25_vs_dense_step_time": 0.85}
+PEAK_BANDWIDTH = {
+    "H200": 4.8e12,
+    "H100 SXM": 3.35e12,
+    "H100 NVL": 3.9e12,
+    "H100 PCIe": 2.0e12,
+    "H100": 3.35e12,
+    "A100-SXM4-80GB": 2.039e12,
+    "A100 80GB PCIe": 1.935e12,
+    "A100": 1.555e12,
+    "L40S": 0.864e12,
+}
+TARGETS = {
+    "op_speedup_vs_eager": 2.0,
+    "op_share_of_peak_bandwidth": 0.70,
+    "family_vs_cascaded_step_time": 1.05,
+    "mod0.25_vs_dense_step_time": 0.85,
+}
 
 
 @dataclass(frozen=True)
@@ -68,16 +81,40 @@ class Shapes:
     warmup: int
 
 
-FULL = Shapes(rows=8 * 1024, d=768, gate_components=32, ancre_states=(4, 13),
-              model=dict(vocab_size=256, seq_len=1024, n_layers=12, d_model=768, n_heads=12), batch=8,
-              repeats=30, op_repeats=100, warmup=5)
-SMOKE = Shapes(rows=24, d=48, gate_components=4, ancre_states=(3, 9),
-               model=dict(vocab_size=64, seq_len=16, n_layers=2, d_model=32, n_heads=2), batch=2,
-               repeats=1, op_repeats=1, warmup=0)
+FULL = Shapes(
+    rows=8 * 1024,
+    d=768,
+    gate_components=32,
+    ancre_states=(4, 13),
+    model=dict(vocab_size=256, seq_len=1024, n_layers=12, d_model=768, n_heads=12),
+    batch=8,
+    repeats=30,
+    op_repeats=100,
+    warmup=5,
+)
+SMOKE = Shapes(
+    rows=24,
+    d=48,
+    gate_components=4,
+    ancre_states=(3, 9),
+    model=dict(vocab_size=64, seq_len=16, n_layers=2, d_model=32, n_heads=2),
+    batch=2,
+    repeats=1,
+    op_repeats=1,
+    warmup=0,
+)
 # The CPU reference-path overhead runs at cpu_throughput.py's size (the CPU proxy).
-CPU = Shapes(rows=16 * 128, d=128, gate_components=32, ancre_states=(3, 5),
-             model=dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4), batch=16,
-             repeats=30, op_repeats=200, warmup=3)
+CPU = Shapes(
+    rows=16 * 128,
+    d=128,
+    gate_components=32,
+    ancre_states=(3, 5),
+    model=dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4),
+    batch=16,
+    repeats=30,
+    op_repeats=200,
+    warmup=3,
+)
 
 
 def synchronize(device: torch.device) -> None:
@@ -125,15 +162,21 @@ def spec_bandwidth(device: torch.device) -> float | None:
 
 # --- the ops: (inputs, the op on them, its minimum forward bytes) -----------------------------
 
+
 def nag_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
     n, d, c = shapes.rows, shapes.d, shapes.gate_components
     u = torch.randn(n, d, device=device)
     u = u - u.mean(-1, keepdim=True)
     u = (u * math.sqrt(d) / u.norm(dim=-1, keepdim=True)).to(dtype)
-    tensors = dict(u=u, f=torch.randn(n, d, device=device, dtype=dtype), s=torch.randn(n, device=device, dtype=dtype),
-                   pre=torch.randn(n, c, device=device, dtype=dtype),
-                   mix_weights=torch.softmax(torch.randn(c, device=device), 0),
-                   beta=torch.tensor(1.3, device=device), alpha=torch.tensor(0.4, device=device))
+    tensors = dict(
+        u=u,
+        f=torch.randn(n, d, device=device, dtype=dtype),
+        s=torch.randn(n, device=device, dtype=dtype),
+        pre=torch.randn(n, c, device=device, dtype=dtype),
+        mix_weights=torch.softmax(torch.randn(c, device=device), 0),
+        beta=torch.tensor(1.3, device=device),
+        alpha=torch.tensor(0.4, device=device),
+    )
     for t in tensors.values():
         t.requires_grad_(True)
     args = list(tensors.values())
@@ -142,17 +185,23 @@ def nag_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
 
 def add_rmsnorm_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
     n, d = shapes.rows, shapes.d
-    args = [torch.randn(n, d, device=device, dtype=dtype, requires_grad=True),
-            torch.randn(n, d, device=device, dtype=dtype, requires_grad=True),
-            (1 + 0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_(True)]
+    args = [
+        torch.randn(n, d, device=device, dtype=dtype, requires_grad=True),
+        torch.randn(n, d, device=device, dtype=dtype, requires_grad=True),
+        (1 + 0.1 * torch.randn(d, device=device)).to(dtype).requires_grad_(True),
+    ]
     return args, add_rmsnorm, add_rmsnorm_reference, add_rmsnorm_bytes(n, d, dtype, True)
 
 
 def rmsnorm_case(shapes: Shapes, dtype: torch.dtype, device: torch.device):
     """The same op without the add (delta None): every block's attention pre-norm and the final norm."""
     (x, _, weight), _, _, _ = add_rmsnorm_case(shapes, dtype, device)
-    return ([x, weight], lambda x, w: add_rmsnorm(x, None, w), lambda x, w: add_rmsnorm_reference(x, None, w),
-            add_rmsnorm_bytes(shapes.rows, shapes.d, dtype, False))
+    return (
+        [x, weight],
+        lambda x, w: add_rmsnorm(x, None, w),
+        lambda x, w: add_rmsnorm_reference(x, None, w),
+        add_rmsnorm_bytes(shapes.rows, shapes.d, dtype, False),
+    )
 
 
 def ancre_case(j: int):
@@ -160,17 +209,24 @@ def ancre_case(j: int):
         n, d = shapes.rows, shapes.d
         p = torch.softmax(torch.randn(j, device=device), 0).requires_grad_(True)
         states = [torch.randn(n, d, device=device, dtype=dtype, requires_grad=True) for _ in range(j)]
-        return ([p, *states], lambda p, *s: ancre_mix(p, list(s)), lambda p, *s: ancre_mix_reference(p, list(s)),
-                ancre_mix_bytes(n, d, j, dtype))
+        return (
+            [p, *states],
+            lambda p, *s: ancre_mix(p, list(s)),
+            lambda p, *s: ancre_mix_reference(p, list(s)),
+            ancre_mix_bytes(n, d, j, dtype),
+        )
+
     return case
 
 
 def forward_backward(op: Callable, args: list[torch.Tensor]) -> Callable[[], object]:
     """One forward and one backward (gradients returned, not accumulated into .grad)."""
+
     def run():
         out = op(*args)
         outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
         return torch.autograd.grad(outs, args, [torch.ones_like(o) for o in outs], allow_unused=True)
+
     return run
 
 
@@ -178,11 +234,20 @@ def forward_only(op: Callable, args: list[torch.Tensor]) -> Callable[[], object]
     def run():
         with torch.no_grad():
             return op(*args)
+
     return run
 
 
-def time_op(name: str, case, shapes: Shapes, dtype: torch.dtype, device: torch.device, paths: list[str],
-            peak: float | None, copy_peak: float | None) -> dict:
+def time_op(
+    name: str,
+    case,
+    shapes: Shapes,
+    dtype: torch.dtype,
+    device: torch.device,
+    paths: list[str],
+    peak: float | None,
+    copy_peak: float | None,
+) -> dict:
     args, op, reference, min_bytes = case(shapes, dtype, device)
     variants = {}
     if "triton" in paths:
@@ -195,17 +260,21 @@ def time_op(name: str, case, shapes: Shapes, dtype: torch.dtype, device: torch.d
         try:
             fwd = median_seconds(forward_only(fn, args), device, shapes.op_repeats, shapes.warmup)
             both = median_seconds(forward_backward(fn, args), device, shapes.op_repeats, shapes.warmup)
-        except Exception as err:  # noqa: BLE001 - one failing path must not hide the others
+        except Exception as err:  # one failing path must not hide the others
             row[vname] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
             continue
-        row[vname] = {"forward_s": fwd, "forward_backward_s": both,
-                      "forward_bandwidth_bytes_per_s": min_bytes / fwd,
-                      "forward_share_of_spec_peak": None if peak is None else min_bytes / fwd / peak,
-                      "forward_share_of_copy_peak": None if copy_peak is None else min_bytes / fwd / copy_peak}
+        row[vname] = {
+            "forward_s": fwd,
+            "forward_backward_s": both,
+            "forward_bandwidth_bytes_per_s": min_bytes / fwd,
+            "forward_share_of_spec_peak": None if peak is None else min_bytes / fwd / peak,
+            "forward_share_of_copy_peak": None if copy_peak is None else min_bytes / fwd / copy_peak,
+        }
     for base in ("eager", "compile"):
         if "forward_s" in row.get("triton", {}) and "forward_s" in row.get(base, {}):
-            row[f"triton_speedup_vs_{base}"] = {k: row[base][k] / row["triton"][k]
-                                                for k in ("forward_s", "forward_backward_s")}
+            row[f"triton_speedup_vs_{base}"] = {
+                k: row[base][k] / row["triton"][k] for k in ("forward_s", "forward_backward_s")
+            }
     log.info("%s %s: %s", name, row["dtype"], {k: v for k, v in row.items() if k.startswith("triton_speedup")})
     return row
 
@@ -217,9 +286,11 @@ def _with_backend(name: str, fn: Callable, args):
 
 # --- whole training steps ---------------------------------------------------------------------
 
-FAMILY_VARIANTS = {f"{fam}{suffix}": dict(residual=fam, **knobs)
-                   for fam in ("cascaded", "nag", "ancre")
-                   for suffix, knobs in (("", {}), ("_mod0.25", dict(mod_rate=0.25, mod_every=1)))}
+FAMILY_VARIANTS = {
+    f"{fam}{suffix}": dict(residual=fam, **knobs)
+    for fam in ("cascaded", "nag", "ancre")
+    for suffix, knobs in (("", {}), ("_mod0.25", dict(mod_rate=0.25, mod_every=1)))
+}
 
 
 def training_step(cfg: ArchConfig, batch: int, device: torch.device, backend_name: str) -> Callable[[], None]:
@@ -251,7 +322,7 @@ def time_families(shapes: Shapes, device: torch.device, backends: list[str]) -> 
                 steps[key] = training_step(cfg, shapes.batch, device, backend_name)
                 for _ in range(max(1, shapes.warmup)):
                     steps[key]()
-            except Exception as err:  # noqa: BLE001 - e.g. out of memory: record it, time the rest
+            except Exception as err:  # e.g. out of memory: record it, time the rest
                 rows[key] = {"error": f"{type(err).__name__}: {err}".splitlines()[0]}
                 steps.pop(key, None)
             else:
@@ -295,21 +366,31 @@ def reference_overhead(ops: dict, rows: dict, shapes: Shapes) -> dict:
     token count (dense, MoD 0), so they ignore cache effects between ops.
     """
     n_layers = shapes.model["n_layers"]
-    fb = lambda key: ops[key]["eager"]["forward_backward_s"]  # noqa: E731
+
+    def fb(key: str) -> float:
+        return ops[key]["eager"]["forward_backward_s"]
+
     j_mean = min(shapes.ancre_states, key=lambda j: abs(j - (n_layers + 1) / 2))
     norms = n_layers * fb("add_rmsnorm/fp32") + (n_layers + 1) * fb("rmsnorm/fp32")
-    per_step = {"cascaded": norms,
-                "nag": 2 * n_layers * fb("nag_epilogue/fp32"),
-                "ancre": norms + n_layers * fb(f"ancre_mix_j{j_mean}/fp32")}
-    return {fam: {"op_seconds_per_step": s, "share_of_step": s / rows[f"{fam}/reference"]["median_step_s"]}
-            for fam, s in per_step.items() if "median_step_s" in rows.get(f"{fam}/reference", {})}
+    per_step = {
+        "cascaded": norms,
+        "nag": 2 * n_layers * fb("nag_epilogue/fp32"),
+        "ancre": norms + n_layers * fb(f"ancre_mix_j{j_mean}/fp32"),
+    }
+    return {
+        fam: {"op_seconds_per_step": s, "share_of_step": s / rows[f"{fam}/reference"]["median_step_s"]}
+        for fam, s in per_step.items()
+        if "median_step_s" in rows.get(f"{fam}/reference", {})
+    }
 
 
 def verdicts(ops: dict, ratios: dict) -> dict:
     met = {}
     for key, row in ops.items():
         if "triton_speedup_vs_eager" in row:
-            met[f"{key}/speedup_vs_eager"] = row["triton_speedup_vs_eager"]["forward_backward_s"] >= TARGETS["op_speedup_vs_eager"]
+            met[f"{key}/speedup_vs_eager"] = (
+                row["triton_speedup_vs_eager"]["forward_backward_s"] >= TARGETS["op_speedup_vs_eager"]
+            )
         share = row.get("triton", {}).get("forward_share_of_spec_peak")
         if share is not None:
             met[f"{key}/share_of_peak_bandwidth"] = share >= TARGETS["op_share_of_peak_bandwidth"]
@@ -323,12 +404,20 @@ def verdicts(ops: dict, ratios: dict) -> dict:
 
 def machine_info(device: torch.device) -> dict:
     """cpu_throughput's record of the machine, plus the device, Triton and (on CUDA) the GPU."""
-    info = {**cpu_machine_info(), "device": str(device), "triton_interpreter": interpreting(),
-            "triton": triton.__version__ if TRITON_AVAILABLE else None}
+    info = {
+        **cpu_machine_info(),
+        "device": str(device),
+        "triton_interpreter": interpreting(),
+        "triton": triton.__version__ if TRITON_AVAILABLE else None,
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info.update(gpu=props.name, gpu_memory_gib=props.total_memory / 2**30, cuda=torch.version.cuda,
-                    sm_count=props.multi_processor_count)
+        info.update(
+            gpu=props.name,
+            gpu_memory_gib=props.total_memory / 2**30,
+            cuda=torch.version.cuda,
+            sm_count=props.multi_processor_count,
+        )
     return info
 
 
@@ -348,23 +437,45 @@ def main() -> None:
     dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" or args.smoke else [])
     peak, copy_peak = spec_bandwidth(device), measured_copy_bandwidth(device)
 
-    cases = {"nag_epilogue": nag_case, "add_rmsnorm": add_rmsnorm_case, "rmsnorm": rmsnorm_case,
-             **{f"ancre_mix_j{j}": ancre_case(j) for j in shapes.ancre_states}}
-    ops = {f"{name}/{str(dt).removeprefix('torch.').replace('float32', 'fp32').replace('bfloat16', 'bf16')}":
-           time_op(name, case, shapes, dt, device, paths, peak, copy_peak)
-           for name, case in cases.items() for dt in dtypes}
+    cases = {
+        "nag_epilogue": nag_case,
+        "add_rmsnorm": add_rmsnorm_case,
+        "rmsnorm": rmsnorm_case,
+        **{f"ancre_mix_j{j}": ancre_case(j) for j in shapes.ancre_states},
+    }
+    ops = {
+        f"{name}/{str(dt).removeprefix('torch.').replace('float32', 'fp32').replace('bfloat16', 'bf16')}": time_op(
+            name, case, shapes, dt, device, paths, peak, copy_peak
+        )
+        for name, case in cases.items()
+        for dt in dtypes
+    }
     families = time_families(shapes, device, backends)
     ratios = step_ratios(families, backends)
-    result = {"machine": machine_info(device), "smoke": args.smoke, "paths": paths, "backends": backends,
-              "shapes": {"rows": shapes.rows, "d": shapes.d, "gate_components": shapes.gate_components,
-                         "ancre_states": list(shapes.ancre_states), "model": shapes.model, "batch": shapes.batch,
-                         "repeats": shapes.repeats, "op_repeats": shapes.op_repeats},
-              "peak_bandwidth": {"spec_bytes_per_s": peak, "measured_copy_bytes_per_s": copy_peak},
-              "ops": ops, "steps": families, "ratios": ratios,
-              "reference_overhead": reference_overhead(ops, families, shapes),
-              "targets": TARGETS,
-              # a smoke run's or the interpreter's timings say nothing about a GPU: no verdicts then
-              "targets_met": None if args.smoke or interpreting() else verdicts(ops, ratios)}
+    result = {
+        "machine": machine_info(device),
+        "smoke": args.smoke,
+        "paths": paths,
+        "backends": backends,
+        "shapes": {
+            "rows": shapes.rows,
+            "d": shapes.d,
+            "gate_components": shapes.gate_components,
+            "ancre_states": list(shapes.ancre_states),
+            "model": shapes.model,
+            "batch": shapes.batch,
+            "repeats": shapes.repeats,
+            "op_repeats": shapes.op_repeats,
+        },
+        "peak_bandwidth": {"spec_bytes_per_s": peak, "measured_copy_bytes_per_s": copy_peak},
+        "ops": ops,
+        "steps": families,
+        "ratios": ratios,
+        "reference_overhead": reference_overhead(ops, families, shapes),
+        "targets": TARGETS,
+        # a smoke run's or the interpreter's timings say nothing about a GPU: no verdicts then
+        "targets_met": None if args.smoke or interpreting() else verdicts(ops, ratios),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     for key, value in ratios.items():

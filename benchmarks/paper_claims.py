@@ -46,7 +46,14 @@ def run_sweep(name: str, budget: float, seed: int) -> list[dict]:
         result = run_trial(flavour(BASE, **knobs), budget, corpus, seed=seed)
         row = {k: v for k, v in result.to_dict().items() if k not in ("curve", "optim")}
         rows.append({"knobs": knobs, **row})
-        log.info("%s: %s val_loss=%.4f tokens=%d wall=%.1fs", name, knobs, result.val_loss, result.tokens_seen, result.wall_time_s)
+        log.info(
+            "%s: %s val_loss=%.4f tokens=%d wall=%.1fs",
+            name,
+            knobs,
+            result.val_loss,
+            result.tokens_seen,
+            result.wall_time_s,
+        )
     return rows
 
 
@@ -61,18 +68,23 @@ def summarise_depth(rows: list[dict]) -> dict:
 def summarise_mod(rows: list[dict]) -> dict:
     loss = {r["knobs"]["mod_rate"]: r["val_loss"] for r in rows}
     full = loss[0.0]
-    return {"loss_minus_full_depth": {rate: l - full for rate, l in loss.items()},
-            "tokens_seen": {r["knobs"]["mod_rate"]: r["tokens_seen"] for r in rows},
-            "matches_full_depth_at_0.25": abs(loss[0.25] - full) <= 0.01}
+    return {
+        "loss_minus_full_depth": {rate: value - full for rate, value in loss.items()},
+        "tokens_seen": {r["knobs"]["mod_rate"]: r["tokens_seen"] for r in rows},
+        "matches_full_depth_at_0.25": abs(loss[0.25] - full) <= 0.01,
+    }
 
 
 def summarise_width(rows: list[dict]) -> dict:
     d_align = {r["knobs"]["d_model"]: (r["width"] or {}).get("d_align", math.nan) for r in rows}
     p_hat = {r["knobs"]["d_model"]: (r["width"] or {}).get("p_hat_8_8", math.nan) for r in rows}
     widths = sorted(d_align)
-    return {"d_align": d_align, "p_hat_8_8": p_hat,
-            "d_align_grows": all(d_align[a] < d_align[b] for a, b in zip(widths, widths[1:])),
-            "p_hat_falls": p_hat[widths[-1]] < p_hat[widths[0]]}
+    return {
+        "d_align": d_align,
+        "p_hat_8_8": p_hat,
+        "d_align_grows": all(d_align[a] < d_align[b] for a, b in zip(widths, widths[1:], strict=False)),
+        "p_hat_falls": p_hat[widths[-1]] < p_hat[widths[0]],
+    }
 
 
 def plot(name: str, rows: list[dict], path: Path) -> None:
@@ -80,21 +92,32 @@ def plot(name: str, rows: list[dict], path: Path) -> None:
     if name == "depth":
         for fam in ("cascaded", "nag", "ancre"):
             pts = sorted((r["knobs"]["n_layers"], r["val_loss"]) for r in rows if r["knobs"]["residual"] == fam)
-            axes[0].plot(*zip(*pts), marker="o", label=fam)
+            axes[0].plot(*zip(*pts, strict=True), marker="o", label=fam)
             toks = sorted((r["knobs"]["n_layers"], r["tokens_seen"]) for r in rows if r["knobs"]["residual"] == fam)
-            axes[1].plot(*zip(*toks), marker="o", label=fam)
+            axes[1].plot(*zip(*toks, strict=True), marker="o", label=fam)
         axes[0].set(xscale="log", xlabel="layers", ylabel="val loss (nats/byte)", title="same training compute")
         axes[1].set(xscale="log", yscale="log", xlabel="layers", ylabel="tokens trained", title="iso-FLOP token budget")
     elif name == "mod":
-        pts = sorted((r["knobs"]["mod_rate"], r["val_loss"], r["tokens_seen"], r["executed_flops_per_token"]) for r in rows)
+        pts = sorted(
+            (r["knobs"]["mod_rate"], r["val_loss"], r["tokens_seen"], r["executed_flops_per_token"]) for r in rows
+        )
         axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
         axes[0].set(xlabel="mod_rate", ylabel="val loss (nats/byte)", title="NAG, 8 layers, same training compute")
         axes[1].plot([p[0] for p in pts], [p[2] for p in pts], marker="o")
         axes[1].set(xlabel="mod_rate", ylabel="tokens trained", title="compute saved per token buys tokens")
     else:
-        pts = sorted((r["knobs"]["d_model"], (r["width"] or {}).get("d_align", math.nan), (r["width"] or {}).get("p_hat_8_8", math.nan)) for r in rows)
+        pts = sorted(
+            (
+                r["knobs"]["d_model"],
+                (r["width"] or {}).get("d_align", math.nan),
+                (r["width"] or {}).get("p_hat_8_8", math.nan),
+            )
+            for r in rows
+        )
         axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
-        axes[0].set(xscale="log", yscale="log", xlabel="d_model", ylabel="d_align", title="effective alignment dimension")
+        axes[0].set(
+            xscale="log", yscale="log", xlabel="d_model", ylabel="d_align", title="effective alignment dimension"
+        )
         axes[1].plot([p[0] for p in pts], [p[2] for p in pts], marker="o")
         axes[1].set(xscale="log", xlabel="d_model", ylabel="p_hat(8, 8)", title="empirical misalignment")
     for ax in axes:
@@ -120,8 +143,14 @@ def main() -> None:
     rows = run_sweep(args.sweep, args.budget, args.seed)
     summary = SUMMARIES[args.sweep](rows)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    out = {"machine": machine_info(), "budget_flops": args.budget, "seed": args.seed, "base": flavour(BASE).model_dump(),
-           "summary": summary, "trials": rows}
+    out = {
+        "machine": machine_info(),
+        "budget_flops": args.budget,
+        "seed": args.seed,
+        "base": flavour(BASE).model_dump(),
+        "summary": summary,
+        "trials": rows,
+    }
     (args.out_dir / f"claims_{args.sweep}.json").write_text(json.dumps(out, indent=2, default=str))
     plot(args.sweep, rows, args.out_dir / f"claims_{args.sweep}.png")
     log.info("summary: %s", json.dumps(summary, default=str))

@@ -59,8 +59,12 @@ def measure(family: str, steps: int) -> dict:
                 times[name].append(elapsed)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     last = {name: statistics.mean(losses[-5:]) for name, (_, losses) in runs.items()}
-    return {"median_step_s": med, "bf16_over_fp32_step_time": med["bf16"] / med["fp32"],
-            "loss_after_steps": last, "loss_gap_bf16_minus_fp32": last["bf16"] - last["fp32"]}
+    return {
+        "median_step_s": med,
+        "bf16_over_fp32_step_time": med["bf16"] / med["fp32"],
+        "loss_after_steps": last,
+        "loss_gap_bf16_minus_fp32": last["bf16"] - last["fp32"],
+    }
 
 
 def main() -> None:
@@ -69,15 +73,24 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    result = {"machine": machine_info(), "size": {**SIZE, "batch": BATCH}, "steps": args.steps,
-              "bf16_supported_natively": bool(getattr(torch.backends.mkldnn, "is_available", lambda: False)()),
-              "families": {f: measure(f, args.steps) for f in ("cascaded", "nag", "ancre")}}
+    result = {
+        "machine": machine_info(),
+        "size": {**SIZE, "batch": BATCH},
+        "steps": args.steps,
+        "bf16_supported_natively": bool(getattr(torch.backends.mkldnn, "is_available", lambda: False)()),
+        "families": {f: measure(f, args.steps) for f in ("cascaded", "nag", "ancre")},
+    }
     ratios = [r["bf16_over_fp32_step_time"] for r in result["families"].values()]
     result["recommended_default"] = "bf16" if max(ratios) < 0.9 else "fp32"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     for fam, r in result["families"].items():
-        log.info("%-9s bf16/fp32 step time %.2f, loss gap %+.4f", fam, r["bf16_over_fp32_step_time"], r["loss_gap_bf16_minus_fp32"])
+        log.info(
+            "%-9s bf16/fp32 step time %.2f, loss gap %+.4f",
+            fam,
+            r["bf16_over_fp32_step_time"],
+            r["loss_gap_bf16_minus_fp32"],
+        )
     log.info("recommended default: %s", result["recommended_default"])
 
 

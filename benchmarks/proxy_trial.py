@@ -40,18 +40,31 @@ def main() -> None:
     args = parser.parse_args()
     trials = {}
     for family in ("cascaded", "nag", "ancre"):
-        done = subprocess.run([sys.executable, "-c", ONE_TRIAL, family, str(args.budget)], check=True,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", ONE_TRIAL, family, str(args.budget)], check=True, capture_output=True, text=True
+        )
         trial = json.loads(done.stdout.strip().splitlines()[-1])
         reason = trial.pop("failure_reason")
         if trial["step_time_share"] is None:  # an infeasible or crashed trial has no timing to report
             sys.exit(f"proxy_trial: the {family} trial has no timing ({trial['status']}): {reason}")
         trials[family] = {**trial, "outside_steps_share": 1 - trial["step_time_share"]}
-    met = {f: {"outside_steps": t["outside_steps_share"] < TARGETS["outside_steps_share_max"],
-               "peak_memory": t["peak_memory_mb"] < TARGETS["peak_memory_mb_max"],
-               "wall_10_to_30_s": 10 <= t["wall_time_s"] <= 30} for f, t in trials.items()}
-    out = {"machine": machine_info(), "budget_flops": args.budget, "flavour": "bench", "mod_rate": 0.25,
-           "targets": TARGETS, "trials": trials, "targets_met": met}
+    met = {
+        f: {
+            "outside_steps": t["outside_steps_share"] < TARGETS["outside_steps_share_max"],
+            "peak_memory": t["peak_memory_mb"] < TARGETS["peak_memory_mb_max"],
+            "wall_10_to_30_s": 10 <= t["wall_time_s"] <= 30,
+        }
+        for f, t in trials.items()
+    }
+    out = {
+        "machine": machine_info(),
+        "budget_flops": args.budget,
+        "flavour": "bench",
+        "mod_rate": 0.25,
+        "targets": TARGETS,
+        "trials": trials,
+        "targets_met": met,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     print(json.dumps(met))

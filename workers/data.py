@@ -134,8 +134,10 @@ def _data_files(path: Path) -> list[Path]:
             raise ValueError(f"data source {str(path)!r}: unsupported file type (use {sorted(_BUILDERS)})")
         return [path]
     files = sorted(
-        p for p in path.rglob("*")
-        if p.is_file() and _builder_for(p) is not None
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and _builder_for(p) is not None
         and not any(part.startswith(".") for part in p.relative_to(path).parts)
     )
     if not files:
@@ -176,9 +178,7 @@ def _corpus_name(cfg: DataConfig) -> str:
 def _column(ds: Any, field: str, source: str) -> list[Any]:
     """Column ``field`` of a ``datasets.Dataset``; ValueError naming field and source if absent."""
     if field not in ds.column_names:
-        raise ValueError(
-            f"data source {source!r} has no text field {field!r} (fields: {', '.join(ds.column_names)})"
-        )
+        raise ValueError(f"data source {source!r} has no text field {field!r} (fields: {', '.join(ds.column_names)})")
     return ds[field]
 
 
@@ -227,7 +227,9 @@ def read_documents(cfg: DataConfig) -> list[str]:
         if doc is None:
             continue
         if not isinstance(doc, str):
-            raise ValueError(f"data source {cfg.source!r}: field {cfg.text_field!r} holds {type(doc).__name__}, not text")
+            raise ValueError(
+                f"data source {cfg.source!r}: field {cfg.text_field!r} holds {type(doc).__name__}, not text"
+            )
         if "\x00" in doc:
             n_nul += 1
             doc = doc.replace("\x00", "")
@@ -291,8 +293,8 @@ def split_documents(texts: Sequence[str], val_fraction: float, seed: int) -> tup
         is_val[min(range(len(texts)), key=hashes.__getitem__)] = True
     if len(texts) >= 2 and all(is_val):
         is_val[max(range(len(texts)), key=hashes.__getitem__)] = False
-    train = [t for t, v in zip(texts, is_val) if not v]
-    val = [t for t, v in zip(texts, is_val) if v]
+    train = [t for t, v in zip(texts, is_val, strict=True) if not v]
+    val = [t for t, v in zip(texts, is_val, strict=True) if v]
     return train, val
 
 
@@ -338,8 +340,12 @@ def _write_cache(entry: Path, train: np.ndarray, val: np.ndarray, meta: dict[str
 def _corpus(train: np.ndarray, val: np.ndarray, meta: dict[str, Any]) -> TokenizedCorpus:
     """The corpus of two uint8 streams and their cache metadata (shares the arrays' memory)."""
     return TokenizedCorpus(
-        train=torch.from_numpy(train), val=torch.from_numpy(val), vocab_size=VOCAB_SIZE,
-        name=meta["name"], n_train_docs=meta["n_train_docs"], n_val_docs=meta["n_val_docs"],
+        train=torch.from_numpy(train),
+        val=torch.from_numpy(val),
+        vocab_size=VOCAB_SIZE,
+        name=meta["name"],
+        n_train_docs=meta["n_train_docs"],
+        n_val_docs=meta["n_val_docs"],
         fingerprint=meta["fingerprint"],
     )
 
@@ -364,9 +370,13 @@ def _build_corpus(cfg: DataConfig, fingerprint: str) -> tuple[np.ndarray, np.nda
     train_docs, val_docs = split_documents(docs, cfg.val_fraction, cfg.split_seed)
     train, val = encode_documents(train_docs), encode_documents(val_docs)
     meta = {
-        "fingerprint": fingerprint, "name": _corpus_name(cfg), "config": cfg.model_dump(),
-        "n_train_docs": len(train_docs), "n_val_docs": len(val_docs),
-        "n_train_tokens": int(train.size), "n_val_tokens": int(val.size),
+        "fingerprint": fingerprint,
+        "name": _corpus_name(cfg),
+        "config": cfg.model_dump(),
+        "n_train_docs": len(train_docs),
+        "n_val_docs": len(val_docs),
+        "n_train_tokens": int(train.size),
+        "n_val_tokens": int(val.size),
     }
     return train, val, meta
 
@@ -389,7 +399,12 @@ def load_corpus(cfg: DataConfig) -> TokenizedCorpus:
     _write_cache(entry, train, val, meta)
     logger.info(
         "corpus %s: %d train docs (%d bytes), %d val docs (%d bytes), cached in %s",
-        meta["name"], meta["n_train_docs"], train.size, meta["n_val_docs"], val.size, entry,
+        meta["name"],
+        meta["n_train_docs"],
+        train.size,
+        meta["n_val_docs"],
+        val.size,
+        entry,
     )
     return _corpus(train, val, meta)
 
@@ -469,8 +484,12 @@ class TrainBatches:
     def state_dict(self) -> dict[str, int]:
         """Position of the stream (plus the settings it is only valid for)."""
         return {
-            "epoch": self.epoch, "position": self.position, "seed": self.seed,
-            "seq_len": self.seq_len, "batch_size": self.batch_size, "n_windows": self.n_windows,
+            "epoch": self.epoch,
+            "position": self.position,
+            "seed": self.seed,
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+            "n_windows": self.n_windows,
         }
 
     def load_state_dict(self, state: dict[str, int]) -> None:

@@ -23,10 +23,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from search_spaces.residual_lm.base import ResidualLM
 
 __all__ = [
     "WidthCertificate",
@@ -39,7 +43,7 @@ __all__ = [
 ]
 
 
-def sequence_gradients(model: nn.Module, idx: Tensor, targets: Tensor) -> Tensor:
+def sequence_gradients(model: ResidualLM, idx: Tensor, targets: Tensor) -> Tensor:
     """Per-sequence activation gradients q_r = sum_t d loss_r / d z_{r,t}: (R, d), in the dtype of z.
 
     z = model.hidden(idx): (R, T, d) is the final residual stream (before the final norm) and
@@ -213,7 +217,9 @@ class WidthCertificate:
         return asdict(self)
 
 
-def width_certificate(model: nn.Module, idx: Tensor, targets: Tensor, draws: int = 2000, seed: int = 0) -> WidthCertificate:
+def width_certificate(
+    model: ResidualLM, idx: Tensor, targets: Tensor, draws: int = 2000, seed: int = 0
+) -> WidthCertificate:
     """q_r per sequence of (idx, targets) -> d_align, B_exact(8,8), B_align(8,8), p_hat(8,8).
 
     The certificates are evaluated at the plug-in estimates of d_par, d_2 (as in the paper's

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Any, Literal, overload
 
 from torch import Tensor, nn
 
@@ -23,6 +24,8 @@ INIT_STD = 0.02  # GPT-2 / nanoGPT
 
 class ResidualLM(nn.Module):
     """Token embedding -> L blocks -> unembedding. Subclasses define the residual stream."""
+
+    blocks: nn.ModuleList  # built by each family; every block exposes attn_router and mlp_router
 
     def __init__(self, cfg: ArchConfig):
         super().__init__()
@@ -42,7 +45,11 @@ class ResidualLM(nn.Module):
         """N(0, 0.02) everywhere; output projections of sublayers scaled by 1/sqrt(2L) (GPT-2)."""
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = INIT_STD / math.sqrt(2 * self.cfg.n_layers) if name.endswith(("out_proj.weight", "w_out.weight")) else INIT_STD
+                std = (
+                    INIT_STD / math.sqrt(2 * self.cfg.n_layers)
+                    if name.endswith(("out_proj.weight", "w_out.weight"))
+                    else INIT_STD
+                )
                 nn.init.normal_(p, 0.0, std)
 
     def routers(self) -> dict[SublayerKey, DepthRouter]:
@@ -50,7 +57,8 @@ class ResidualLM(nn.Module):
 
         Every family's blocks expose `attn_router` and `mlp_router` (None where not routed).
         """
-        found = {}
+        found: dict[SublayerKey, DepthRouter] = {}
+        block: Any  # each family's own block class
         for j, block in enumerate(self.blocks, start=1):
             for kind, router in (("attn", block.attn_router), ("mlp", block.mlp_router)):
                 if router is not None:
@@ -71,7 +79,7 @@ class ResidualLM(nn.Module):
     def begin_forward(self, idx: Tensor) -> None:
         if idx.dim() != 2 or idx.shape[1] > self.cfg.seq_len:
             raise ValueError(f"idx: expected (B, T) with T <= seq_len={self.cfg.seq_len}, got {tuple(idx.shape)}")
-        self._last_shape = tuple(idx.shape)
+        self._last_shape = (idx.shape[0], idx.shape[1])
         self.last_residual_rms = []
 
     def record_residual_rms(self, stream: Tensor, log_norm: bool = False) -> None:
@@ -97,7 +105,7 @@ class ResidualLM(nn.Module):
     @contextlib.contextmanager
     def recording_diagnostics(self) -> Iterator[None]:
         """Record per-layer diagnostics during the forward passes inside this block."""
-        modules = [m for m in self.modules() if hasattr(m, "recording")]
+        modules: list[Any] = [m for m in self.modules() if hasattr(m, "recording")]
         for m in modules:
             m.recording = True
         try:
@@ -111,13 +119,19 @@ class ResidualLM(nn.Module):
         routers = self.routers()
         return {
             "residual_rms": [float(x) for x in self.last_residual_rms],
-            "skip_rate": {f"{k}{j}": float(r.last_skip_rate) for (k, j), r in routers.items() if r.last_skip_rate is not None},
+            "skip_rate": {
+                f"{k}{j}": float(r.last_skip_rate) for (k, j), r in routers.items() if r.last_skip_rate is not None
+            },
             "mod_threshold": {f"{k}{j}": float(r.eval_threshold) for (k, j), r in routers.items()},  # exported
             "mod_threshold_train": {f"{k}{j}": float(r.threshold) for (k, j), r in routers.items()},
             "executed_flops_per_token": self.last_executed_flops_per_token() if self._last_shape[0] else None,
         }
 
 
+@overload
+def make_router(cfg: ArchConfig, block: int, linear: Literal[True]) -> LinearRouter | None: ...
+@overload
+def make_router(cfg: ArchConfig, block: int, linear: Literal[False]) -> DepthRouter | None: ...
 def make_router(cfg: ArchConfig, block: int, linear: bool) -> DepthRouter | None:
     """The router for a sublayer of block `block` (1-based), or None if that block is dense."""
     if block not in cfg.routed_blocks:

@@ -24,12 +24,14 @@ from .routing import Delta, LinearRouter, gather_tokens
 
 def rms_norm(norm: nn.RMSNorm, x: Tensor) -> Tensor:
     """norm(x), through the fused op."""
+    assert norm.eps is not None  # every norm here is built with eps=1e-6
     return add_rmsnorm(x, None, norm.weight, norm.eps)[1]
 
 
 def add_then_norm(x: Tensor, delta: Delta, norm: nn.RMSNorm) -> tuple[Tensor, Tensor]:
     """(z, norm(z)) with z = x + delta: one fused pass when delta is dense."""
     if delta.sel is None:
+        assert norm.eps is not None  # every norm here is built with eps=1e-6
         return add_rmsnorm(x, delta.values, norm.weight, norm.eps)
     z = delta.added_to(x)
     return z, rms_norm(norm, z)

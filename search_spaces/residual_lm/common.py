@@ -34,6 +34,8 @@ def apply_rope(x: Tensor, freqs: Tensor) -> Tensor:
 class CausalSelfAttention(nn.Module):
     """Multi-head causal attention: 8 d^2 projection FLOPs per token plus 4 d per attended key."""
 
+    freqs: Tensor  # buffer, registered in __init__ (declared here for type checkers)
+
     def __init__(self, cfg: ArchConfig):
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim

@@ -35,17 +35,15 @@ class ArchConfig(BaseModel):
     tie_embeddings: bool = False
 
     @model_validator(mode="after")
-    def _check_heads(self) -> "ArchConfig":
+    def _check_heads(self) -> ArchConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                f"d_model / n_heads = {self.d_model // self.n_heads} must be even (RoPE rotates pairs)"
-            )
+            raise ValueError(f"d_model / n_heads = {self.d_model // self.n_heads} must be even (RoPE rotates pairs)")
         return self
 
     @model_validator(mode="after")
-    def _check_routing(self) -> "ArchConfig":
+    def _check_routing(self) -> ArchConfig:
         """mod_rate > 0 must route at least one block (every mod_every-th of blocks 2..n_layers)."""
         if self.mod_rate > 0 and not self.routed_blocks:
             raise ValueError(
@@ -99,4 +97,3 @@ def flavour(name: str, **overrides) -> ArchConfig:
     if name not in FLAVOURS:
         raise ValueError(f"flavour: unknown name {name!r}; known: {sorted(FLAVOURS)}")
     return ArchConfig(**{**FLAVOURS[name].model_dump(), **overrides})
-

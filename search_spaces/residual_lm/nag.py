@@ -18,6 +18,8 @@ before the sublayer runs; a skipped token keeps (u, s).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +63,8 @@ class NagSublayer(nn.Module):
         self.alpha = nn.Parameter(torch.tensor(position**-0.5))  # l^-0.5, l = 1..2L
         self.router = make_router(cfg, block, linear=False)
         self.recording = False
-        self.last_angle = self.last_gate = None
+        self.last_angle: Tensor | None = None
+        self.last_gate: Tensor | None = None
 
     def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
         pre = self.gate.pre(u)  # (B, T, C): the gate's matmul; the rest of the gate is fused
@@ -144,7 +147,8 @@ class NagLM(ResidualLM):
         return z @ (w_hat.T / self.cfg.d_model)  # (B, T, V)
 
     def diagnostics(self) -> dict:
-        subs = [sub for block in self.blocks for sub in (block.attn, block.mlp)]
+        blocks = cast("Iterable[NagBlock]", self.blocks)
+        subs = [sub for block in blocks for sub in (block.attn, block.mlp)]
         return {
             **super().diagnostics(),
             "nag_angle": [None if s.last_angle is None else float(s.last_angle) for s in subs],

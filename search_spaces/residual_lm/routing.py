@@ -54,7 +54,7 @@ class TokenSelection:
     counts: Tensor  # (B,) executed tokens per sequence
 
     @classmethod
-    def from_mask(cls, keep: Tensor) -> "TokenSelection":
+    def from_mask(cls, keep: Tensor) -> TokenSelection:
         index = keep.flatten().nonzero().squeeze(1)
         return cls(keep, index, index % keep.shape[1], keep.sum(1))
 
@@ -105,6 +105,11 @@ class DepthRouter(nn.Module):
     Records the executed-token counts of its last call (`last_counts`, per sequence), from
     which the model computes its executed FLOPs, and the realised skip rate.
     """
+
+    # Buffers, registered in __init__ (declared here for type checkers).
+    threshold: Tensor
+    level: Tensor
+    eval_threshold: Tensor
 
     def __init__(self, rate: float, routing: str = "causal_threshold"):
         super().__init__()

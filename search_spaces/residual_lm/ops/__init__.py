@@ -53,7 +53,7 @@ def _requested() -> str:
 
 
 def backend(*tensors: torch.Tensor) -> str:
-    """"triton" or "reference" for an op on these tensors.
+    """ "triton" or "reference" for an op on these tensors.
 
     auto: Triton when it is installed and every tensor is on CUDA. triton: always (on CPU this
     needs TRITON_INTERPRET=1). reference: always PyTorch.

@@ -107,8 +107,16 @@ class _AddRMSNorm(torch.autograd.Function):
         cfg = _launch(d)
         if n:
             _forward_kernel[(triton.cdiv(n, cfg["BLOCK_M"]),)](
-                x, delta.contiguous() if has_delta else x, weight, z, h, n, d, eps,
-                HAS_DELTA=has_delta, **cfg,
+                x,
+                delta.contiguous() if has_delta else x,
+                weight,
+                z,
+                h,
+                n,
+                d,
+                eps,
+                HAS_DELTA=has_delta,
+                **cfg,
             )
         ctx.save_for_backward(z, weight)
         ctx.eps, ctx.has_delta = eps, has_delta
@@ -131,8 +139,17 @@ class _AddRMSNorm(torch.autograd.Function):
         if n:
             has_dz = grad_z is not None
             _backward_kernel[(programs,)](
-                z, weight, grad_h.contiguous(), grad_z.contiguous() if has_dz else z, grad_total, partial_w,
-                n, d, ctx.eps, HAS_DZ=has_dz, **cfg,
+                z,
+                weight,
+                grad_h.contiguous(),
+                grad_z.contiguous() if has_dz else z,
+                grad_total,
+                partial_w,
+                n,
+                d,
+                ctx.eps,
+                HAS_DZ=has_dz,
+                **cfg,
             )
         return (*_input_grads(ctx, grad_total), partial_w.sum(0).to(weight.dtype), None)
 
@@ -146,8 +163,17 @@ def _input_grads(ctx, grad_total: Tensor) -> tuple[Tensor, Tensor | None]:
 
 @jit
 def _forward_kernel(
-    x_ptr, delta_ptr, w_ptr, z_ptr, h_ptr, N, d, eps,
-    HAS_DELTA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    x_ptr,
+    delta_ptr,
+    w_ptr,
+    z_ptr,
+    h_ptr,
+    N,
+    d,
+    eps,
+    HAS_DELTA: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_D)
@@ -156,7 +182,7 @@ def _forward_kernel(
     offs = rows[:, None].to(tl.int64) * d + cols[None, :]
     z = tl.load(x_ptr + offs, mask=mask, other=0.0)
     if HAS_DELTA:
-        z = (z.to(tl.float32) + tl.load(delta_ptr + offs, mask=mask, other=0.0).to(tl.float32))
+        z = z.to(tl.float32) + tl.load(delta_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         z = z.to(z_ptr.dtype.element_ty)  # the residual as stored: the norm reads this
         tl.store(z_ptr + offs, z, mask=mask)
     z = z.to(tl.float32)
@@ -168,8 +194,18 @@ def _forward_kernel(
 
 @jit
 def _backward_kernel(
-    z_ptr, w_ptr, gh_ptr, gz_ptr, gx_ptr, partial_w_ptr, N, d, eps,
-    HAS_DZ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    z_ptr,
+    w_ptr,
+    gh_ptr,
+    gz_ptr,
+    gx_ptr,
+    partial_w_ptr,
+    N,
+    d,
+    eps,
+    HAS_DZ: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_D)

@@ -43,7 +43,7 @@ def ancre_mix_reference(p: Tensor, states: Sequence[Tensor]) -> Tensor:
     out_dtype = _out_dtype(states)
     compute = torch.promote_types(out_dtype, torch.float32)
     out = p[0].to(compute) * states[0].to(compute)
-    for p_i, state in zip(p[1:], states[1:]):
+    for p_i, state in zip(p[1:], states[1:], strict=False):  # _check made the lengths equal
         out = torch.addcmul(out, p_i.to(compute), state.to(compute))  # out + p_i state, one pass
     return out.to(out_dtype)
 
@@ -70,8 +70,10 @@ def _check(p: Tensor, states: Sequence[Tensor]) -> None:
     first = states[0]
     for i, state in enumerate(states):
         if state.shape != first.shape or state.device != first.device:
-            raise ValueError(f"states[{i}] is {tuple(state.shape)} on {state.device}; "
-                             f"states[0] is {tuple(first.shape)} on {first.device}")
+            raise ValueError(
+                f"states[{i}] is {tuple(state.shape)} on {state.device}; "
+                f"states[0] is {tuple(first.shape)} on {first.device}"
+            )
 
 
 def _out_dtype(states: Sequence[Tensor]) -> torch.dtype:
@@ -99,8 +101,14 @@ class _AncreMix(torch.autograd.Function):
             grid = (triton.cdiv(n, _BLOCK),)
             for k, group in enumerate(_groups(len(states))):
                 _forward_kernel[grid](
-                    p, group.start, tuple(states[i] for i in group), out, n,
-                    ACCUMULATE=k > 0, BLOCK=_BLOCK, num_warps=_WARPS,
+                    p,
+                    group.start,
+                    tuple(states[i] for i in group),
+                    out,
+                    n,
+                    ACCUMULATE=k > 0,
+                    BLOCK=_BLOCK,
+                    num_warps=_WARPS,
                 )
         ctx.save_for_backward(p, *states)
         return out
@@ -116,8 +124,16 @@ class _AncreMix(torch.autograd.Function):
         if n:
             for group in _groups(len(states)):
                 _backward_kernel[(programs,)](
-                    p, group.start, grad_out, tuple(states[i] for i in group), tuple(grads[i] for i in group),
-                    partial_p, len(states), n, BLOCK=_BLOCK, num_warps=_WARPS,
+                    p,
+                    group.start,
+                    grad_out,
+                    tuple(states[i] for i in group),
+                    tuple(grads[i] for i in group),
+                    partial_p,
+                    len(states),
+                    n,
+                    BLOCK=_BLOCK,
+                    num_warps=_WARPS,
                 )
         grad_p = partial_p.sum(0).to(p.dtype)
         return grad_p, *grads

@@ -93,8 +93,13 @@ def nag_epilogue(
     _check(u, f, s, pre, mix_weights, beta, alpha)
     lead, d, c = u.shape[:-1], u.shape[-1], pre.shape[-1]
     u_next, s_next = _NagEpilogue.apply(
-        u.reshape(-1, d), f.reshape(-1, d), s.reshape(-1), pre.reshape(-1, c),
-        mix_weights, beta, alpha,
+        u.reshape(-1, d),
+        f.reshape(-1, d),
+        s.reshape(-1),
+        pre.reshape(-1, c),
+        mix_weights,
+        beta,
+        alpha,
     )
     return u_next.view(*lead, d), s_next.view(lead)
 
@@ -111,8 +116,7 @@ def _check(u, f, s, pre, mix_weights, beta, alpha) -> None:
     if pre.dim() < 1 or pre.shape[-1] < 1:
         raise ValueError(f"pre must be (..., C) with C >= 1, got shape {tuple(pre.shape)}")
     lead, c = tuple(u.shape[:-1]), pre.shape[-1]
-    expected = {"f": (f, tuple(u.shape)), "s": (s, lead), "pre": (pre, (*lead, c)),
-                "mix_weights": (mix_weights, (c,))}
+    expected = {"f": (f, tuple(u.shape)), "s": (s, lead), "pre": (pre, (*lead, c)), "mix_weights": (mix_weights, (c,))}
     for name, (tensor, shape) in expected.items():
         if tuple(tensor.shape) != shape:
             raise ValueError(f"{name} must have shape {shape}, got {tuple(tensor.shape)}")
@@ -143,8 +147,21 @@ class _NagEpilogue(torch.autograd.Function):
         if n:
             cfg = _launch(n, d, c)
             _forward_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
-                u, f, s, pre, mix_weights, beta, alpha, u_next, s_next,
-                n, d, c, math.sqrt(d), EPS=NORM_EPS, **cfg,
+                u,
+                f,
+                s,
+                pre,
+                mix_weights,
+                beta,
+                alpha,
+                u_next,
+                s_next,
+                n,
+                d,
+                c,
+                math.sqrt(d),
+                EPS=NORM_EPS,
+                **cfg,
             )
         ctx.save_for_backward(u, f, pre, mix_weights, beta, alpha)
         return u_next, s_next
@@ -161,13 +178,32 @@ class _NagEpilogue(torch.autograd.Function):
         part_alpha = torch.zeros(programs, device=u.device, dtype=torch.float32)
         if n:
             _backward_kernel[(programs,)](
-                u, f, pre, mix_weights, beta, alpha,
-                grad_u_next.contiguous(), grad_s_next.contiguous(),
-                grad_u, grad_f, grad_pre, part_mix, part_beta, part_alpha,
-                n, d, c, math.sqrt(d), EPS=NORM_EPS, **cfg,
+                u,
+                f,
+                pre,
+                mix_weights,
+                beta,
+                alpha,
+                grad_u_next.contiguous(),
+                grad_s_next.contiguous(),
+                grad_u,
+                grad_f,
+                grad_pre,
+                part_mix,
+                part_beta,
+                part_alpha,
+                n,
+                d,
+                c,
+                math.sqrt(d),
+                EPS=NORM_EPS,
+                **cfg,
             )
         return (
-            grad_u, grad_f, grad_s_next, grad_pre,
+            grad_u,
+            grad_f,
+            grad_s_next,
+            grad_pre,
             part_mix.sum(0).to(mix_weights.dtype),
             part_beta.sum().reshape(beta.shape).to(beta.dtype),
             part_alpha.sum().reshape(alpha.shape).to(alpha.dtype),
@@ -212,9 +248,23 @@ def _log1p(x):
 
 @jit
 def _forward_kernel(
-    u_ptr, f_ptr, s_ptr, pre_ptr, w_ptr, beta_ptr, alpha_ptr, u_out_ptr, s_out_ptr,
-    N, d, C, sqrt_d,
-    EPS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
+    u_ptr,
+    f_ptr,
+    s_ptr,
+    pre_ptr,
+    w_ptr,
+    beta_ptr,
+    alpha_ptr,
+    u_out_ptr,
+    s_out_ptr,
+    N,
+    d,
+    C,
+    sqrt_d,
+    EPS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
@@ -239,10 +289,28 @@ def _forward_kernel(
 
 @jit
 def _backward_kernel(
-    u_ptr, f_ptr, pre_ptr, w_ptr, beta_ptr, alpha_ptr, gu_next_ptr, gs_next_ptr,
-    gu_ptr, gf_ptr, gpre_ptr, part_w_ptr, part_beta_ptr, part_alpha_ptr,
-    N, d, C, sqrt_d,
-    EPS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
+    u_ptr,
+    f_ptr,
+    pre_ptr,
+    w_ptr,
+    beta_ptr,
+    alpha_ptr,
+    gu_next_ptr,
+    gs_next_ptr,
+    gu_ptr,
+    gf_ptr,
+    gpre_ptr,
+    part_w_ptr,
+    part_beta_ptr,
+    part_alpha_ptr,
+    N,
+    d,
+    C,
+    sqrt_d,
+    EPS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_C: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -260,9 +328,7 @@ def _backward_kernel(
     # Recompute the forward.
     sig, w, mix, log_mix, m = _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C, EPS)
     tan = alpha * m
-    mean, a, perp_sq, inv_perp, k, moved, inv_norm = _rotation(
-        u, f, tan, row_mask, mask, d, sqrt_d, EPS
-    )
+    mean, a, perp_sq, inv_perp, k, moved, inv_norm = _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS)
     u_next = moved * (sqrt_d * inv_norm)[:, None]
 
     # Through the renormalisation, then the rotation's row statistics.
@@ -285,8 +351,9 @@ def _backward_kernel(
     c_cols = tl.arange(0, BLOCK_C)
     c_mask = row_mask[:, None] & (c_cols < C)[None, :]
     g_pre = g_mix[:, None] * w[None, :] * sig * (1.0 - sig)
-    tl.store(gpre_ptr + rows[:, None].to(tl.int64) * C + c_cols[None, :],
-             g_pre.to(gpre_ptr.dtype.element_ty), mask=c_mask)
+    tl.store(
+        gpre_ptr + rows[:, None].to(tl.int64) * C + c_cols[None, :], g_pre.to(gpre_ptr.dtype.element_ty), mask=c_mask
+    )
 
     # Per-program partial sums for the shared parameters (padding rows contribute zero).
     part_w = tl.sum(tl.where(c_mask, g_mix[:, None] * sig, 0.0), axis=0)
