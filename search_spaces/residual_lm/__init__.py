@@ -2,19 +2,33 @@
 
 from .base import ResidualLM
 from .config import FLAVOURS, ArchConfig, config_error_message, flavour
-from .flops import FlopsPerToken, flops_per_token, forward_flops
+from .cheapest import cheapest_config
+from .flops import (
+    TRAINING_FLOPS_PER_FORWARD_FLOP,
+    FlopsPerToken,
+    flops_per_token,
+    forward_flops,
+    forward_flops_per_token,
+    tokens_for,
+    training_flops,
+)
 from .model import FAMILIES, build_model, count_parameters
 
 __all__ = [
     "FAMILIES",
+    "TRAINING_FLOPS_PER_FORWARD_FLOP",
     "FLAVOURS",
     "ArchConfig",
     "FlopsPerToken",
     "ResidualLM",
     "build_model",
+    "cheapest_config",
     "config_error_message",
     "count_parameters",
     "flavour",
     "flops_per_token",
     "forward_flops",
+    "forward_flops_per_token",
+    "tokens_for",
+    "training_flops",
 ]

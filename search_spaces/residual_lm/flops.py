@@ -15,6 +15,10 @@ Dense sublayers execute c = T tokens. `flops_per_token(cfg)` gives the nominal c
 executed) and the expected executed count (routed sublayers executing c = (1 - mod_rate) T);
 `forward_flops(cfg, T, counts)` gives what a real forward executed, from the routers' counts.
 
+The iso-FLOP rule lives here too (one place for "training = 3x forward"): a model whose executed
+forward pass costs F FLOPs per token spends `training_flops(cfg, D) = 3 F D` to train on D tokens,
+and a training budget C buys `tokens_for(cfg, C) = C / (3 F)` tokens.
+
 On CPU, `torch.utils.flop_counter.FlopCounterMode` counts matmuls only: it misses the fused SDPA
 kernel and the fused ANCRe mix (a multiply-add, `ops.ancre_mix`), so it sees exactly this total
 minus the `attn_core` and `ancre_mix` terms; the tests check that equality and those two apart.
@@ -28,6 +32,10 @@ from typing import Mapping, Union
 from torch import Tensor
 
 from .config import ArchConfig
+
+#: Training FLOPs per forward FLOP: the backward pass costs twice the forward (gradients with
+#: respect to activations and to weights), so a training step costs 3x its forward pass.
+TRAINING_FLOPS_PER_FORWARD_FLOP = 3.0
 
 Count = Union[float, Tensor]  # executed tokens per sequence: a number, or a (B,) tensor
 SublayerKey = tuple[str, int]  # ("attn" | "mlp", 1-based block index)
@@ -92,3 +100,18 @@ def flops_per_token(cfg: ArchConfig, seq_len: int | None = None) -> FlopsPerToke
         executed=sum(executed.values()) / T,
         executed_breakdown={k: v / T for k, v in executed.items()},
     )
+
+
+def training_flops(cfg: ArchConfig, tokens: float) -> float:
+    """Training FLOPs of `tokens` tokens: 3 x expected executed forward FLOPs per token x tokens."""
+    return TRAINING_FLOPS_PER_FORWARD_FLOP * flops_per_token(cfg).executed * tokens
+
+
+def tokens_for(cfg: ArchConfig, flops: float) -> float:
+    """Tokens that `flops` training FLOPs buy (not rounded): C / (3 x expected executed forward FLOPs per token)."""
+    return flops / (TRAINING_FLOPS_PER_FORWARD_FLOP * flops_per_token(cfg).executed)
+
+
+def forward_flops_per_token(training: float, tokens: float) -> float:
+    """The forward FLOPs per token that `training` FLOPs over `tokens` tokens imply: C / (3 D)."""
+    return training / (TRAINING_FLOPS_PER_FORWARD_FLOP * tokens)
