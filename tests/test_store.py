@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import create_engine, inspect, make_url, text
 from sqlalchemy.pool import NullPool
 
-from nas.search import optuna_storage
+from nas.study import optuna_storage
 from nas.store import (SCHEMA_LOCK_KEY, SCHEMA_VERSION, SearchExists, Store, StoreError, UnknownSearch, UnknownTrial,
                        default_url, ensure_schema)
+from workers.status import TrialStatus
 from nas.store.schema import ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS
 
 NAN, INF = math.nan, math.inf
@@ -95,15 +96,15 @@ def test_every_trial_result_and_certificate_field_is_stored():
 
 def test_schema_is_created_once_and_versioned(store_url):
     with Store(store_url) as first:
-        assert first.schema_version() == SCHEMA_VERSION == 1
+        assert first.schema_version() == SCHEMA_VERSION == 2
         new_search(first)
     with Store(store_url) as again:  # reopening keeps the data and the version
-        assert again.schema_version() == 1 and again.get_search("s1").name == "s1"
+        assert again.schema_version() == SCHEMA_VERSION and again.get_search("s1").name == "s1"
     plain = create_engine(store_url)  # without the Store's hooks
     try:
-        assert ensure_schema(plain) == ensure_schema(plain) == 1
+        assert ensure_schema(plain) == ensure_schema(plain) == SCHEMA_VERSION
         with plain.connect() as db:
-            assert db.execute(text("SELECT id, version FROM resnas_schema_version")).all() == [(1, 1)]
+            assert db.execute(text("SELECT id, version FROM resnas_schema_version")).all() == [(1, SCHEMA_VERSION)]
     finally:
         plain.dispose()
 
@@ -112,10 +113,10 @@ def test_sqlite_store_is_in_wal_mode_and_plain_engines_take_the_write_lock(url, 
     assert url == f"sqlite:///{tmp_path}/resnas.db"
     Store(url).close()
     plain = create_engine(f"sqlite:///{tmp_path}/plain.db")  # legacy pysqlite begins nothing: takes the lock itself
-    assert ensure_schema(plain) == ensure_schema(plain) == 1
+    assert ensure_schema(plain) == ensure_schema(plain) == SCHEMA_VERSION
     plain.dispose()
     with sqlite3.connect(tmp_path / "plain.db") as db:
-        assert db.execute("SELECT version FROM resnas_schema_version").fetchall() == [(1,)]
+        assert db.execute("SELECT version FROM resnas_schema_version").fetchall() == [(SCHEMA_VERSION,)]
     with sqlite3.connect(tmp_path / "resnas.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
@@ -237,7 +238,8 @@ def test_failing_writes_roll_back_completely(store):
 def test_a_retry_reuses_the_number_and_keeps_the_earlier_outcome(store):
     new_search(store)
     tid = store.start_trial("s1", number=0, config={"arch": ARCH})
-    store.finish_trial(tid, failed_result())
+    store.finish_trial(tid, failed_result("retrying"))  # its process died; Tune starts attempt 1
+    assert store.trial(tid).status == "retrying"
     assert store.start_trial("s1", number=0, attempt=1, config={"arch": ARCH}) == tid
     retried = store.trial(tid)
     assert (retried.status, retried.attempt, retried.val_loss, retried.failure_reason) == ("running", 1, None, None)
@@ -248,25 +250,30 @@ def test_a_retry_reuses_the_number_and_keeps_the_earlier_outcome(store):
         store.start_trial("s1", number=0, attempt=2, config={})
 
 
-def test_fail_running_trials_and_search_summaries(store):
+def test_mark_running_trials_interrupted_and_search_summaries(store):
     new_search(store, "a")
     new_search(store, "b", requested_trials=3)
     outcomes = [completed_result(2.1), completed_result(1.7), failed_result(), failed_result("diverged"),
-                failed_result("infeasible"), None, None]
+                failed_result("infeasible"), failed_result("retrying"), None, None]
     for number, result in enumerate(outcomes):
         tid = store.start_trial("a", number=number, config={"arch": ARCH})
         if result:
             store.finish_trial(tid, result)
     store.start_trial("b", number=0, config={"arch": ARCH})
+    summaries = {s.name: s for s in store.list_searches()}
+    assert (summaries["a"].running, summaries["a"].failed) == (3, 1)  # a retrying trial is about to run again
 
-    assert store.fail_running_trials("a", "driver died") == 2
-    assert store.count_trials("a", ["failed"]) == 3 and store.count_trials("a", ["running"]) == 0
-    assert [t.failure_reason for t in store.trials("a", ["failed"])][1:] == ["driver died"] * 2
+    assert store.mark_running_trials("a", TrialStatus.INTERRUPTED, "driver died") == 3  # running and retrying
+    assert store.count_trials("a", ["failed"]) == 1 and store.count_trials("a", ["running", "retrying"]) == 0
+    assert [t.failure_reason for t in store.trials("a", ["interrupted"])] == ["driver died"] * 3
+    assert all(t.status is TrialStatus.INTERRUPTED for t in store.trials("a", ["interrupted"]))
     assert store.count_trials("b", ["running"]) == 1  # other searches untouched
+    with pytest.raises(ValueError, match="status must be one of"):
+        store.mark_running_trials("a", "running", "not a finished status")
 
     summaries = {s.name: s for s in store.list_searches()}
     a, b = summaries["a"], summaries["b"]
-    assert (a.completed, a.failed, a.running, a.other, a.best_val_loss) == (2, 3, 0, 2, 1.7)
+    assert (a.completed, a.failed, a.running, a.other, a.interrupted, a.best_val_loss) == (2, 1, 0, 2, 3, 1.7)
     assert (b.completed, b.failed, b.running, b.other, b.best_val_loss, b.requested_trials) == (0, 0, 1, 0, None, 3)
     assert [s.name for s in store.list_searches()] == ["a", "b"]
 
@@ -307,7 +314,7 @@ def test_concurrent_writers_on_a_fresh_store(store_url):
     n_procs, n_trials = 4, 40
     run_at_once(n_procs, _writer, lambda i: (store_url, f"w{i}", n_trials))
     with Store(store_url) as store:
-        assert store.schema_version() == 1
+        assert store.schema_version() == SCHEMA_VERSION
         summaries = store.list_searches()
         assert sorted(s.name for s in summaries) == [f"w{i}" for i in range(n_procs)]
         assert all((s.status, s.completed, s.best_val_loss) == ("completed", n_trials, 2.0) for s in summaries)

@@ -4,7 +4,7 @@ from .access import (SearchExists, SearchRow, SearchSummary, Store, StoreError, 
                      default_url)
 from .migrations import (MIGRATIONS, SCHEMA_LOCK_KEY, SCHEMA_VERSION, Migration, SchemaVersionError, ensure_schema,
                          schema_lock)
-from .schema import SEARCH_STATUSES, TRIAL_STATUSES, sanitise_json
+from .schema import SEARCH_STATUSES, TRIAL_STATUSES, SearchStatus, sanitise_json
 
 STORAGE_ENV = "RESNAS_STORAGE"  # the store URL when none is given, ahead of default_url (CLI and dashboard)
 
@@ -14,6 +14,7 @@ __all__ = [
     "SCHEMA_LOCK_KEY",
     "SCHEMA_VERSION",
     "SEARCH_STATUSES",
+    "SearchStatus",
     "STORAGE_ENV",
     "SchemaVersionError",
     "SearchExists",

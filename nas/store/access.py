@@ -31,10 +31,11 @@ from sqlalchemy import Engine, case, create_engine, delete, event, func, insert,
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from workers.status import TrialStatus
+
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
-from .schema import (ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, SEARCH_STATUSES,
-                     TRIAL_STATUSES, WIDTH_FIELDS, CurvePointModel, DiagnosticsModel, SearchModel, TrialModel,
-                     WidthCertificateModel, utcnow)
+from .schema import (ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS, CurvePointModel,
+                     DiagnosticsModel, SearchModel, SearchStatus, TrialModel, WidthCertificateModel, utcnow)
 
 
 class StoreError(Exception):
@@ -60,7 +61,7 @@ class UnknownTrial(StoreError):
 class SearchRow:
     id: int
     name: str
-    status: str
+    status: SearchStatus
     created_at: datetime
     updated_at: datetime
     requested_trials: int
@@ -79,8 +80,9 @@ class SearchSummary:
     requested_trials: int
     completed: int
     failed: int
-    running: int
+    running: int  # running, or retrying (an attempt is about to start again)
     other: int  # diverged, stopped, infeasible
+    interrupted: int  # left running by a dead driver (replaced on resume)
     best_val_loss: float | None  # among completed trials
 
 
@@ -91,7 +93,7 @@ class TrialRow:
     number: int
     attempt: int
     optuna_trial_number: int | None
-    status: str
+    status: TrialStatus
     failure_reason: str | None
     previous_attempts: list  # [{"attempt", "status", "failure_reason"}] of earlier tries
     config: dict
@@ -212,9 +214,13 @@ def _merged_curve(points: Iterable[dict]) -> list[dict]:
     return [{**row, "step": step, "tokens": _int_or_none(row["tokens"])} for step, row in rows.items()]
 
 
-def _check_status(status: Any, allowed: tuple[str, ...], what: str) -> None:
+def _check_status(status: Any, allowed: Iterable[str], what: str) -> None:
+    allowed = [str(a) for a in allowed]
     if status not in allowed:
         raise ValueError(f"{what} status must be one of {', '.join(allowed)}, not {status!r}")
+
+
+FINISHED_TRIAL_STATUSES = tuple(s for s in TrialStatus if s != TrialStatus.RUNNING)
 
 
 class Store:
@@ -291,7 +297,7 @@ class Store:
         with self._session() as s:
             if SearchModel.find(s, name) is not None:
                 raise SearchExists(f"a search named {name!r} already exists")
-            search = SearchModel(name=name, status="running", requested_trials=requested_trials, budget=budget,
+            search = SearchModel(name=name, status=SearchStatus.RUNNING, requested_trials=requested_trials, budget=budget,
                                  space=space, settings=settings, optuna_study_name=optuna_study_name,
                                  code_version=code_version)
             s.add(search)
@@ -302,8 +308,8 @@ class Store:
             s.refresh(search)  # as stored: JSON sanitised, times in UTC
             return _search_row(search)
 
-    def set_search_status(self, name: str, status: str) -> None:
-        _check_status(status, SEARCH_STATUSES, "search")
+    def set_search_status(self, name: str, status: SearchStatus | str) -> None:
+        _check_status(status, SearchStatus, "search")
         with self._session() as s:
             self._search(s, name).status = status
 
@@ -329,13 +335,13 @@ class Store:
             if trial is None:
                 trial = TrialModel(search_id=search.id, number=number, previous_attempts=[])
                 s.add(trial)
-            elif attempt > trial.attempt and trial.status != "completed":
+            elif attempt > trial.attempt and trial.status != TrialStatus.COMPLETED:
                 _clear_for_retry(s, trial)
             else:
                 raise StoreError(f"trial {number} of search {search_name!r} already exists "
                                  f"(attempt {trial.attempt}, {trial.status})")
             for key, value in dict(attempt=attempt, optuna_trial_number=optuna_trial_number, config=config,
-                                   status="running", failure_reason=None, started_at=utcnow(), finished_at=None,
+                                   status=TrialStatus.RUNNING, failure_reason=None, started_at=utcnow(), finished_at=None,
                                    **_arch_columns(config)).items():
                 setattr(trial, key, value)
             s.flush()
@@ -347,7 +353,7 @@ class Store:
         Unknown keys are ignored; curve/diagnostics/width may be missing or None. The result's
         `arch`/`optim` (what actually ran) replace those of the config. Finishing twice replaces.
         """
-        _check_status(result.get("status"), TRIAL_STATUSES[1:], "a finished trial's")
+        _check_status(result.get("status"), FINISHED_TRIAL_STATUSES, "a finished trial's")
         with self._session() as s:
             trial = self._trial(s, trial_id)
             finishing_again = trial.finished_at is not None  # else no child rows exist (a retry cleared them)
@@ -355,13 +361,18 @@ class Store:
             _replace_children(s, trial_id, result, finishing_again)
             s.execute(update(SearchModel).where(SearchModel.id == trial.search_id).values(updated_at=utcnow()))
 
-    def fail_running_trials(self, search_name: str, reason: str) -> int:
-        """Mark the search's trials still "running" as "failed" with `reason`; return how many."""
+    def mark_running_trials(self, search_name: str, status: TrialStatus, reason: str) -> int:
+        """Give the search's trials still running (or waiting to retry) `status` and `reason`; return how many.
+
+        `nas resume` marks what a dead driver left behind `interrupted` this way.
+        """
+        _check_status(status, FINISHED_TRIAL_STATUSES, "a finished trial's")
+        pending = (TrialStatus.RUNNING, TrialStatus.RETRYING)
         with self._session() as s:
             search = self._search(s, search_name)
             done = s.execute(update(TrialModel)
-                             .where(TrialModel.search_id == search.id, TrialModel.status == "running")
-                             .values(status="failed", failure_reason=reason, finished_at=utcnow())
+                             .where(TrialModel.search_id == search.id, TrialModel.status.in_(pending))
+                             .values(status=status, failure_reason=reason, finished_at=utcnow())
                              .execution_options(synchronize_session=False))
             return done.rowcount
 
@@ -377,12 +388,13 @@ class Store:
 
     def list_searches(self) -> list[SearchSummary]:
         """Every search, oldest first, with its trial counts and best completed val_loss."""
-        t = TrialModel
-        counts = [func.count(case((t.status == st, 1))) for st in ("completed", "failed", "running")]
-        other = func.count(case((t.status.in_(("diverged", "stopped", "infeasible")), 1)))
-        best = func.min(case((t.status == "completed", t.val_loss)))
+        t, S = TrialModel, TrialStatus
+        groups = ((S.COMPLETED,), (S.FAILED,), (S.RUNNING, S.RETRYING), (S.DIVERGED, S.STOPPED, S.INFEASIBLE),
+                  (S.INTERRUPTED,))
+        counts = [func.count(case((t.status.in_(group), 1))) for group in groups]
+        best = func.min(case((t.status == S.COMPLETED, t.val_loss)))
         query = (select(SearchModel.name, SearchModel.status, SearchModel.created_at, SearchModel.requested_trials,
-                        *counts, other, best)
+                        *counts, best)
                  .outerjoin(t, t.search_id == SearchModel.id)
                  .group_by(SearchModel.id)
                  .order_by(SearchModel.created_at, SearchModel.id))
@@ -475,7 +487,8 @@ def _replace_children(session: Session, trial_id: int, result: dict, replace_ear
 
 def _clear_for_retry(session: Session, trial: TrialModel) -> None:
     """Keep the earlier try's outcome in `previous_attempts`, and drop its results."""
-    earlier = {"attempt": trial.attempt, "status": trial.status, "failure_reason": trial.failure_reason}
+    outcome = TrialStatus.FAILED if trial.status == TrialStatus.RETRYING else trial.status  # the try itself failed
+    earlier = {"attempt": trial.attempt, "status": outcome, "failure_reason": trial.failure_reason}
     trial.previous_attempts = [*(trial.previous_attempts or []), earlier]
     for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS:
         setattr(trial, name, None)

@@ -4,6 +4,13 @@ Version 1 creates every table as `schema.py` defines it. A later migration is a 
 open connection; since version 1 always builds the *current* ORM, later migrations must check
 `sqlalchemy.inspect(connection)` before altering (a fresh database already has their change).
 
+Version 2 gives retries and interrupted trials their own statuses (`workers.status.TrialStatus`):
+version 1 stored both as `failed` with a text marker in `failure_reason`, which this migration
+turns into `retrying` and `interrupted`. It widens the status CHECK constraint first: PostgreSQL
+alters it in place; SQLite cannot alter a constraint, so the table is rebuilt (SQLite's documented
+procedure: foreign keys off for the transaction, new table, copy, drop, rename, indexes, then
+`foreign_key_check`).
+
 Several processes may open a fresh database at once. `ensure_schema` takes the database's write
 lock first (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: `pg_advisory_xact_lock`), then re-reads the
 recorded version inside the lock, so exactly one process creates or upgrades the schema and the
@@ -21,8 +28,11 @@ from typing import Callable, Iterator
 
 from sqlalchemy import Connection, Engine, create_engine, inspect, make_url, select, text
 from sqlalchemy.pool import NullPool
+from sqlalchemy.schema import CreateTable
 
-from .schema import Base, SchemaVersionModel, utcnow
+from workers.status import TrialStatus
+
+from .schema import TRIAL_STATUSES, Base, SchemaVersionModel, TrialModel, utcnow
 
 SCHEMA_LOCK_KEY = 0x7265736E6173  # "resnas": the PostgreSQL advisory-lock key for schema changes
 
@@ -42,8 +52,54 @@ def _create_all(connection: Connection) -> None:
     Base.metadata.create_all(connection)
 
 
+# Version 1's text markers inside `failure_reason` (written by nas.tune_runner and nas.search then).
+V1_RETRYING_MARKER = "(retrying: attempt"
+V1_INTERRUPTED_PREFIX = "interrupted: the search driver stopped"
+
+
+def _trial_status_constraint_is_current(connection: Connection) -> bool:
+    checks = inspect(connection).get_check_constraints(TrialModel.__tablename__)
+    text_of = " ".join(str(c.get("sqltext", "")) for c in checks if c.get("name") == "ck_trials_status")
+    return all(f"'{status}'" in text_of for status in TRIAL_STATUSES)
+
+
+def _rebuild_sqlite_trials(connection: Connection) -> None:
+    """Recreate `resnas_trials` as the ORM defines it and copy every row over, in SQLite's documented
+    order (new table, copy, drop, rename, indexes); foreign keys are off (see `ensure_schema`), so the
+    drop does not cascade and the child tables' references, by name, hold again after the rename."""
+    table = TrialModel.__table__
+    new = f"_{table.name}_new"
+    create = str(CreateTable(table).compile(dialect=connection.dialect))
+    columns = ", ".join(f'"{c["name"]}"' for c in inspect(connection).get_columns(table.name) if c["name"] in table.c)
+    connection.exec_driver_sql(create.replace(f"CREATE TABLE {table.name} (", f'CREATE TABLE "{new}" (', 1))
+    connection.exec_driver_sql(f'INSERT INTO "{new}" ({columns}) SELECT {columns} FROM "{table.name}"')
+    connection.exec_driver_sql(f'DROP TABLE "{table.name}"')  # and its indexes
+    connection.exec_driver_sql(f'ALTER TABLE "{new}" RENAME TO "{table.name}"')
+    for index in table.indexes:
+        index.create(connection)
+
+
+def _statuses_for_retries_and_interruptions(connection: Connection) -> None:
+    if not _trial_status_constraint_is_current(connection):
+        if connection.dialect.name == "sqlite":
+            _rebuild_sqlite_trials(connection)
+        else:
+            connection.exec_driver_sql("ALTER TABLE resnas_trials DROP CONSTRAINT ck_trials_status")
+            values = ", ".join(f"'{s}'" for s in TRIAL_STATUSES)
+            connection.exec_driver_sql(f"ALTER TABLE resnas_trials ADD CONSTRAINT ck_trials_status "
+                                       f"CHECK (status IN ({values}))")
+    trials = TrialModel.__table__
+    failed = trials.c.status == TrialStatus.FAILED
+    connection.execute(trials.update().where(failed, trials.c.failure_reason.contains(V1_RETRYING_MARKER))
+                       .values(status=TrialStatus.RETRYING))
+    connection.execute(trials.update().where(failed, trials.c.failure_reason.startswith(V1_INTERRUPTED_PREFIX))
+                       .values(status=TrialStatus.INTERRUPTED))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "searches, trials, curve points, diagnostics, width certificates", _create_all),
+    Migration(2, "trial statuses retrying and interrupted (were text markers in failure_reason)",
+              _statuses_for_retries_and_interruptions),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -148,7 +204,7 @@ def ensure_schema(engine: Engine) -> int:
     _check_not_newer(current)
     if current == SCHEMA_VERSION:
         return current
-    with engine.connect() as connection:
+    with engine.connect() as connection, _sqlite_foreign_keys_off(connection):
         connection = connection.execution_options(sqlite_begin="IMMEDIATE")
         with connection.begin():
             _take_write_lock(connection)
@@ -159,4 +215,29 @@ def ensure_schema(engine: Engine) -> int:
                     migration.apply(connection)
             if current < SCHEMA_VERSION:
                 _record(connection, SCHEMA_VERSION)
+            _check_foreign_keys(connection)
     return SCHEMA_VERSION
+
+
+@contextmanager
+def _sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
+    """SQLite: foreign keys off on this connection for the block (a table rebuild would otherwise
+    cascade its drop into the child tables). The pragma is a no-op inside a transaction, so it is set
+    on the raw connection before the migration transaction begins, and set back on afterwards."""
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    raw = connection.connection.driver_connection
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys = ON")
+
+
+def _check_foreign_keys(connection: Connection) -> None:
+    """SQLite: the migrated tables still satisfy every foreign key (else the transaction rolls back)."""
+    if connection.dialect.name == "sqlite":
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise RuntimeError(f"schema migration broke {len(broken)} foreign keys, e.g. {tuple(broken[0])}")

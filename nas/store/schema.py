@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 from datetime import datetime, timezone
+from enum import Enum
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, Double, ForeignKey, Index, Integer, String, Text,
@@ -23,8 +24,24 @@ from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, Double, For
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SEARCH_STATUSES = ("running", "completed", "interrupted", "failed")
-TRIAL_STATUSES = ("running", "completed", "diverged", "stopped", "infeasible", "failed")
+from workers.status import TrialStatus
+from workers.strict_json import sanitise_json
+
+
+class SearchStatus(str, Enum):
+    """A search's state: running, or how its driver last left it."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"  # every requested trial finished
+    INTERRUPTED = "interrupted"  # the driver stopped before that: `nas resume` finishes it
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+SEARCH_STATUSES = tuple(s.value for s in SearchStatus)
+TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
 
 # The scalar fields of `workers.trial.TrialResult`, one column each on `trials`.
 RESULT_FLOAT_FIELDS = ("val_loss", "val_bpb", "nominal_flops_per_token", "executed_flops_per_token",
@@ -41,26 +58,6 @@ CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "training_flops")
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def sanitise_json(value: Any) -> Any:
-    """`value` as strict JSON data: non-finite floats -> None, recursively; tuples -> lists; keys -> str.
-
-    NaN and +/-inf are not JSON: Python's `json` would write `NaN`/`Infinity`, which PostgreSQL
-    rejects and other readers choke on. Numpy-style scalars become plain int/float.
-    """
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, dict):
-        return {str(k): sanitise_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [sanitise_json(v) for v in value]
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        x = float(value)
-        return x if math.isfinite(x) else None
-    return value  # anything else: let the JSON serialiser accept or reject it
 
 
 class SafeJSON(TypeDecorator):
@@ -113,6 +110,24 @@ class UTCDateTime(TypeDecorator):
         return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
+class StatusColumn(TypeDecorator):
+    """A status enum stored as its plain text value (a CHECK constraint lists the values); read back
+    as the enum, which compares equal to its text."""
+
+    impl = String(16)
+    cache_ok = True
+
+    def __init__(self, enum: type[Enum]):
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else self.enum(value)
+
+
 def _one_of(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
@@ -142,7 +157,7 @@ class SearchModel(Base):
     name: Mapped[str] = mapped_column(String(255), unique=True, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
-    status: Mapped[str] = mapped_column(String(16), default="running")
+    status: Mapped[SearchStatus] = mapped_column(StatusColumn(SearchStatus), default=SearchStatus.RUNNING)
     requested_trials: Mapped[int] = mapped_column(Integer)
     budget: Mapped[dict] = mapped_column(SafeJSON)  # trial_flops, search_flops, wall limits...
     space: Mapped[dict] = mapped_column(SafeJSON)  # the search-space spec
@@ -170,7 +185,7 @@ class TrialModel(Base):
     number: Mapped[int] = mapped_column(Integer)  # 0-based index within the search
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # 0 first try, +1 per retry
     optuna_trial_number: Mapped[int | None] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16), default="running")
+    status: Mapped[TrialStatus] = mapped_column(StatusColumn(TrialStatus), default=TrialStatus.RUNNING)
     failure_reason: Mapped[str | None] = mapped_column(Text)
     previous_attempts: Mapped[list] = mapped_column(SafeJSON, default=list)  # [{attempt, status, failure_reason}]
     config: Mapped[dict] = mapped_column(SafeJSON)  # {"arch": {...}, "optim": {...}, ...}
