@@ -1,14 +1,14 @@
 """What the search service itself costs: a 16-trial search of a trainable that does no work.
 
 One run measures, side by side:
-- the service on its default local setup: a local Ray started by the run (`nas.tune_runner.init_ray`,
+- the service on its default local setup: a local Ray started by the run (`nas.ray_env.init_ray`,
   timed on its own), Ray Tune + OptunaSearch with the TPE sampler (multivariate, seed 0), 2 workers,
   the shipped default space, `Budget(trial_flops=2e12, trials=16)`, and the resnas SQLite store
   with the Optuna study in the same file. The trainable (`noop`) only reports a result;
 - Optuna's ask/tell called directly in one process for 16 trials of the same no-op objective,
-  the same define-by-run sampling (`nas.search.DefineByRun`: same knobs, same constraint) and
+  the same define-by-run sampling (`nas.study.DefineByRun`: same knobs, same constraint) and
   the same sampler settings, with (a) in-memory storage and (b) RDB storage on a SQLite file
-  (`nas.search.optuna_storage`), which separates Optuna's storage cost from Ray/Tune's;
+  (`nas.study.optuna_storage`), which separates Optuna's storage cost from Ray/Tune's;
 - the store's write latency: `Store.start_trial` and `Store.finish_trial` over 50 trials (median,
   p99), for the record a no-op trial writes and for one with a 40-point curve and diagnostics.
 
@@ -43,7 +43,10 @@ import optuna
 
 from cpu_throughput import machine_info
 from nas.budget import Budget
-from nas.search import DefineByRun, SearchSettings, create_search, make_sampler, optuna_storage
+from nas.ray_env import configure_ray_env, init_ray
+from nas.search import create_search
+from nas.settings import SearchSettings
+from nas.study import DefineByRun, make_sampler, optuna_storage
 from nas.space import load_space
 from nas.store import Store
 
@@ -88,14 +91,15 @@ def direct_ask_tell(space, budget: Budget, storage, seed: int = 0) -> dict:
 def run_service(tmp: Path, space, budget: Budget, settings: SearchSettings) -> dict:
     """Ray start-up, then the 16-trial search through `run_tuner`, on a SQLite store in `tmp`."""
     t0 = time.perf_counter()
-    from nas import tune_runner  # imports Ray
+    configure_ray_env()  # before Ray is imported
+    from nas import tune_runner
 
     import_s = time.perf_counter() - t0
     store = Store(f"sqlite:///{tmp / 'resnas.db'}")
     name = "overhead"
     study = create_search(store, name, space, budget, settings)
     t1 = time.perf_counter()
-    tune_runner.init_ray(settings)
+    init_ray(settings)
     startup = time.perf_counter() - t1
     tuner_started = datetime.now(timezone.utc)
     tune_runner.run_tuner(store, name, space, budget, settings, study, N_TRIALS, show_progress=False, trainable=noop)

@@ -35,7 +35,10 @@ import optuna
 
 from cpu_throughput import machine_info
 from nas.budget import Budget
-from nas.search import SearchSettings, create_search, optuna_storage
+from nas.ray_env import configure_ray_env, init_ray
+from nas.search import create_search
+from nas.settings import SearchSettings
+from nas.study import optuna_storage
 from nas.space import load_space
 from nas.store import Store
 from service_overhead import TRIAL_FLOPS, noop, quantiles_ms
@@ -70,13 +73,14 @@ class TimedStore(Store):
 
 def run_search(url: str, n_trials: int, settings: SearchSettings) -> dict:
     """The search through `run_tuner` on `url`, then what the store and Optuna hold."""
-    from nas import tune_runner  # imports Ray
+    configure_ray_env()  # before Ray is imported
+    from nas import tune_runner
 
     space, budget = load_space(), Budget(trial_flops=TRIAL_FLOPS, trials=n_trials)
     store, name = TimedStore(url), "load"
     study = create_search(store, name, space, budget, settings)
     t0 = time.perf_counter()
-    tune_runner.init_ray(settings)
+    init_ray(settings)
     startup = time.perf_counter() - t0
     t1 = time.perf_counter()
     tune_runner.run_tuner(store, name, space, budget, settings, study, n_trials, show_progress=False, trainable=noop)
@@ -158,7 +162,7 @@ def main() -> None:
            **result, "postgres": postgres, "machine": {**machine_info(), "logical_cpus": os.cpu_count()},
            "load_average_before": load_before,
            "load_average_after": os.getloadavg(),
-           "setup": {"settings": asdict(settings), "trial_flops": TRIAL_FLOPS, "trainable": "service_overhead.noop",
+           "setup": {"settings": {**asdict(settings), "ray_dir": "<a temporary folder>"}, "trial_flops": TRIAL_FLOPS, "trainable": "service_overhead.noop",
                      "store_writer": "the search driver's StoreCallback (one process; Optuna's storage beside it)",
                      "space": "nas.space.load_space() (shipped default)", "ray_num_cpus": args.concurrency}}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ import streamlit as st
 from sqlalchemy.engine import make_url
 
 from nas.store import STORAGE_ENV, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
+from workers.status import TrialStatus
 
 TTL_S = 3.0  # cache lifetime of store reads (seconds)
 REFRESH_S = 5.0  # live refresh period of pages showing a running search
@@ -91,7 +92,7 @@ def width(url: str, trial_id: int) -> dict | None:
 
 def widths(url: str, name: str) -> list[tuple[TrialRow, dict]]:
     """(trial, width certificate) of the search's completed trials that have one."""
-    pairs = [(row, width(url, row.id)) for row in trials(url, name) if row.status == "completed"]
+    pairs = [(row, width(url, row.id)) for row in trials(url, name) if row.status == TrialStatus.COMPLETED]
     return [(row, cert) for row, cert in pairs if cert is not None]
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from workers.status import PENDING, TrialStatus
 from nas.pareto import (
     hypervolume,
     hypervolume_curve,
@@ -55,7 +56,9 @@ MOD_SYMBOLS = ((0.0, "circle", "0"), (0.15, "square", "(0, 0.15]"), (0.35, "diam
                (0.6, "triangle-up", "(0.35, 0.6]"), (math.inf, "star", "> 0.6"))
 SEARCH_LINE_COLOURS = ("#222222", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 SEARCH_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
-NOT_ON_FRONT = ("diverged", "infeasible", "stopped", "failed")  # finished, but their loss is inf or partial
+# Ended without a loss that may sit on a front (inf or partial).
+NOT_ON_FRONT = (TrialStatus.DIVERGED, TrialStatus.INFEASIBLE, TrialStatus.STOPPED, TrialStatus.FAILED,
+                TrialStatus.INTERRUPTED)
 
 
 # ---- shared encodings ------------------------------------------------------------------------
@@ -182,13 +185,13 @@ def pareto_figure(rows_by_search: Mapping[str, Sequence], show_dominated: bool =
             fig.add_trace(_points_trace(dominated, search, index, f"dominated: {search}", mode="markers",
                                         opacity=0.55))
         if show_infeasible:
-            unfinished = [r for r in rows if r.status in NOT_ON_FRONT or (r.status == "completed"
+            unfinished = [r for r in rows if r.status in NOT_ON_FRONT or (r.status == TrialStatus.COMPLETED
                                                                            and not is_front_candidate(r))]
             drawn = [r for r in unfinished if _unfinished_x(r) is not None]
             fig.add_trace(_points_trace(drawn, search, index, f"not completed: {search}", mode="markers",
                                         x=[_unfinished_x(r) for r in drawn], y=[top] * len(drawn),
                                         marker=dict(symbol="x", size=10, line=dict(width=0))))
-    for key in _legend_keys(r for rows in rows_by_search.values() for r in rows if r.status != "running"):
+    for key in _legend_keys(r for rows in rows_by_search.values() for r in rows if r.status not in PENDING):
         fig.add_trace(key)
     fig.update_layout(title="Validation loss vs executed FLOPs per token" + (" (x at the top: not completed, loss inf)"
                                                                             if show_infeasible else ""),
@@ -208,7 +211,7 @@ def hypervolume_figure(rows_by_search: Mapping[str, Sequence], ref: tuple[float,
         ref = reference_point([r for rows in rows_by_search.values() for r in rows])
     fig = go.Figure()
     for index, (search, rows) in enumerate(rows_by_search.items()):
-        ordered = sorted((r for r in rows if r.status != "running"), key=lambda r: r.number)
+        ordered = sorted((r for r in rows if r.status not in PENDING), key=lambda r: r.number)
         colour, dash = search_style(index)
         fig.add_trace(go.Scatter(x=[r.number for r in ordered], y=hypervolume_curve(ordered, ref), name=search,
                                  mode="lines+markers", line=dict(shape="hv", color=colour, dash=dash),

@@ -15,6 +15,8 @@ import pandas as pd
 import streamlit as st
 
 from nas.pareto import pareto_rows, reference_point
+from nas.store import SearchStatus
+from workers.status import PENDING, TrialStatus
 
 from . import data
 from .export import export_bundle
@@ -26,7 +28,7 @@ LOSS = st.column_config.NumberColumn(format="%.4f")
 
 
 def is_running(summary) -> bool:
-    return summary.status == "running" or summary.running > 0
+    return summary.status == SearchStatus.RUNNING or summary.running > 0
 
 
 def live(render: Callable[[], None], running: bool) -> None:
@@ -87,7 +89,7 @@ def pareto_page(url: str, summaries: Sequence) -> None:
     def render() -> None:
         rows = {name: data.trials(url, name) for name in chosen}
         ref = reference_point([r for rs in rows.values() for r in rs])
-        if not any(r.status == "completed" for rs in rows.values() for r in rs):
+        if not any(r.status == TrialStatus.COMPLETED for rs in rows.values() for r in rs):
             st.info("no completed trials yet: the front appears as trials complete")
         fig_col, hv_col = st.columns([3, 2])
         fig_col.plotly_chart(pareto_figure(rows, show_dominated=dominated, show_infeasible=infeasible))
@@ -122,13 +124,13 @@ def trial_page(url: str, summaries: Sequence) -> None:
         _trial_summary(row)
         _trial_results(url, row)
 
-    live(render, next(r for r in rows if r.number == number).status == "running")
+    live(render, next(r for r in rows if r.number == number).status in PENDING)
 
 
 def _trial_summary(row) -> None:
     st.subheader(f"trial #{row.number}: {row.status}")
     if row.failure_reason:
-        (st.error if row.status == "failed" else st.warning)(row.failure_reason)
+        (st.error if row.status == TrialStatus.FAILED else st.warning)(row.failure_reason)
     for earlier in row.previous_attempts or []:
         st.caption(f"attempt {earlier.get('attempt')}: {earlier.get('status')} - {earlier.get('failure_reason') or ''}")
     cols = st.columns(5)
@@ -235,7 +237,7 @@ def _options(frame: pd.DataFrame, column: str) -> list:
 def export_page(url: str, summaries: Sequence) -> None:
     st.header("Export")
     name = _pick_search(summaries, "export_search")
-    rows = [r for r in data.trials(url, name) if r.status == "completed"]
+    rows = [r for r in data.trials(url, name) if r.status == TrialStatus.COMPLETED]
     front = [r.number for r in pareto_rows(rows)]
     numbers = st.multiselect("trials (default: the Pareto front)", [r.number for r in rows], default=front,
                              key=f"export_trials:{name}")

@@ -18,10 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from search_spaces.residual_lm import ArchConfig, flops_per_token
+from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
 from workers.train import BudgetPlan, InfeasibleBudget, RunConfig, plan_budget
 
-from .space import IntParam, SearchSpace, describe, pretty_message, smallest_config
+from .messages import pretty_message
+from .space import IntParam, SearchSpace, describe, smallest_config
 
 __all__ = [
     "DEFAULT_TRIALS",
@@ -126,7 +127,7 @@ def space_batch_size(space: SearchSpace) -> int:
 def _step_cost(arch: ArchConfig, batch_size: int) -> str:
     per_token = flops_per_token(arch).executed
     tokens = batch_size * arch.seq_len
-    return (f"{_num(3 * per_token * tokens)} FLOPs = 3 x {_num(per_token)} FLOPs/token "
+    return (f"{_num(training_flops(arch, tokens))} FLOPs = 3 x {_num(per_token)} FLOPs/token "
             f"x {tokens} tokens ({batch_size} x {arch.seq_len})")
 
 

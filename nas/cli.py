@@ -81,11 +81,12 @@ def search(
 ) -> None:
     """Define a compute budget and a search space, and launch a search."""
     from .budget import BudgetError, check_budget_fits
-    from .search import SAMPLERS, SearchSettings, launch_search
+    from .search import launch_search
+    from .settings import SearchSettings
     from .store import SearchExists, StoreError
 
     space_spec, budget = _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds)
-    _check_choices(name=bool(name.strip()), sampler=sampler in SAMPLERS, workers=workers >= 1, retries=retries >= 0,
+    _check_choices(name=bool(name.strip()), sampler=sampler in _samplers(), workers=workers >= 1, retries=retries >= 0,
                    seed=0 <= seed < 2**32, gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf)
     data_cfg, ray_dir = _validated_data(data), _validated_ray_dir(ray_dir)
     try:
@@ -205,9 +206,9 @@ def pretrain(file: Path = typer.Argument(..., help="An exported configuration (n
 
     from workers.data import DataConfig
 
-    from .export import ExportError, load_exported
-    from .pretrain import PretrainError
-    from .pretrain import pretrain as run_pretraining
+    from workers.exported import ExportError, load_exported
+    from workers.pretrain import PretrainError
+    from workers.pretrain import pretrain as run_pretraining
 
     if out is not None and out.exists() and not out.is_dir():
         fail(f"--out: must be a folder (a run folder, created if missing), not the file {out}")
@@ -307,7 +308,7 @@ def _validated_data(source: str) -> dict:
 
 
 def _join_ray_cluster(settings) -> None:
-    from .tune_runner import init_ray
+    from .ray_env import init_ray
 
     try:
         init_ray(settings)
@@ -325,10 +326,14 @@ def _validated_ray_dir(ray_dir: Optional[str]) -> Optional[str]:
     return str(path)
 
 
-def _check_choices(**ok: bool) -> None:
-    from .search import SAMPLERS
+def _samplers() -> tuple[str, ...]:
+    from .study import SAMPLERS  # imports optuna: only for the commands that search
 
-    accepted = {"name": "a non-empty name", "sampler": f"one of {', '.join(SAMPLERS)}", "workers": ">= 1",
+    return SAMPLERS
+
+
+def _check_choices(**ok: bool) -> None:
+    accepted = {"name": "a non-empty name", "sampler": f"one of {', '.join(_samplers())}", "workers": ">= 1",
                 "retries": ">= 0", "seed": "in 0..2**32 - 1",
                 "gpus_per_trial": "a finite number >= 0 (a share of one GPU, e.g. 0.25)"}
     for field, good in ok.items():
@@ -345,11 +350,13 @@ def _flops(x) -> str:
 
 
 def _print_front(store, name: str, only_front: bool = True) -> None:
+    from workers.status import TrialStatus
+
     from .pareto import hypervolume, pareto_rows, reference_point
 
     rows = store.trials(name)
     front = pareto_rows(rows)
-    shown = front if only_front else [r for r in rows if r.status == "completed"]
+    shown = front if only_front else [r for r in rows if r.status == TrialStatus.COMPLETED]
     ref = reference_point(rows)
     table = Table("trial", "residual", "layers", "d", "heads", "mod", "lr", "val loss", "bits/byte", "FLOPs/tok",
                   "tokens", title=f"{name}: {'Pareto front' if only_front else 'completed trials'}")
@@ -361,7 +368,7 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
     console.print(table)
     console.print(f"hypervolume {hypervolume(rows, ref):.4g} against the reference point "
                   f"(val loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
-                  f"{len(front)} on the front of {sum(r.status == 'completed' for r in rows)} completed, "
+                  f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
                   f"{len(rows)} trial rows")
 
 

@@ -14,6 +14,8 @@ from typing import Sequence
 import moocore
 import numpy as np
 
+from workers.status import TrialStatus
+
 
 def is_front_candidate(row) -> bool:
     """Completed with a finite loss and finite executed FLOPs: the only rows that may sit on a front.
@@ -21,7 +23,7 @@ def is_front_candidate(row) -> bool:
     A completed trial always has finite FLOPs; requiring them (the dashboard's rule) keeps a NaN or inf
     that reached the store off fronts, hypervolumes and plot axes alike.
     """
-    return row.status == "completed" and _finite(row.val_loss) and _finite(row.executed_flops_per_token)
+    return row.status == TrialStatus.COMPLETED and _finite(row.val_loss) and _finite(row.executed_flops_per_token)
 
 
 def _finite(x) -> bool:

@@ -1,8 +1,9 @@
 """Ray Tune plumbing: start (or join) Ray, run the Tuner, and write every trial event to the store.
 
 `StoreCallback` runs in the driver: a row per attempt is opened when Tune starts a trial and
-closed when it completes or errors, so a trial killed mid-run is recorded `failed` with the
-error's last line, and its retry gets a new row (attempt + 1). Progress is a `rich` bar with live
+closed when it completes or errors. A trial whose process dies is recorded `retrying` with the
+error's last line while Tune has retries left (its next attempt reuses the row, attempt + 1), and
+`failed` after the last one. Progress is a `rich` bar with live
 counts of done, failed and running trials and the best loss so far.
 """
 
@@ -14,22 +15,21 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from .search import (RETRYING, DefineByRun, SearchSettings, data_config, local_ray_env, make_sampler,
-                     optuna_storage, ray_results_dir)
+import ray  # callers run nas.ray_env.configure_ray_env() before importing this module
+from ray import tune
+from ray.tune.search.optuna import OptunaSearch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-local_ray_env()  # before Ray is imported: it reads these variables at import time
+from workers.ray_trainable import OBJECTIVES, proxy_trainable
+from workers.status import TrialStatus
 
-import ray  # noqa: E402
-from ray import tune  # noqa: E402
-from ray.tune.search.optuna import OptunaSearch  # noqa: E402
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
-
-from workers.ray_trainable import OBJECTIVES, proxy_trainable  # noqa: E402
-
-from .budget import Budget  # noqa: E402
-from .early_stop import FlopBandStopper, TrialTimeLimit  # noqa: E402
-from .space import SearchSpace, to_configs  # noqa: E402
-from .store import Store  # noqa: E402
+from .budget import Budget
+from .early_stop import FlopBandStopper, TrialTimeLimit
+from .ray_env import init_ray, ray_results_dir, trial_resources
+from .settings import SearchSettings, data_config
+from .space import SearchSpace, to_configs
+from .store import Store
+from .study import DefineByRun, make_sampler, optuna_storage
 
 log = logging.getLogger(__name__)
 
@@ -75,26 +75,26 @@ class StoreCallback(tune.Callback):
         result = (trial.last_result or {}).get("trial_result")
         if result is None:  # cut short (time limit, early stopping): never a partial loss on the front
             progress = (trial.last_result or {}).get("progress") or {}
-            result = {"status": "stopped", "val_loss": math.inf, "tokens_seen": progress.get("tokens"),
+            result = {"status": TrialStatus.STOPPED, "val_loss": math.inf, "tokens_seen": progress.get("tokens"),
                       "failure_reason": f"stopped at step {progress.get('step')} of {progress.get('planned_steps')} "
                                         "(time limit or losing to its FLOP band)",
                       "executed_flops_per_token": trial.config.get("executed_flops_per_token"),
                       "curve": [progress] if progress else []}
         self._close(trial, result)
         self.counts.done += 1
-        if result.get("status") == "completed":
+        if result.get("status") == TrialStatus.COMPLETED:
             self.counts.best = min(self.counts.best, float(result["val_loss"]))
         self._refresh(advance=1)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        attempt = int(trial.num_failures)
-        self._close(trial, {"status": "failed", "val_loss": math.inf,
-                            "failure_reason": f"{error_line(trial)} {RETRYING} {attempt + 1} of {self.retries + 1})"})
+        """The attempt's process died and Tune will start it again: `retrying` until then."""
+        self._close(trial, {"status": TrialStatus.RETRYING, "val_loss": math.inf,
+                            "failure_reason": error_line(trial)})
         self.counts.failed += 1
         self._refresh()
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._close(trial, {"status": "failed", "val_loss": math.inf, "failure_reason": error_line(trial)})
+        self._close(trial, {"status": TrialStatus.FAILED, "val_loss": math.inf, "failure_reason": error_line(trial)})
         self.counts.failed += 1
         self.counts.done += 1
         self._refresh(advance=1)
@@ -111,37 +111,6 @@ class StoreCallback(tune.Callback):
             best = f"{c.best:.4f}" if math.isfinite(c.best) else "-"
             self.progress.update(self.task, advance=advance,
                                  description=f"done {c.done} | failed {c.failed} | running {c.running} | best loss {best}")
-
-
-def init_ray(settings: SearchSettings) -> None:
-    """Join `ray_address`, or start a local Ray on 127.0.0.1 with one CPU per worker."""
-    if ray.is_initialized():
-        return
-    if settings.ray_address:
-        ray.init(address=settings.ray_address, log_to_driver=False, logging_level=logging.WARNING)
-        nodes = sum(node["Alive"] for node in ray.nodes())
-        if nodes > 1 and not settings.ray_dir:
-            log.warning("the Ray cluster has %d nodes but --ray-dir is not set: Tune's trial files stay on the disk "
-                        "of the node that ran each trial; pass a folder every node shares, or an s3:// URI", nodes)
-    else:
-        ray.init(num_cpus=settings.workers, num_gpus=None, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
-    local_ray_env()  # again: ray.init configured its loggers
-
-
-def trial_resources(settings: SearchSettings) -> dict:
-    """One CPU per trial, plus a GPU share: `gpus_per_trial` (0 = none), or when it is None the
-    cluster's GPUs shared evenly among the `workers` concurrent trials (none on a CPU cluster).
-
-    Ray packs fractional shares onto one GPU: 0.25 runs up to 4 trials per GPU.
-    """
-    gpus, available = settings.gpus_per_trial, ray.cluster_resources().get("GPU", 0)
-    if gpus is None:
-        gpus = available / max(1, settings.workers)
-    elif gpus > available:  # not an error: a GPU node may still be joining the cluster
-        log.warning("each trial asks for %g GPU but the Ray cluster has %g now: trials wait for a GPU node",
-                    gpus, available)
-    return {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
 
 
 def stoppers(budget: Budget, settings: SearchSettings):

@@ -112,7 +112,7 @@ def _seed_search(store: Store, name: str, specs) -> None:
         if outcome == "running":
             continue
         if number == 9:  # a crash, retried, crashed again: the first try goes to previous_attempts
-            store.finish_trial(trial_id, {"status": "failed", "val_loss": INF, "failure_reason": "OOM (retrying)"})
+            store.finish_trial(trial_id, {"status": "retrying", "val_loss": INF, "failure_reason": "OOM"})
             trial_id = store.start_trial(name, number=number, attempt=1, config=config, optuna_trial_number=number)
         store.finish_trial(trial_id, _result(spec))
 

@@ -11,7 +11,8 @@ import math
 import pytest
 import yaml
 
-from nas.export import ExportedConfig, ExportError, export_configs, export_file_name, load_exported
+from nas.export import export_configs, export_file_name
+from workers.exported import ExportedConfig, ExportError, load_exported
 from nas.store import Store, StoreError, UnknownSearch
 from search_spaces.residual_lm import ArchConfig, flops_per_token
 from workers.data import DataConfig, load_corpus

@@ -18,8 +18,9 @@ import torch
 import torch.distributed as dist
 
 import nas.pretrain as pretrain_module
-from nas.export import ExportedConfig, export_configs, load_exported
-from nas.pretrain import PretrainError, apply_export, budget_for, frozen_logits, model_hook, Parallel, pretrain
+from nas.export import export_configs
+from workers.exported import ExportedConfig, load_exported
+from workers.pretrain import PretrainError, apply_export, budget_for, frozen_logits, model_hook, Parallel, pretrain
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from workers.data import DataConfig, load_corpus
@@ -242,8 +243,8 @@ def test_diverged_run_is_returned_not_raised(exported, data, tmp_path):
 
 WORKER = """
 import json, os, sys
-from nas.export import load_exported
-from nas.pretrain import pretrain
+from workers.exported import load_exported
+from workers.pretrain import pretrain
 from workers.data import DataConfig
 src, cache, out = sys.argv[1:]
 summary = pretrain(load_exported(src), tokens=8000, data=DataConfig(cache_dir=cache), out_dir=out,

@@ -58,12 +58,13 @@ import torch
 import torch.distributed as dist
 from pydantic import ValidationError
 
-from search_spaces.residual_lm import ResidualLM, config_error_message, flops_per_token
-from workers.data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
-from workers.train import InfeasibleBudget, Report, RunConfig, plan_budget, train
+from search_spaces.residual_lm import ResidualLM, config_error_message, forward_flops_per_token, training_flops
 
-from .export import ExportedConfig
-from .store import sanitise_json
+from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
+from .exported import ExportedConfig
+from .status import TrialStatus
+from .strict_json import sanitise_json
+from .train import InfeasibleBudget, Report, RunConfig, plan_budget, train
 
 __all__ = ["P_FLOOR", "Parallel", "apply_export", "budget_for", "model_hook", "pretrain"]
 
@@ -88,19 +89,18 @@ def budget_for(exported: ExportedConfig, tokens: int | None = None, target_flops
     """Training FLOPs: 3 x F x tokens, or target_flops, or the export's recommendation."""
     if tokens is not None and target_flops is not None:
         raise PretrainError("give --tokens or --target-flops, not both")
-    executed = flops_per_token(exported.arch).executed
     if tokens is not None:
         integral = isinstance(tokens, int) or (isinstance(tokens, float) and tokens.is_integer())
         if isinstance(tokens, bool) or not integral or tokens < 1:
             raise PretrainError(f"--tokens: must be a whole number >= 1 (got {tokens!r})")
-        return 3.0 * executed * int(tokens)
+        return training_flops(exported.arch, int(tokens))
     if target_flops is not None:
         if not (isinstance(target_flops, (int, float)) and math.isfinite(target_flops) and target_flops > 0):
             raise PretrainError(f"--target-flops: must be a finite number > 0 (got {target_flops!r})")
         return float(target_flops)
     if exported.recommended is None:
         raise PretrainError("no budget: give --tokens N or --target-flops F (or export with --target-flops)")
-    return 3.0 * executed * exported.recommended.tokens
+    return training_flops(exported.arch, exported.recommended.tokens)
 
 
 # ---- what the export adds to a freshly built model -----------------------------------------------
@@ -182,7 +182,7 @@ def _pretrain(exported: ExportedConfig, budget: float, data: DataConfig, out_dir
     except InfeasibleBudget as err:
         raise PretrainError(f"budget too small: {err}") from None
     summary = _summary(outcome, exported, budget, run, parallel, resumed_from, ckpt, out_dir, start)
-    if parallel.rank == 0 and outcome.status == "completed":
+    if parallel.rank == 0 and outcome.status == TrialStatus.COMPLETED:
         torch.save({"arch": cfg.model_dump(), "export": exported.model_dump(mode="json"),
                     "model": {k: v.cpu() for k, v in outcome.model.state_dict().items()}}, out_dir / FINAL)
     _write_json(Path(run.checkpoint_dir) / SUMMARY, summary)  # every rank: a completed re-run returns at once
@@ -230,7 +230,7 @@ def _check_out_dir(directory: Path, manifest: dict, ckpt: Path) -> dict | None:
             raise PretrainError(f"--out {directory} holds a run with a different {', '.join(differ)}: "
                                 "use a fresh --out, or the same settings to resume")
         done = json.loads(summary.read_text()) if summary.exists() else {}
-        return {**done, "already_complete": True} if done.get("status") == "completed" else None
+        return {**done, "already_complete": True} if done.get("status") == TrialStatus.COMPLETED else None
     if ckpt.exists():
         raise PretrainError(f"--out {directory} holds a checkpoint but no {MANIFEST}: not a pretraining run")
     directory.mkdir(parents=True, exist_ok=True)
@@ -249,19 +249,20 @@ def _summary(outcome, exported: ExportedConfig, budget: float, run: RunConfig, p
              resumed_from: int, ckpt: Path, out_dir: Path, start: float) -> dict:
     state = outcome.state
     tokens, flops = parallel.sum(state.tokens_seen), parallel.sum(state.training_flops)
-    loss = state.val_loss if outcome.status == "completed" else math.inf
+    completed = outcome.status == TrialStatus.COMPLETED
+    loss = state.val_loss if completed else math.inf
     return {
         "status": outcome.status, "failure_reason": outcome.failure_reason,
         "val_loss": loss, "val_bpb": bits_per_byte(loss), "last_val_loss": state.val_loss,
         "tokens_seen": int(tokens), "planned_tokens": outcome.plan.tokens * parallel.world_size, "steps": state.step,
         "planned_steps": outcome.plan.steps, "training_flops": flops, "budget_flops": budget,
         "executed_flops_per_token": outcome.plan.executed_flops_per_token,
-        "realised_flops_per_token": flops / (3 * tokens) if tokens else None,
+        "realised_flops_per_token": forward_flops_per_token(flops, tokens) if tokens else None,
         "wall_time_s": time.perf_counter() - start, "step_seconds": state.step_seconds,
         "resumed_from_step": resumed_from, "precision": run.precision, "batch_size": run.batch_size,
         "world_size": parallel.world_size, "device": str(next(outcome.model.parameters()).device),
         "ancre_frozen": bool(exported.ancre and exported.ancre.freeze),
-        "checkpoint": str(ckpt), "final_model": str(out_dir / FINAL) if outcome.status == "completed" else None,
+        "checkpoint": str(ckpt), "final_model": str(out_dir / FINAL) if completed else None,
         "out_dir": str(out_dir),
     }
 

@@ -1,6 +1,6 @@
 """The Ray Tune trainable: one proxy trial per call, results reported back to the driver.
 
-The driver (nas.search) binds the trial-independent context with `tune.with_parameters` and the
+The driver (nas.tune_runner) binds the trial-independent context with `tune.with_parameters` and the
 searcher supplies the sampled params. Intermediate reports carry progress only: their objective
 keys are +inf, so a trial cut short (time limit, killed driver) can never put a partial loss on
 the Pareto front. The final report carries the whole `TrialResult` record. Never NaN: Optuna's
@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .data import DataConfig, load_corpus
+from .status import TrialStatus
 from .trial import run_trial
 
 OBJECTIVES = ("val_loss", "executed_flops_per_token")  # both minimised
@@ -48,7 +49,7 @@ def proxy_trainable(params: dict, context: dict) -> None:
     torch.set_num_threads(_threads_for_this_trial())
     reason = params.get("infeasible_reason")
     if reason:
-        tune.report(_final({"status": "infeasible", "failure_reason": reason, "val_loss": math.inf,
+        tune.report(_final({"status": TrialStatus.INFEASIBLE, "failure_reason": reason, "val_loss": math.inf,
                             "executed_flops_per_token": params.get("executed_flops_per_token", math.inf)}))
         return
     arch, optim, run = context["configs"](params)

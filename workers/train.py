@@ -23,9 +23,18 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from search_spaces.residual_lm import ArchConfig, ResidualLM, build_model, flops_per_token
+from search_spaces.residual_lm import (
+    TRAINING_FLOPS_PER_FORWARD_FLOP,
+    ArchConfig,
+    ResidualLM,
+    build_model,
+    flops_per_token,
+    tokens_for,
+    training_flops,
+)
 
 from .data import TokenizedCorpus, TrainBatches, validation_batches
+from .status import TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +89,10 @@ def plan_budget(cfg: ArchConfig, budget_flops: float, batch_size: int) -> Budget
     """Steps that spend `budget_flops` at 3x the expected executed forward FLOPs per token."""
     per_token = flops_per_token(cfg).executed
     tokens_per_step = batch_size * cfg.seq_len
-    tokens = budget_flops / (3.0 * per_token)
+    tokens = tokens_for(cfg, budget_flops)
     if tokens < tokens_per_step:
         raise InfeasibleBudget(
-            f"budget {budget_flops:.3g} FLOPs < one step ({3 * per_token * tokens_per_step:.3g} FLOPs "
+            f"budget {budget_flops:.3g} FLOPs < one step ({training_flops(cfg, tokens_per_step):.3g} FLOPs "
             f"= 3 x {per_token:.3g} FLOPs/token x {tokens_per_step} tokens)"
         )
     return BudgetPlan(per_token, tokens_per_step, max(1, round(tokens / tokens_per_step)))
@@ -134,7 +143,7 @@ class TrainState:
 
 @dataclass
 class TrainOutcome:
-    status: Literal["completed", "diverged", "stopped"]
+    status: TrialStatus  # one of workers.status.TRAINING_OUTCOMES
     model: ResidualLM
     state: TrainState
     plan: BudgetPlan
@@ -227,19 +236,19 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
         # 3. One optimisation step; a non-finite loss ends the run.
         loss = _train_step(model, opt, next(batches), optim, run.precision, device, state, plan)
         if not math.isfinite(loss):
-            return TrainOutcome("diverged", model, state, plan, val, f"non-finite training loss at step {state.step}")
+            return TrainOutcome(TrialStatus.DIVERGED, model, state, plan, val, f"non-finite training loss at step {state.step}")
         # 4. Validate, report, checkpoint.
         if state.step in eval_at:
             state.val_loss = evaluate(model, val, run.precision)
             if not math.isfinite(state.val_loss):
-                return TrainOutcome("diverged", model, state, plan, val, f"non-finite validation loss at step {state.step}")
+                return TrainOutcome(TrialStatus.DIVERGED, model, state, plan, val, f"non-finite validation loss at step {state.step}")
         eval_point = (eval_at.index(state.step) + 1, len(eval_at)) if state.step in eval_at else None
         stop = _record_progress(state, plan, run, report, eval_point)
         if ckpt and run.checkpoint_every and state.step % run.checkpoint_every == 0:
             save_checkpoint(ckpt, cfg, optim, model, opt, batches, state)
         if stop and state.step < plan.steps:
-            return TrainOutcome("stopped", model, state, plan, val, f"stopped early at step {state.step}")
-    return TrainOutcome("completed", model, state, plan, val)
+            return TrainOutcome(TrialStatus.STOPPED, model, state, plan, val, f"stopped early at step {state.step}")
+    return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
 
 
 def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, device, state: TrainState,
@@ -262,7 +271,7 @@ def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, dev
         opt.step()
         state.step += 1
         state.tokens_seen += y.numel()
-        state.training_flops += 3.0 * executed
+        state.training_flops += TRAINING_FLOPS_PER_FORWARD_FLOP * executed
         state.train_loss = value if math.isnan(state.train_loss) else 0.9 * state.train_loss + 0.1 * value
     state.step_seconds += time.perf_counter() - start
     return value

@@ -14,24 +14,22 @@ import resource
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Literal
 
 import torch
 
-from search_spaces.residual_lm import ArchConfig, flops_per_token
+from search_spaces.residual_lm import ArchConfig, flops_per_token, forward_flops_per_token
 
 from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
+from .status import TrialStatus
 from .train import InfeasibleBudget, OptimConfig, Report, RunConfig, TrainOutcome, train
 from .width_probe import width_certificate
-
-Status = Literal["completed", "diverged", "stopped", "infeasible", "failed"]
 
 
 @dataclass
 class TrialResult:
     """A plain record of one proxy run, ready for the store (see `to_dict`)."""
 
-    status: Status
+    status: TrialStatus  # a final status: completed, diverged, stopped, infeasible or failed
     failure_reason: str | None
     val_loss: float  # nats per token; inf unless completed
     val_bpb: float  # bits per byte (byte tokens: val_loss / ln 2)
@@ -102,13 +100,13 @@ def run_trial(cfg: ArchConfig, budget_flops: float, data: TokenizedCorpus | Data
         outcome = train(cfg, budget_flops, corpus, optim=optim, run=run, seed=seed, report=report,
                         model_hook=lambda model: model.to(device))
     except InfeasibleBudget as err:
-        return _failed("infeasible", f"infeasible: {err}", base, start)
+        return _failed(TrialStatus.INFEASIBLE, f"infeasible: {err}", base, start)
     except Exception as err:  # a crashing trial is recorded, never raised into the search
-        return _failed("failed", _one_line(err), base, start)
+        return _failed(TrialStatus.FAILED, _one_line(err), base, start)
     return _finish(outcome, base, start, width_probe)
 
 
-def _failed(status: Status, reason: str, base: dict, start: float) -> TrialResult:
+def _failed(status: TrialStatus, reason: str, base: dict, start: float) -> TrialResult:
     return TrialResult(status=status, failure_reason=reason, val_loss=math.inf, val_bpb=math.inf,
                        realised_flops_per_token=None, training_flops=0.0, tokens_seen=0, planned_tokens=0, steps=0,
                        wall_time_s=time.perf_counter() - start, tokens_per_s=0.0, step_time_share=None,
@@ -116,9 +114,9 @@ def _failed(status: Status, reason: str, base: dict, start: float) -> TrialResul
 
 
 def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) -> TrialResult:
-    state, completed = outcome.state, outcome.status == "completed"
+    state, completed = outcome.state, outcome.status == TrialStatus.COMPLETED
     diagnostics, width = {}, None
-    if outcome.status != "diverged":
+    if outcome.status != TrialStatus.DIVERGED:
         diagnostics = _diagnostics(outcome)
         if width_probe and completed:
             x, y = (torch.cat(t) for t in zip(*outcome.val_batches))
@@ -127,7 +125,8 @@ def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) 
     loss = state.val_loss if completed else math.inf
     return TrialResult(
         status=outcome.status, failure_reason=outcome.failure_reason, val_loss=loss, val_bpb=bits_per_byte(loss),
-        realised_flops_per_token=state.training_flops / (3 * state.tokens_seen) if state.tokens_seen else None,
+        realised_flops_per_token=forward_flops_per_token(state.training_flops, state.tokens_seen)
+        if state.tokens_seen else None,
         training_flops=state.training_flops, tokens_seen=state.tokens_seen, planned_tokens=outcome.plan.tokens,
         steps=state.step, wall_time_s=wall, tokens_per_s=state.tokens_seen / wall if wall > 0 else 0.0,
         step_time_share=state.step_seconds / wall if wall > 0 else None, peak_memory_mb=peak_memory_mb(),

@@ -1,6 +1,6 @@
-"""Search spaces: a YAML spec of fixed and searched knobs, its validation, and sampling with Optuna.
+"""The search-space spec: fixed and searched knobs, validated against the configs that own them.
 
-A space file (the shipped default is `search_spaces/residual_lm/space.yaml`) reads
+A space file (the shipped default is `search_spaces/residual_lm/space.yaml`; see `loading.py`) reads
 
     family: residual_lm
     fixed:                      # ArchConfig / OptimConfig / RunConfig fields held constant
@@ -11,43 +11,24 @@ A space file (the shipped default is `search_spaces/residual_lm/space.yaml`) rea
       residual: {categorical: [cascaded, nag, ancre]}
 
 Every knob name must be a field of `ArchConfig`, `OptimConfig` or `RunConfig`, and every bound,
-choice and fixed value must be one that field accepts. `load_space` turns any problem into ONE
-line naming the file and the field path (`space.yaml: params.ancre_tau.low: must be > 0 for a
-log scale (got 0.0)`), raised as `SpaceError`.
-
-`suggest(space, trial)` is the define-by-run function for Optuna (and Ray Tune's OptunaSearch).
-It samples EVERY knob on every trial, in the file's order, even one that the sampled
-architecture ignores (`ancre_tau` unless residual is ancre, `mod_every` when mod_rate is 0):
-GPSampler only models the intersection of the trials' spaces (DESIGN.md §5) and TPE
-multivariate wants the same parameters every time. `to_configs` turns the sampled values into
-the three typed configs; combinations the configs reject (d_model not divisible by n_heads, odd
-head_dim) raise `pydantic.ValidationError`, and `is_valid` gives that reason as one line so the
-search can record the trial as infeasible.
+choice and fixed value must be one that field accepts; at least one combination must be a valid
+architecture (`smallest_config`, answered by the family itself). `space_error_message` turns any
+problem into ONE line naming the field path (`params.ancre_tau.low: must be > 0 for a log scale
+(got 0.0)`).
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
-from importlib import resources
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-import optuna
-import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from search_spaces.residual_lm import ArchConfig, config_error_message, flops_per_token
+from search_spaces.residual_lm import ArchConfig, cheapest_config
+from search_spaces.residual_lm.cheapest import NoValidConfig
 from workers.train import OptimConfig, RunConfig
+
+from ..messages import pretty_message, raise_errors
 
 __all__ = [
     "CONFIG_MODELS",
@@ -55,33 +36,31 @@ __all__ = [
     "CategoricalParam",
     "FloatParam",
     "IntParam",
+    "Param",
     "SearchSpace",
     "SpaceError",
-    "default_space_path",
     "describe",
-    "is_valid",
-    "load_space",
     "smallest_config",
     "space_error_message",
-    "space_from_dict",
-    "suggest",
-    "to_configs",
-    "to_optuna_distributions",
 ]
 
 #: The three typed configs a trial is built from, by the short name used in messages.
 CONFIG_MODELS: dict[str, type[BaseModel]] = {"arch": ArchConfig, "optim": OptimConfig, "run": RunConfig}
 
-#: Every knob a space may fix or search -> the config that owns it ("arch", "optim" or "run").
-KNOWN_FIELDS: dict[str, str] = {}
-for _owner, _model in CONFIG_MODELS.items():
-    for _name in _model.model_fields:
-        if _name in KNOWN_FIELDS:  # a name in two configs could not be routed
-            raise RuntimeError(f"config field {_name!r} is in both {KNOWN_FIELDS[_name]} and {_owner}")
-        KNOWN_FIELDS[_name] = _owner
 
-# A YAML 1.1 quirk: PyYAML reads `1e-3` (no dot) as a string.
-_YAML_FLOAT_HINT = " (YAML reads 1e-3 as text: write 1.0e-3)"
+def _known_fields() -> dict[str, str]:
+    """Every knob a space may fix or search -> the config that owns it ("arch", "optim" or "run")."""
+    known: dict[str, str] = {}
+    for owner, model in CONFIG_MODELS.items():
+        for name in model.model_fields:
+            if name in known:  # a name in two configs could not be routed
+                raise RuntimeError(f"config field {name!r} is in both {known[name]} and {owner}")
+            known[name] = owner
+    return known
+
+
+KNOWN_FIELDS: dict[str, str] = _known_fields()
+
 _KINDS = ("int", "float", "categorical")
 _ENTRY_FORMS = "{int: {low, high, step?, log?}}, {float: {low, high, log?}} or {categorical: [choices]}"
 
@@ -91,59 +70,7 @@ class SpaceError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Errors located at a field path (raised inside validators, nested by pydantic)
-
-
-def _fail(errors: list[tuple[tuple, str, Any]], title: str = "SearchSpace") -> None:
-    """Raise one ValidationError carrying each (loc, message, input); pydantic prefixes outer locs."""
-    if errors:
-        raise ValidationError.from_exception_data(
-            title,
-            [InitErrorDetails(type=PydanticCustomError("space", msg), loc=loc, input=value)
-             for loc, msg, value in errors],
-        )
-
-
-_PRETTY = {
-    "greater_than": "must be > {gt}",
-    "greater_than_equal": "must be >= {ge}",
-    "less_than": "must be < {lt}",
-    "less_than_equal": "must be <= {le}",
-    "finite_number": "must be a finite number",
-    "missing": "required",
-    "extra_forbidden": "unknown key",
-    "int_from_float": "must be a whole number",
-    "int_parsing": "must be a whole number",
-    "int_type": "must be a whole number",
-    "float_parsing": "must be a number",
-    "float_type": "must be a number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "too_short": "must not be empty",
-    "dict_type": "must be a mapping",
-}
-
-
-def pretty_message(error: dict) -> str:
-    """One pydantic error entry as `must be > 0 (got -1.0)`: short wording, the offending input."""
-    kind, ctx = error["type"], error.get("ctx") or {}
-    if kind == "space":  # our own messages already say what they got
-        return error["msg"]
-    ctx = {k: f"{v:g}" if isinstance(v, float) else v for k, v in ctx.items()}
-    msg = _PRETTY[kind].format(**ctx) if kind in _PRETTY else error["msg"].removeprefix("Value error, ")
-    value = error.get("input")
-    if kind in ("missing", "extra_forbidden") or isinstance(value, (dict, list, tuple)):
-        return msg
-    hint = _YAML_FLOAT_HINT if isinstance(value, str) and _looks_numeric(value) else ""
-    return f"{msg} (got {value!r}){hint}"
-
-
-def _looks_numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+# Messages located at a field path of the spec
 
 
 def _path(loc: tuple) -> str:
@@ -186,6 +113,7 @@ def space_error_message(err: ValidationError, source: str | None = None) -> str:
     return f"{source}: {body}" if source else body
 
 
+
 # ---------------------------------------------------------------------------------------------
 # The spec models
 
@@ -215,7 +143,7 @@ class IntParam(_Frozen):
             errors.append((("low",), f"must be > 0 for a log scale (got {self.low})", self.low))
         if self.log and self.step != 1:
             errors.append((("step",), f"must be 1 for a log scale (got {self.step})", self.step))
-        _fail(errors, "IntParam")
+        raise_errors(errors, "IntParam")
         return self
 
     def values(self) -> list[int]:
@@ -237,7 +165,7 @@ class FloatParam(_Frozen):
             errors.append((("high",), f"must be > low (got low={self.low}, high={self.high})", self.high))
         if self.log and self.low <= 0:
             errors.append((("low",), f"must be > 0 for a log scale (got {self.low})", self.low))
-        _fail(errors, "FloatParam")
+        raise_errors(errors, "FloatParam")
         return self
 
 
@@ -312,7 +240,7 @@ class SearchSpace(_Frozen):
                 errors.append(_unknown(name, "fixed field"))
                 continue
             out[name] = _check_value(name, value, (name,), errors)
-        _fail(errors)
+        raise_errors(errors)
         return out
 
     @field_validator("params", mode="before")
@@ -335,7 +263,7 @@ class SearchSpace(_Frozen):
                     errors.append(((name, kind), f"must be a mapping like {{low: ..., high: ...}} (got {body!r})", body))
             else:
                 errors.append(((name,), f"must be one of {_ENTRY_FORMS} (got {entry!r})", entry))
-        _fail(errors)
+        raise_errors(errors)
         return out
 
     @field_validator("params")
@@ -363,17 +291,18 @@ class SearchSpace(_Frozen):
                 for bound in ("low", "high"):
                     _check_value(name, getattr(p, bound), (name, p.kind, bound), errors)
             out[name] = p
-        _fail(errors)
+        raise_errors(errors)
         return out
 
     @model_validator(mode="after")
     def _check_space(self) -> "SearchSpace":
         errors = [(("params", name), f"{name} is also in fixed: a knob is either fixed or searched", None)
                   for name in self.params if name in self.fixed]
-        _fail(errors)
-        smallest, reason = _smallest(self)
-        if smallest is None:  # no combination of the knobs is a valid ArchConfig
-            _fail([(("params",), f"no valid architecture in the space (e.g. {reason})", None)])
+        raise_errors(errors)
+        try:
+            _cheapest(self)
+        except NoValidConfig as reason:  # no combination of the knobs is a valid ArchConfig
+            raise_errors([(("params",), f"no valid architecture in the space (e.g. {reason})", None)])
         return self
 
     def spec(self) -> dict:
@@ -388,204 +317,32 @@ class SearchSpace(_Frozen):
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading
+# The cheapest architecture of a space (the family knows how its FLOPs grow with each knob)
 
 
-def default_space_path() -> Path:
-    """The shipped default space, located inside the `search_spaces.residual_lm` package."""
-    return Path(str(resources.files("search_spaces.residual_lm").joinpath("space.yaml")))
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (safe_load keeps the last silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def load_space(path: str | Path | None = None) -> SearchSpace:
-    """Read and validate a space file (None = the shipped default). Raises SpaceError (one line)."""
-    file = Path(path) if path is not None else default_space_path()
-    source = str(path) if path is not None else "search_spaces/residual_lm/space.yaml"
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpaceError(f"{source}: no such file") from None
-    except OSError as err:
-        raise SpaceError(f"{source}: cannot read ({err.strerror or err})") from None
-    try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain YAML types only
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        problem = getattr(err, "problem", None) or str(err)
-        context = getattr(err, "context", None)
-        detail = f"{context}: {problem}" if context else problem
-        raise SpaceError(f"{where}: invalid YAML: {' '.join(str(detail).split())}") from None
-    if not isinstance(raw, dict):
-        raise SpaceError(f"{source}: must be a mapping with keys family, fixed, params "
-                         f"(got {type(raw).__name__})")
-    return space_from_dict(raw, source)
-
-
-def space_from_dict(raw: dict, source: str = "space") -> SearchSpace:
-    """Validate an already-parsed spec; raises SpaceError naming `source` and the field path."""
-    try:
-        return SearchSpace.model_validate(raw)
-    except ValidationError as err:  # the validators' own errors arrive wrapped in it too
-        raise SpaceError(space_error_message(err, source)) from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Sampling
-
-
-def suggest(space: SearchSpace, trial: optuna.Trial) -> dict[str, Any]:
-    """Sample every knob of `space` on `trial`, always all of them, in the file's order; the flat dict.
-
-    Knobs the sampled architecture ignores (ancre_tau unless residual is ancre, mod_every when
-    mod_rate is 0) are sampled anyway: the space is then the same on every trial, which GPSampler
-    requires and TPE multivariate exploits.
-    """
-    out: dict[str, Any] = {}
-    for name, p in space.params.items():
-        if isinstance(p, IntParam):
-            out[name] = trial.suggest_int(name, p.low, p.high, step=p.step, log=p.log)
-        elif isinstance(p, FloatParam):
-            out[name] = trial.suggest_float(name, p.low, p.high, log=p.log)
-        else:
-            out[name] = trial.suggest_categorical(name, list(p.choices))
-    return out
-
-
-def to_optuna_distributions(space: SearchSpace) -> dict[str, optuna.distributions.BaseDistribution]:
-    """The same space as Optuna distributions (for `study.ask(fixed_distributions)`, `add_trial`, ...)."""
-    out: dict[str, optuna.distributions.BaseDistribution] = {}
-    for name, p in space.params.items():
-        if isinstance(p, IntParam):
-            out[name] = optuna.distributions.IntDistribution(p.low, p.high, log=p.log, step=p.step)
-        elif isinstance(p, FloatParam):
-            out[name] = optuna.distributions.FloatDistribution(p.low, p.high, log=p.log)
-        else:
-            out[name] = optuna.distributions.CategoricalDistribution(list(p.choices))
-    return out
-
-
-def to_configs(space: SearchSpace, params: dict[str, Any]) -> tuple[ArchConfig, OptimConfig, RunConfig]:
-    """Fixed values + sampled `params` -> (ArchConfig, OptimConfig, RunConfig).
-
-    `params` must give exactly the searched knobs. Raises `pydantic.ValidationError` for missing or
-    unknown knobs, or for values/combinations the configs reject (d_model not divisible by n_heads...).
-    """
-    errors = [((name,), f"not a searched knob of this space (searched: {', '.join(space.params)})", value)
-              for name, value in params.items() if name not in space.params]
-    errors += [((name,), "searched but missing", None)
-               for name in space.params if name not in params]
-    _fail(errors, "params")
-    values = {**space.fixed, **params}
-    by_owner: dict[str, dict] = {owner: {} for owner in CONFIG_MODELS}
-    for name, value in values.items():
-        by_owner[KNOWN_FIELDS[name]][name] = value
-    return (ArchConfig(**by_owner["arch"]), OptimConfig(**by_owner["optim"]), RunConfig(**by_owner["run"]))
-
-
-def is_valid(space: SearchSpace, params: dict[str, Any]) -> str | None:
-    """None if `params` build valid configs, else the one-line reason naming the field(s)."""
-    try:
-        to_configs(space, params)
-    except ValidationError as err:
-        return config_error_message(err)
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The cheapest architecture of a space
-
-# Executed forward FLOPs per token (search_spaces/residual_lm/flops.py) are non-decreasing in each
-# of these knobs whatever the others are: more layers add terms, and d, mlp_ratio (through
-# mlp_hidden), seq_len (attended keys), vocab_size (unembedding) and the NAG gate size C only
-# grow existing terms. So the cheapest config takes each one's smallest value.
-_MONOTONE = ("n_layers", "d_model", "mlp_ratio", "seq_len", "vocab_size", "nag_gate_components")
-# These do not enter the FLOP count at all (full-head attention costs 8 d^2 whatever n_heads is);
-# n_heads is chosen only so that the config is valid.
-_FLOP_FREE = ("n_heads", "ancre_tau", "tie_embeddings")
-
-
-def _ascending(p: IntParam | FloatParam | CategoricalParam) -> list:
+def _candidates(p: IntParam | FloatParam | CategoricalParam) -> list:
+    """What a knob can take: every value of a discrete knob, the two ends of a continuous one."""
     if isinstance(p, IntParam):
         return p.values()
     if isinstance(p, FloatParam):
-        return [p.low]
-    return sorted(p.choices)
+        return [p.low, p.high]
+    return list(p.choices)
 
 
-def _extremes(p: IntParam | FloatParam | CategoricalParam) -> list:
-    if isinstance(p, CategoricalParam):
-        return list(p.choices)
-    return [p.low] if p.low == p.high else [p.low, p.high]
+def _cheapest(space: SearchSpace) -> ArchConfig:
+    fixed = {k: v for k, v in space.fixed.items() if KNOWN_FIELDS[k] == "arch"}
+    candidates = {k: _candidates(p) for k, p in space.params.items() if KNOWN_FIELDS[k] == "arch"}
+    return cheapest_config(fixed, candidates)
 
 
 def smallest_config(space: SearchSpace) -> ArchConfig:
-    """The valid architecture of `space` with the fewest expected executed forward FLOPs per token.
-
-    How it is chosen (exact for the knobs ArchConfig has today, without walking the whole grid):
-    - monotone knobs (n_layers, d_model, mlp_ratio, seq_len, vocab_size, nag_gate_components)
-      take their smallest value: FLOPs never decrease when one of them grows;
-    - FLOP-free knobs (n_heads, ancre_tau, tie_embeddings) take the first value that makes the
-      config valid; validity couples d_model and n_heads (divisible, even head_dim), so d_model
-      is scanned upwards until some n_heads in the space is valid with it;
-    - every other knob (residual, mod_rate, mod_every, mod_routing) is enumerated: all choices of
-      a categorical, both ends of a numeric range, and the cheapest combination wins (first one on
-      ties). Ends suffice: for mod_rate > 0 the executed FLOPs fall as the rate rises, with a
-      router cost that appears only above 0, so the minimum is at 0 or at the top; mod_every only
-      sets how many blocks are routed, which falls as it grows, and every routed block saves the
-      same amount, so the minimum is at one end. residual: cascaded <= ancre (mixing terms), and
-      nag pays its gate (2Cd per sublayer) instead of the router (2d), so the enumeration decides.
-    Raises SpaceError if no combination is a valid ArchConfig (a validated SearchSpace has one).
-    """
-    cfg, reason = _smallest(space)
-    if cfg is None:
-        raise SpaceError(f"params: no valid architecture in the space (e.g. {reason})")
-    return cfg
-
-
-def _smallest(space: SearchSpace) -> tuple[ArchConfig | None, str]:
-    """smallest_config's search: (the config or None, the last reason a candidate was invalid)."""
-    arch_fixed = {k: v for k, v in space.fixed.items() if KNOWN_FIELDS[k] == "arch"}
-    arch_params = {k: p for k, p in space.params.items() if KNOWN_FIELDS[k] == "arch"}
-    chosen = {k: _ascending(p)[0] for k, p in arch_params.items() if k in _MONOTONE and k != "d_model"}
-    chosen |= {k: _ascending(p)[0] for k, p in arch_params.items()
-               if k in _FLOP_FREE and k != "n_heads"}
-    widths = _ascending(arch_params["d_model"]) if "d_model" in arch_params else [None]
-    heads = _ascending(arch_params["n_heads"]) if "n_heads" in arch_params else [None]
-    enumerated = {k: _extremes(p) for k, p in arch_params.items()
-                  if k not in _MONOTONE and k not in _FLOP_FREE}
-    names = list(enumerated)
-    best: tuple[float, ArchConfig] | None = None
-    last_error = "no candidate"
-    for combo in itertools.product(*(enumerated[k] for k in names)):
-        base = {**arch_fixed, **chosen, **dict(zip(names, combo))}
-        cfg = None
-        for d, h in itertools.product(widths, heads):  # d ascending: the first valid one is the narrowest
-            values = {**base, **({"d_model": d} if d is not None else {}), **({"n_heads": h} if h is not None else {})}
-            try:
-                cfg = ArchConfig(**values)
-                break
-            except ValidationError as err:
-                last_error = config_error_message(err)
-        if cfg is None:
-            continue
-        cost = flops_per_token(cfg).executed
-        if best is None or cost < best[0]:
-            best = (cost, cfg)
-    return (best[1] if best else None), last_error
+    """The valid architecture of `space` with the fewest expected executed forward FLOPs per token
+    (`search_spaces.residual_lm.cheapest_config`). Raises SpaceError if there is none (a validated
+    SearchSpace always has one)."""
+    try:
+        return _cheapest(space)
+    except NoValidConfig as reason:
+        raise SpaceError(f"params: no valid architecture in the space (e.g. {reason})") from None
 
 
 def describe(cfg: ArchConfig) -> str:
@@ -595,4 +352,3 @@ def describe(cfg: ArchConfig) -> str:
     if cfg.mod_rate:
         text += f" mod_rate={cfg.mod_rate:g} mod_every={cfg.mod_every}"
     return text + f" seq_len={cfg.seq_len} vocab_size={cfg.vocab_size}"
-

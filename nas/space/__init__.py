@@ -1,0 +1,36 @@
+"""Search spaces: the spec (`spec.py`), reading it from YAML (`loading.py`), sampling it (`sampling.py`)."""
+
+from .loading import default_space_path, load_space, space_from_dict
+from .sampling import is_valid, suggest, to_configs, to_optuna_distributions
+from .spec import (
+    CONFIG_MODELS,
+    KNOWN_FIELDS,
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    SearchSpace,
+    SpaceError,
+    describe,
+    smallest_config,
+    space_error_message,
+)
+
+__all__ = [
+    "CONFIG_MODELS",
+    "KNOWN_FIELDS",
+    "CategoricalParam",
+    "FloatParam",
+    "IntParam",
+    "SearchSpace",
+    "SpaceError",
+    "default_space_path",
+    "describe",
+    "is_valid",
+    "load_space",
+    "smallest_config",
+    "space_error_message",
+    "space_from_dict",
+    "suggest",
+    "to_configs",
+    "to_optuna_distributions",
+]

@@ -1,0 +1,70 @@
+"""Reading a search-space YAML file: safe YAML with unique keys, then the spec's validation.
+
+`load_space(path)` (None = the shipped default) returns a validated `SearchSpace` or raises
+`SpaceError` with one line naming the file and the field path, e.g. `space.yaml: params.ancre_tau.low:
+must be > 0 for a log scale (got 0.0)`, or the line and column of a YAML syntax error.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from .spec import SearchSpace, SpaceError, space_error_message
+
+__all__ = ["default_space_path", "load_space", "space_from_dict"]
+
+
+def default_space_path() -> Path:
+    """The shipped default space, located inside the `search_spaces.residual_lm` package."""
+    return Path(str(resources.files("search_spaces.residual_lm").joinpath("space.yaml")))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (safe_load keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_space(path: str | Path | None = None) -> SearchSpace:
+    """Read and validate a space file (None = the shipped default). Raises SpaceError (one line)."""
+    file = Path(path) if path is not None else default_space_path()
+    source = str(path) if path is not None else "search_spaces/residual_lm/space.yaml"
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpaceError(f"{source}: no such file") from None
+    except OSError as err:
+        raise SpaceError(f"{source}: cannot read ({err.strerror or err})") from None
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: plain YAML types only
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = getattr(err, "problem", None) or str(err)
+        context = getattr(err, "context", None)
+        detail = f"{context}: {problem}" if context else problem
+        raise SpaceError(f"{where}: invalid YAML: {' '.join(str(detail).split())}") from None
+    if not isinstance(raw, dict):
+        raise SpaceError(f"{source}: must be a mapping with keys family, fixed, params "
+                         f"(got {type(raw).__name__})")
+    return space_from_dict(raw, source)
+
+
+def space_from_dict(raw: dict, source: str = "space") -> SearchSpace:
+    """Validate an already-parsed spec; raises SpaceError naming `source` and the field path."""
+    try:
+        return SearchSpace.model_validate(raw)
+    except ValidationError as err:  # the validators' own errors arrive wrapped in it too
+        raise SpaceError(space_error_message(err, source)) from None

@@ -1,0 +1,96 @@
+"""The Optuna side of a search: samplers, the define-by-run space, the RDB storage, stale-trial repair.
+
+The Optuna study lives in the store's own database (Optuna's RDB storage), so optuna-dashboard
+can open it too. Both objectives are minimised: `val_loss` and `executed_flops_per_token`.
+Infeasible configs (an invalid head split, or a budget that cannot pay for one step) are marked
+with an Optuna constraint by `DefineByRun` and never trained.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import optuna
+from pydantic import ValidationError
+
+from search_spaces.residual_lm import config_error_message, flops_per_token
+
+from .budget import Budget, trial_is_feasible
+from .space import SearchSpace, suggest, to_configs
+from .store import schema_lock
+
+__all__ = ["SAMPLERS", "DefineByRun", "fail_stale_optuna_trials", "make_sampler", "new_study_name",
+           "optuna_storage"]
+
+SAMPLERS = ("tpe", "nsga2", "random", "gp")
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """TPE (multivariate) by default; NSGA-II, random and GP selectable; all seeded.
+
+    Infeasible trials carry an Optuna constraint (`Trial.set_constraint`, set by `DefineByRun`),
+    which the constrained samplers read from the trial itself.
+    """
+    if name == "tpe":
+        return optuna.samplers.TPESampler(multivariate=True, seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    raise ValueError(f"--sampler: unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+class DefineByRun:
+    """The function OptunaSearch calls with each new trial: sample, then mark infeasible configs.
+
+    A class rather than a closure: Tune pickles the searcher (and with it this space) when it
+    checkpoints the experiment.
+    """
+
+    def __init__(self, space: SearchSpace, budget: Budget):
+        self.space, self.budget = space, budget
+
+    def __call__(self, trial) -> dict:
+        params = suggest(self.space, trial)
+        ot_trial = getattr(trial, "ot_trial", trial)  # Ray wraps the Optuna trial in a captor
+        extra = {"optuna_number": ot_trial.number, "executed_flops_per_token": math.inf}
+        try:
+            arch, _, run = to_configs(self.space, params)
+        except ValidationError as err:
+            extra["infeasible_reason"] = config_error_message(err)
+        else:
+            extra["executed_flops_per_token"] = flops_per_token(arch).executed
+            extra["infeasible_reason"] = trial_is_feasible(arch, self.budget, run.batch_size)
+        ot_trial.set_constraint("infeasible", 1.0 if extra["infeasible_reason"] else 0.0)
+        return extra
+
+
+def optuna_storage(url: str) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage on the store's database (`Store.url`, password included).
+
+    SQLite waits for locks instead of failing; elsewhere pooled connections are pinged before use.
+    Optuna creates its tables on first use: under the store's schema lock, since two drivers doing
+    it at once on a fresh database collide.
+    """
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    with schema_lock(url):
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+
+def fail_stale_optuna_trials(storage: optuna.storages.RDBStorage, study_name: str) -> int:
+    """Trials a dead driver left RUNNING in Optuna become FAIL (samplers then ignore them)."""
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        return 0
+    stale = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
+    for t in stale:
+        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+    return len(stale)
+
+
+def new_study_name(search_name: str) -> str:
+    return f"resnas-{search_name}-{uuid.uuid4().hex[:8]}"
