@@ -21,6 +21,15 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_collection_modifyitems(items):
+    """Mark every test that runs on PostgreSQL `postgres`: the ones using `postgres_url`, and the
+    `postgresql` case of fixtures parametrised over both backends (they request it at run time)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "postgres_url" in item.fixturenames or "postgresql" in params.values():
+            item.add_marker(pytest.mark.postgres)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

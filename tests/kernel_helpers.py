@@ -20,7 +20,8 @@ needs_triton = pytest.mark.skipif(
 )
 needs_nvidia_backend = pytest.mark.skipif(
     not TRITON_AVAILABLE or importlib.util.find_spec("triton.backends.nvidia") is None,
-    reason="needs Triton with its NVIDIA backend")
+    reason="needs Triton with its NVIDIA backend",
+)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -55,7 +56,8 @@ def compile_for_sm90(script: str, cache_dir: Path) -> str:
     """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(TRITON_CACHE_DIR=str(cache_dir), TRITON_DEFAULT_FP_FUSION="1")
-    run = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
-                         env=env, cwd=ROOT, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout

@@ -50,13 +50,18 @@ def find_bin_dir() -> Path:
     candidates = [os.environ.get("RESNAS_POSTGRES_BIN")]
     on_path = shutil.which("pg_ctl")
     candidates.append(str(Path(on_path).parent) if on_path else None)
-    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name)
-                         if Path(p).parent.name.isdigit() else 0, reverse=True)
+    candidates += sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+        reverse=True,
+    )
     for candidate in filter(None, candidates):
         if all((Path(candidate) / tool).is_file() for tool in ("initdb", "pg_ctl", "postgres")):
             return Path(candidate)
-    raise PostgresUnavailable("no PostgreSQL server binaries (initdb, pg_ctl) found: set RESNAS_POSTGRES_BIN, "
-                              "or install PostgreSQL (e.g. apt-get install postgresql)")
+    raise PostgresUnavailable(
+        "no PostgreSQL server binaries (initdb, pg_ctl) found: set RESNAS_POSTGRES_BIN, "
+        "or install PostgreSQL (e.g. apt-get install postgresql)"
+    )
 
 
 def server_account() -> pwd.struct_passwd | None:
@@ -68,8 +73,21 @@ def server_account() -> pwd.struct_passwd | None:
         return pwd.getpwnam(name)
     except KeyError:
         pass
-    done = subprocess.run(["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-                           "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            "useradd",
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         raise PostgresUnavailable(f"cannot create system user {name!r} to run PostgreSQL: {done.stderr.strip()}")
     return pwd.getpwnam(name)
@@ -117,8 +135,9 @@ class LocalPostgres:
         for _ in range(attempts):  # a port found free may be taken before the server binds it
             port = free_port()
             self._write_settings(port)
-            done = self._run(account, [bin_dir / "pg_ctl", "-D", self.data_dir, "-l", self.log_file, "-w", "-t", "60",
-                                       "start"])
+            done = self._run(
+                account, [bin_dir / "pg_ctl", "-D", self.data_dir, "-l", self.log_file, "-w", "-t", "60", "start"]
+            )
             if done.returncode == 0:
                 self.url = f"postgresql+psycopg://{SUPERUSER}:{password}@127.0.0.1:{port}/postgres"
                 log.info("PostgreSQL started: pid %s, 127.0.0.1:%d, %s", self.pid, port, self.base_dir)
@@ -131,8 +150,9 @@ class LocalPostgres:
         """Fast shutdown of this cluster (its own postmaster only); remove `base_dir` if asked to."""
         if self.pid is not None:
             account = None if os.geteuid() != 0 else pwd.getpwuid(self.data_dir.stat().st_uid)
-            done = self._run(account, [find_bin_dir() / "pg_ctl", "-D", self.data_dir, "-m", "fast", "-w", "-t", "60",
-                                       "stop"])
+            done = self._run(
+                account, [find_bin_dir() / "pg_ctl", "-D", self.data_dir, "-m", "fast", "-w", "-t", "60", "stop"]
+            )
             if done.returncode != 0:
                 log.warning("pg_ctl stop failed: %s", done.stderr.strip())
         if self.remove_on_stop:
@@ -144,8 +164,22 @@ class LocalPostgres:
         if account is not None:
             os.chown(pwfile, account.pw_uid, account.pw_gid)
         try:
-            done = self._run(account, [bin_dir / "initdb", "-D", self.data_dir, "-U", SUPERUSER, f"--pwfile={pwfile}",
-                                       "--auth=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"])
+            done = self._run(
+                account,
+                [
+                    bin_dir / "initdb",
+                    "-D",
+                    self.data_dir,
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    "--auth=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                ],
+            )
         finally:
             pwfile.unlink()
         if done.returncode != 0:
@@ -153,9 +187,13 @@ class LocalPostgres:
             raise PostgresUnavailable(f"initdb failed: {lines[-1] if lines else done.returncode}")
 
     def _write_settings(self, port: int) -> None:
-        settings = {"listen_addresses": "'127.0.0.1'", "port": str(port),
-                    "unix_socket_directories": f"'{self.socket_dir}'", "max_connections": "300",
-                    **({} if self.durable else FAST_SETTINGS)}
+        settings = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(port),
+            "unix_socket_directories": f"'{self.socket_dir}'",
+            "max_connections": "300",
+            **({} if self.durable else FAST_SETTINGS),
+        }
         text = "".join(f"{key} = {value}\n" for key, value in settings.items())
         conf = self.data_dir / "postgresql.auto.conf"  # read last: overrides postgresql.conf
         conf.write_text("# written by tests/postgres_server.py\n" + text)
@@ -164,12 +202,13 @@ class LocalPostgres:
         """Run a PostgreSQL tool as `account` (None: as ourselves), from `base_dir`."""
         as_user = {} if account is None else dict(user=account.pw_uid, group=account.pw_gid, extra_groups=[])
         env = {**os.environ, "HOME": str(self.base_dir), "LC_ALL": "C"}
-        return subprocess.run([str(a) for a in args], cwd=self.base_dir, env=env, capture_output=True, text=True,
-                              timeout=120, **as_user)
+        return subprocess.run(
+            [str(a) for a in args], cwd=self.base_dir, env=env, capture_output=True, text=True, timeout=120, **as_user
+        )
 
     def _log_tail(self) -> str:
         try:
-            lines = [l for l in self.log_file.read_text(errors="replace").splitlines() if l.strip()]
+            lines = [line for line in self.log_file.read_text(errors="replace").splitlines() if line.strip()]
         except OSError:
             return ""
         return " | ".join(lines[-3:])
@@ -184,12 +223,19 @@ def _connect_admin(admin_url: str):
 
     parts = urlsplit(admin_url)
     try:
-        return psycopg.connect(host=parts.hostname, port=parts.port, user=unquote(parts.username or ""),
-                               password=unquote(parts.password or ""), dbname=parts.path.lstrip("/") or "postgres",
-                               autocommit=True, connect_timeout=10)
+        return psycopg.connect(
+            host=parts.hostname,
+            port=parts.port,
+            user=unquote(parts.username or ""),
+            password=unquote(parts.password or ""),
+            dbname=parts.path.lstrip("/") or "postgres",
+            autocommit=True,
+            connect_timeout=10,
+        )
     except psycopg.Error as err:
-        raise PostgresUnavailable(f"cannot connect to {hide_password(admin_url)}: "
-                                  f"{str(err).strip().splitlines()[0]}") from err
+        raise PostgresUnavailable(
+            f"cannot connect to {hide_password(admin_url)}: {str(err).strip().splitlines()[0]}"
+        ) from err
 
 
 def hide_password(url: str) -> str:

@@ -1,4 +1,4 @@
-"""Each residual family does what DESIGN.md §3 says it does."""
+"""Each residual family does what docs/design.md §3 says it does."""
 
 import math
 
@@ -93,7 +93,7 @@ def test_nag_update_is_a_rotation_by_atan_alpha_m():
 
     d = 16
     u = torch.randn(5, d)
-    u = (u - u.mean(-1, keepdim=True))
+    u = u - u.mean(-1, keepdim=True)
     u = u * math.sqrt(d) / u.norm(dim=-1, keepdim=True)
     f = torch.randn(5, d) * 1e3  # the update's size does not depend on ||f||
     tan = torch.tensor([0.0, 0.1, 0.5, 1.0, 3.0])

@@ -23,21 +23,27 @@ def space():
     return load_space()
 
 
-@pytest.mark.parametrize("kwargs, expected", [
-    ({"trial_flops": 0}, "--trial-flops: must be > 0 (got 0)"),
-    ({"trial_flops": -1.0}, "--trial-flops: must be > 0 (got -1.0)"),
-    ({"trial_flops": float("inf")}, "--trial-flops: must be a finite number"),
-    ({"trial_flops": "lots"}, "--trial-flops: must be a number"),
-    ({}, "--trial-flops: required"),
-    ({"trial_flops": 2e12, "trials": 40, "search_flops": 8e13}, "--trials / --search-flops: give one of them, not both"),
-    ({"trial_flops": 2e12, "search_flops": 1e12}, "--search-flops: 1e12 is below --trial-flops 2e12"),
-    ({"trial_flops": 2e12, "search_flops": -5.0}, "--search-flops: must be > 0"),
-    ({"trial_flops": 2e12, "trials": 0}, "--trials: must be >= 1 (got 0)"),
-    ({"trial_flops": 2e12, "trials": 2.5}, "--trials: must be a whole number"),
-    ({"trial_flops": 2e12, "max_trial_seconds": 0}, "--max-trial-seconds: must be > 0"),
-    ({"trial_flops": 2e12, "max_search_seconds": -1}, "--max-search-seconds: must be > 0"),
-    ({"trial_flops": 2e12, "workers": 2}, "--workers: unknown key"),
-])
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"trial_flops": 0}, "--trial-flops: must be > 0 (got 0)"),
+        ({"trial_flops": -1.0}, "--trial-flops: must be > 0 (got -1.0)"),
+        ({"trial_flops": float("inf")}, "--trial-flops: must be a finite number"),
+        ({"trial_flops": "lots"}, "--trial-flops: must be a number"),
+        ({}, "--trial-flops: required"),
+        (
+            {"trial_flops": 2e12, "trials": 40, "search_flops": 8e13},
+            "--trials / --search-flops: give one of them, not both",
+        ),
+        ({"trial_flops": 2e12, "search_flops": 1e12}, "--search-flops: 1e12 is below --trial-flops 2e12"),
+        ({"trial_flops": 2e12, "search_flops": -5.0}, "--search-flops: must be > 0"),
+        ({"trial_flops": 2e12, "trials": 0}, "--trials: must be >= 1 (got 0)"),
+        ({"trial_flops": 2e12, "trials": 2.5}, "--trials: must be a whole number"),
+        ({"trial_flops": 2e12, "max_trial_seconds": 0}, "--max-trial-seconds: must be > 0"),
+        ({"trial_flops": 2e12, "max_search_seconds": -1}, "--max-search-seconds: must be > 0"),
+        ({"trial_flops": 2e12, "workers": 2}, "--workers: unknown key"),
+    ],
+)
 def test_bad_budgets_name_the_cli_option(kwargs, expected):
     with pytest.raises(BudgetError) as info:
         Budget(**kwargs)

@@ -9,13 +9,19 @@ import pytest
 
 from nas.store import Store
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "tiny_space.yaml"
 
 
 def nas(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nas.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    return subprocess.run(
+        [sys.executable, "-m", "nas.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+    )
 
 
 def space_file(tmp_path: Path, text: str) -> str:
@@ -32,8 +38,13 @@ CASES = {
     "unknown residual": (["--space", SPACE_HEAD + "  residual: {categorical: [cascaded, highway]}\n"], "residual"),
     "tau <= 0": (["--space", SPACE_HEAD + "  ancre_tau: {float: {low: 0.0, high: 0.1}}\n"], "ancre_tau"),
     "mod_rate >= 1": (["--space", SPACE_HEAD + "  mod_rate: {categorical: [0.0, 1.0]}\n"], "mod_rate"),
-    "width not divisible by heads": (["--space", "family: residual_lm\nfixed: {d_model: 100, n_heads: 3}\n"
-                                      "params:\n  n_layers: {int: {low: 1, high: 2}}\n"], "n_heads"),
+    "width not divisible by heads": (
+        [
+            "--space",
+            "family: residual_lm\nfixed: {d_model: 100, n_heads: 3}\nparams:\n  n_layers: {int: {low: 1, high: 2}}\n",
+        ],
+        "n_heads",
+    ),
     "malformed YAML": (["--space", SPACE_HEAD + "  n_layers: {int: {low: 1, high: 2}\n   bad: [\n"], "YAML"),
     "missing data file": (["--data", "/nonexistent/corpus.txt"], "--data"),
     "unreachable storage URL": (["--storage", "sqlite:////nonexistent-dir/x.db"], "nonexistent-dir"),
@@ -55,7 +66,7 @@ def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
     if args[0] == "--space":
         args[1] = space_file(tmp_path, args[1])
     base = {"--name": "bad", "--trial-flops": "2e10", "--space": str(TINY), "--storage": f"sqlite:///{tmp_path}/r.db"}
-    base.update(dict(zip(args[::2], args[1::2])))
+    base.update(dict(zip(args[::2], args[1::2], strict=False)))
     done = nas("search", *[x for kv in base.items() for x in kv], "--no-progress", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
@@ -82,13 +93,27 @@ def test_bad_pretrain_input_is_one_line_exit_2_and_writes_nothing(args, field, t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no run folder
 
 
-@pytest.mark.parametrize("option, value", [("--gpus-per-trial", "-0.5"), ("--gpus-per-trial", "nan"),
-                                           ("--gpus-per-trial", "inf"), ("--ray-dir", "a-file")])
+@pytest.mark.parametrize(
+    "option, value",
+    [("--gpus-per-trial", "-0.5"), ("--gpus-per-trial", "nan"), ("--gpus-per-trial", "inf"), ("--ray-dir", "a-file")],
+)
 def test_bad_cluster_options_are_one_line_exit_2_and_write_nothing(option, value, tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     db = tmp_path / "r.db"
-    done = nas("search", "--name", "bad", "--trial-flops", "2e10", "--space", str(TINY),
-                   option, value, "--no-progress", cwd=tmp_path, RESNAS_STORAGE=f"sqlite:///{db}")
+    done = nas(
+        "search",
+        "--name",
+        "bad",
+        "--trial-flops",
+        "2e10",
+        "--space",
+        str(TINY),
+        option,
+        value,
+        "--no-progress",
+        cwd=tmp_path,
+        RESNAS_STORAGE=f"sqlite:///{db}",
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {option}: must be"), done.stderr

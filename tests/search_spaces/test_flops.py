@@ -1,4 +1,4 @@
-"""FLOP accounting (DESIGN.md §3.5) against torch's FlopCounterMode on real forward passes.
+"""FLOP accounting (docs/design.md §3.5) against torch's FlopCounterMode on real forward passes.
 
 On CPU, FlopCounterMode has no formula for the fused SDPA kernel, and ANCRe's mixing is a fused
 multiply-add (ops.ancre_mix), not a matmul, so it counts exactly our total minus the attention core
@@ -18,7 +18,12 @@ SHAPES = [
     {"d_model": 48, "n_heads": 3, "n_layers": 2, "mlp_ratio": 3.0},
     {"d_model": 64, "n_heads": 8, "n_layers": 5, "vocab_size": 100, "tie_embeddings": True},
 ]
-MOD = [{"mod_rate": 0.0}, {"mod_rate": 0.25, "mod_every": 1}, {"mod_rate": 0.5, "mod_every": 2}, {"mod_rate": 0.4, "mod_routing": "topk"}]
+MOD = [
+    {"mod_rate": 0.0},
+    {"mod_rate": 0.25, "mod_every": 1},
+    {"mod_rate": 0.5, "mod_every": 2},
+    {"mod_rate": 0.4, "mod_routing": "topk"},
+]
 
 
 def _counted(model, idx, backward=False):

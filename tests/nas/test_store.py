@@ -16,54 +16,147 @@ import pytest
 from sqlalchemy import create_engine, inspect, make_url, text
 from sqlalchemy.pool import NullPool
 
-from nas.study import optuna_storage
-from nas.store import (SCHEMA_LOCK_KEY, SCHEMA_VERSION, SearchExists, Store, StoreError, UnknownSearch, UnknownTrial,
-                       default_url, ensure_schema)
-from workers.status import TrialStatus
+from nas.store import (
+    SCHEMA_LOCK_KEY,
+    SCHEMA_VERSION,
+    SearchExists,
+    Store,
+    StoreError,
+    UnknownSearch,
+    UnknownTrial,
+    default_url,
+    ensure_schema,
+)
 from nas.store.schema import ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS
+from nas.study import optuna_storage
+from workers.status import TrialStatus
 
 NAN, INF = math.nan, math.inf
-ARCH = dict(vocab_size=256, seq_len=128, n_layers=6, d_model=192, n_heads=6, mlp_ratio=8 / 3, residual="nag",
-            ancre_tau=0.01, mod_rate=0.25, mod_every=2, mod_routing="causal_threshold", nag_gate_components=32,
-            tie_embeddings=False)
+ARCH = dict(
+    vocab_size=256,
+    seq_len=128,
+    n_layers=6,
+    d_model=192,
+    n_heads=6,
+    mlp_ratio=8 / 3,
+    residual="nag",
+    ancre_tau=0.01,
+    mod_rate=0.25,
+    mod_every=2,
+    mod_routing="causal_threshold",
+    nag_gate_components=32,
+    tie_embeddings=False,
+)
 OPTIM = dict(lr=3e-3, weight_decay=0.1, warmup=20, grad_clip=1.0)
 
 
 def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
     """A `TrialResult.to_dict()` of a completed NAG trial, with every field filled in."""
-    curve = [{"step": s, "tokens": s * 4096, "train_loss": 5.5 - 0.03 * s, "val_loss": 5.4 - 0.03 * s if s % 40 == 0
-              else None, "training_flops": s * 4.1e10, "planned_steps": 98} for s in range(10, 99, 10)]
-    curve.append({"step": 98, "tokens": 98 * 4096, "train_loss": 2.6, "val_loss": loss, "training_flops": 98 * 4.1e10,
-                  "planned_steps": 98})
+    curve = [
+        {
+            "step": s,
+            "tokens": s * 4096,
+            "train_loss": 5.5 - 0.03 * s,
+            "val_loss": 5.4 - 0.03 * s if s % 40 == 0 else None,
+            "training_flops": s * 4.1e10,
+            "planned_steps": 98,
+        }
+        for s in range(10, 99, 10)
+    ]
+    curve.append(
+        {
+            "step": 98,
+            "tokens": 98 * 4096,
+            "train_loss": 2.6,
+            "val_loss": loss,
+            "training_flops": 98 * 4.1e10,
+            "planned_steps": 98,
+        }
+    )
     return dict(
-        status="completed", failure_reason=None, val_loss=loss, val_bpb=loss / math.log(2),
-        nominal_flops_per_token=4.4e6, executed_flops_per_token=3.6e6, realised_flops_per_token=3.61e6,
-        budget_flops=4e12, training_flops=98 * 4.1e10, tokens_seen=98 * 4096, planned_tokens=98 * 4096, steps=98,
-        wall_time_s=61.25, tokens_per_s=6553.6, step_time_share=0.93, peak_memory_mb=812.5,
-        diagnostics={"residual_rms": [1.0, 1.41, NAN, 2.2], "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
-                     "mod_threshold": {"attn2": 0.1, "mlp2": -INF}, "executed_flops_per_token": 3.6e6,
-                     "nag_angle": [None, 0.31, INF], "nag_gate": [0.5, 0.52], "nag_alpha": [1.0, 0.9],
-                     "ancre_p": [[0.5, 0.5], [0.1, NAN]]},
-        width=dict(n_sequences=64, d_model=192, mu_norm=0.12, d_par=3.4, d_2=17.0, d_align=5.1, b_exact_8_8=0.021,
-                   b_align_8_8=0.034, p_hat_8_8=0.025),
-        curve=curve, arch=ARCH, optim=OPTIM, seed=seed, extra_key_from_the_future="ignored")
+        status="completed",
+        failure_reason=None,
+        val_loss=loss,
+        val_bpb=loss / math.log(2),
+        nominal_flops_per_token=4.4e6,
+        executed_flops_per_token=3.6e6,
+        realised_flops_per_token=3.61e6,
+        budget_flops=4e12,
+        training_flops=98 * 4.1e10,
+        tokens_seen=98 * 4096,
+        planned_tokens=98 * 4096,
+        steps=98,
+        wall_time_s=61.25,
+        tokens_per_s=6553.6,
+        step_time_share=0.93,
+        peak_memory_mb=812.5,
+        diagnostics={
+            "residual_rms": [1.0, 1.41, NAN, 2.2],
+            "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
+            "mod_threshold": {"attn2": 0.1, "mlp2": -INF},
+            "executed_flops_per_token": 3.6e6,
+            "nag_angle": [None, 0.31, INF],
+            "nag_gate": [0.5, 0.52],
+            "nag_alpha": [1.0, 0.9],
+            "ancre_p": [[0.5, 0.5], [0.1, NAN]],
+        },
+        width=dict(
+            n_sequences=64,
+            d_model=192,
+            mu_norm=0.12,
+            d_par=3.4,
+            d_2=17.0,
+            d_align=5.1,
+            b_exact_8_8=0.021,
+            b_align_8_8=0.034,
+            p_hat_8_8=0.025,
+        ),
+        curve=curve,
+        arch=ARCH,
+        optim=OPTIM,
+        seed=seed,
+        extra_key_from_the_future="ignored",
+    )
 
 
 def failed_result(status: str = "failed") -> dict:
     """How `run_trial` reports a crash: inf loss, no curve, diagnostics or width."""
-    return dict(status=status, failure_reason="RuntimeError: CUDA error: out of memory", val_loss=INF, val_bpb=INF,
-                nominal_flops_per_token=4.4e6, executed_flops_per_token=3.6e6, realised_flops_per_token=None,
-                budget_flops=4e12, training_flops=0.0, tokens_seen=0, planned_tokens=0, steps=0, wall_time_s=0.4,
-                tokens_per_s=0.0, step_time_share=None, peak_memory_mb=300.0, diagnostics={}, width=None, curve=[],
-                arch=ARCH, optim=OPTIM, seed=3)
+    return dict(
+        status=status,
+        failure_reason="RuntimeError: CUDA error: out of memory",
+        val_loss=INF,
+        val_bpb=INF,
+        nominal_flops_per_token=4.4e6,
+        executed_flops_per_token=3.6e6,
+        realised_flops_per_token=None,
+        budget_flops=4e12,
+        training_flops=0.0,
+        tokens_seen=0,
+        planned_tokens=0,
+        steps=0,
+        wall_time_s=0.4,
+        tokens_per_s=0.0,
+        step_time_share=None,
+        peak_memory_mb=300.0,
+        diagnostics={},
+        width=None,
+        curve=[],
+        arch=ARCH,
+        optim=OPTIM,
+        seed=3,
+    )
 
 
 def new_search(store: Store, name: str = "s1", requested_trials: int = 8):
-    return store.create_search(name, requested_trials=requested_trials,
-                               budget={"trial_flops": 4e12, "search_flops": 4e14, "wall_s": INF},
-                               space={"residual": ["cascaded", "nag", "ancre"], "n_layers": [2, 12]},
-                               settings={"sampler": "tpe", "seed": 0, "workers": 2, "retries": 1},
-                               optuna_study_name=f"{name}-study", code_version="abc123")
+    return store.create_search(
+        name,
+        requested_trials=requested_trials,
+        budget={"trial_flops": 4e12, "search_flops": 4e14, "wall_s": INF},
+        space={"residual": ["cascaded", "nag", "ancre"], "n_layers": [2, 12]},
+        settings={"sampler": "tpe", "seed": 0, "workers": 2, "retries": 1},
+        optuna_study_name=f"{name}-study",
+        code_version="abc123",
+    )
 
 
 @pytest.fixture
@@ -87,8 +180,15 @@ def test_every_trial_result_and_certificate_field_is_stored():
     from workers.trial import TrialResult
     from workers.width_probe import WidthCertificate
 
-    stored = set(RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS) | {"status", "failure_reason", "diagnostics", "width",
-                                                             "curve", "arch", "optim"}
+    stored = set(RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS) | {
+        "status",
+        "failure_reason",
+        "diagnostics",
+        "width",
+        "curve",
+        "arch",
+        "optim",
+    }
     assert {f.name for f in fields(TrialResult)} == stored
     assert {f.name for f in fields(TrialResult)} <= set(completed_result()) and set(failed_result()) == stored
     assert tuple(f.name for f in fields(WidthCertificate)) == WIDTH_FIELDS
@@ -168,15 +268,21 @@ def test_round_trip_of_a_completed_and_a_failed_trial(store):
     done = store.trial(good)
     assert (done.status, done.failure_reason, done.attempt, done.optuna_trial_number) == ("completed", None, 0, 0)
     assert {name: getattr(done, name) for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS} == {
-        name: result[name] for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS}
+        name: result[name] for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS
+    }
     assert {name: getattr(done, name) for name in ARCH_FIELDS} == {name: ARCH[name] for name in ARCH_FIELDS}
     assert done.config == config and done.finished_at >= done.started_at
     assert store.curve(good) == [{k: p[k] for k in CURVE_FIELDS} for p in result["curve"]]  # planned_steps dropped
     assert store.diagnostics(good) == {
-        "residual_rms": [1.0, 1.41, None, 2.2], "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
-        "mod_threshold": {"attn2": 0.1, "mlp2": None}, "executed_flops_per_token": 3.6e6,
-        "nag_angle": [None, 0.31, None], "nag_gate": [0.5, 0.52], "nag_alpha": [1.0, 0.9],
-        "ancre_p": [[0.5, 0.5], [0.1, None]]}
+        "residual_rms": [1.0, 1.41, None, 2.2],
+        "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
+        "mod_threshold": {"attn2": 0.1, "mlp2": None},
+        "executed_flops_per_token": 3.6e6,
+        "nag_angle": [None, 0.31, None],
+        "nag_gate": [0.5, 0.52],
+        "nag_alpha": [1.0, 0.9],
+        "ancre_p": [[0.5, 0.5], [0.1, None]],
+    }
     assert store.width(good) == result["width"]
 
     failed = store.trial(bad)
@@ -189,10 +295,21 @@ def test_round_trip_of_a_completed_and_a_failed_trial(store):
 
 def test_json_documents_come_back_exactly_as_written(store):
     """Key order and int-versus-float survive (PostgreSQL's JSONB would sort keys and turn 1e16 into an int)."""
-    settings = {"zeta": 1e20, "a": 3, "attn10": 1.0, "mlp2": 0.5, "big": 1e16, "tiny": 3e-10, "two": 2.0,
-                "nested": {"b": [1, 2.5, None, -0.0], "a": True}, "text": "caf\u00e9 \u2713", "empty": {}}
-    store.create_search("j", requested_trials=1, budget={}, space={}, settings=settings, optuna_study_name=None,
-                        code_version=None)
+    settings = {
+        "zeta": 1e20,
+        "a": 3,
+        "attn10": 1.0,
+        "mlp2": 0.5,
+        "big": 1e16,
+        "tiny": 3e-10,
+        "two": 2.0,
+        "nested": {"b": [1, 2.5, None, -0.0], "a": True},
+        "text": "caf\u00e9 \u2713",
+        "empty": {},
+    }
+    store.create_search(
+        "j", requested_trials=1, budget={}, space={}, settings=settings, optuna_study_name=None, code_version=None
+    )
     got = store.get_search("j").settings
     assert got == settings and list(got) == list(settings) and list(got["nested"]) == ["b", "a"]
     assert [type(v) for v in got.values()] == [type(v) for v in settings.values()]
@@ -203,9 +320,12 @@ def test_names_are_unique_and_unknown_names_are_named(store):
     new_search(store)
     with pytest.raises(SearchExists, match="'s1'"):
         new_search(store)
-    for call in (lambda: store.get_search("nope"), lambda: store.trials("nope"),
-                 lambda: store.set_search_status("nope", "completed"),
-                 lambda: store.start_trial("nope", number=0, config={})):
+    for call in (
+        lambda: store.get_search("nope"),
+        lambda: store.trials("nope"),
+        lambda: store.set_search_status("nope", "completed"),
+        lambda: store.start_trial("nope", number=0, config={}),
+    ):
         with pytest.raises(UnknownSearch, match="no search named 'nope'"):
             call()
     with pytest.raises(ValueError, match="search status"):
@@ -243,8 +363,9 @@ def test_a_retry_reuses_the_number_and_keeps_the_earlier_outcome(store):
     assert store.start_trial("s1", number=0, attempt=1, config={"arch": ARCH}) == tid
     retried = store.trial(tid)
     assert (retried.status, retried.attempt, retried.val_loss, retried.failure_reason) == ("running", 1, None, None)
-    assert retried.previous_attempts == [{"attempt": 0, "status": "failed",
-                                          "failure_reason": "RuntimeError: CUDA error: out of memory"}]
+    assert retried.previous_attempts == [
+        {"attempt": 0, "status": "failed", "failure_reason": "RuntimeError: CUDA error: out of memory"}
+    ]
     store.finish_trial(tid, completed_result())
     with pytest.raises(StoreError, match="already exists"):  # a completed trial is never overwritten by a retry
         store.start_trial("s1", number=0, attempt=2, config={})
@@ -253,8 +374,16 @@ def test_a_retry_reuses_the_number_and_keeps_the_earlier_outcome(store):
 def test_mark_running_trials_interrupted_and_search_summaries(store):
     new_search(store, "a")
     new_search(store, "b", requested_trials=3)
-    outcomes = [completed_result(2.1), completed_result(1.7), failed_result(), failed_result("diverged"),
-                failed_result("infeasible"), failed_result("retrying"), None, None]
+    outcomes = [
+        completed_result(2.1),
+        completed_result(1.7),
+        failed_result(),
+        failed_result("diverged"),
+        failed_result("infeasible"),
+        failed_result("retrying"),
+        None,
+        None,
+    ]
     for number, result in enumerate(outcomes):
         tid = store.start_trial("a", number=number, config={"arch": ARCH})
         if result:
@@ -363,10 +492,16 @@ class SchemaLockHolder:
     def waited_on_by(self, pid: int) -> bool:
         if self.postgres:
             self.db.commit()
-            return bool(self.db.execute(text(  # pg_locks knows server PIDs only: any waiter on this database's lock
-                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = :high "
-                "AND objid = :low AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
-                {"high": SCHEMA_LOCK_KEY >> 32, "low": SCHEMA_LOCK_KEY & 0xFFFFFFFF}).scalar())
+            return bool(
+                self.db.execute(
+                    text(  # pg_locks knows server PIDs only: any waiter on this database's lock
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                        "AND classid = :high AND objid = :low "
+                        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                    ),
+                    {"high": SCHEMA_LOCK_KEY >> 32, "low": SCHEMA_LOCK_KEY & 0xFFFFFFFF},
+                ).scalar()
+            )
         inode = os.stat(self.directory).st_ino
         for line in Path("/proc/locks").read_text().splitlines():
             fields_ = line.split()
@@ -381,9 +516,14 @@ class SchemaLockHolder:
             return inspect(db).has_table(table)
 
 
-@pytest.mark.parametrize("backend, opener, table", [("postgresql", "store", "resnas_schema_version"),
-                                                    ("postgresql", "optuna", "studies"),
-                                                    ("sqlite", "optuna", "studies")])
+@pytest.mark.parametrize(
+    "backend, opener, table",
+    [
+        ("postgresql", "store", "resnas_schema_version"),
+        ("postgresql", "optuna", "studies"),
+        ("sqlite", "optuna", "studies"),
+    ],
+)
 def test_schema_creation_waits_for_the_schema_lock(backend, opener, table, request, tmp_path):
     """While the test holds the schema lock, a process creating tables waits and creates nothing.
 
@@ -432,8 +572,9 @@ def _connections_to(url: str) -> int:
     """Server sessions on `url`'s database other than the one asking."""
     engine = create_engine(url, poolclass=NullPool)
     with engine.connect() as db:
-        n = db.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                            "AND pid <> pg_backend_pid()")).scalar()
+        n = db.execute(
+            text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        ).scalar()
     engine.dispose()
     return n
 

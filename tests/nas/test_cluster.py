@@ -35,9 +35,9 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+from test_search import DATA, assert_listening_on_loopback_only, wait_for
 
 from nas.store import Store, UnknownSearch
-from test_search import DATA, assert_listening_on_loopback_only, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 RAY = Path(sys.executable).with_name("ray")
@@ -91,12 +91,19 @@ class Cluster:
         ports = free_port_block(1 + 2 * 40)
         self.gcs_address = f"127.0.0.1:{ports[0]}"
         self.head_ports, self.worker_ports = node_ports(ports[1:41]), node_ports(ports[41:81])
-        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-                    "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": str(base / "tmp"),  # also our marker
-                    # a token of our own: Ray's default (~/.ray/auth_token) belongs to whoever made it
-                    "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
-                    # a dead node is noticed after ~5 s of failed health checks (default ~15 s)
-                    "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "5"}
+        self.env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_TMPDIR": str(base / "tmp"),  # also our marker
+            # a token of our own: Ray's default (~/.ray/auth_token) belongs to whoever made it
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            # a dead node is noticed after ~5 s of failed health checks (default ~15 s)
+            "RAY_health_check_period_ms": "1000",
+            "RAY_health_check_failure_threshold": "5",
+        }
         (base / "tmp").mkdir()
         self.head = self.worker = None
 
@@ -112,24 +119,51 @@ class Cluster:
 
     def start(self) -> None:
         p = self.head_ports
-        self.head = self.start_process([
-            str(RAY), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-            "--port", self.gcs_address.rsplit(":", 1)[1], "--num-cpus", "1", "--num-gpus", "0",
-            "--object-store-memory", str(100 * 2**20), "--include-dashboard", "false", "--disable-usage-stats",
-            "--temp-dir", str(self.base / "tmp" / "h"), "--node-manager-port", str(p.node_manager_port),
-            "--object-manager-port", str(p.object_manager_port),
-            "--dashboard-agent-listen-port", str(p.dashboard_agent_listen_port),
-            "--dashboard-agent-grpc-port", str(p.metrics_agent_port),
-            "--runtime-env-agent-port", str(p.runtime_env_agent_port),
-            "--metrics-export-port", str(p.metrics_export_port),
-            "--min-worker-port", str(p.min_worker_port), "--max-worker-port", str(p.max_worker_port)], "head.log")
+        self.head = self.start_process(
+            [
+                str(RAY),
+                "start",
+                "--head",
+                "--block",
+                "--node-ip-address",
+                "127.0.0.1",
+                "--port",
+                self.gcs_address.rsplit(":", 1)[1],
+                "--num-cpus",
+                "1",
+                "--num-gpus",
+                "0",
+                "--object-store-memory",
+                str(100 * 2**20),
+                "--include-dashboard",
+                "false",
+                "--disable-usage-stats",
+                "--temp-dir",
+                str(self.base / "tmp" / "h"),
+                "--node-manager-port",
+                str(p.node_manager_port),
+                "--object-manager-port",
+                str(p.object_manager_port),
+                "--dashboard-agent-listen-port",
+                str(p.dashboard_agent_listen_port),
+                "--dashboard-agent-grpc-port",
+                str(p.metrics_agent_port),
+                "--runtime-env-agent-port",
+                str(p.runtime_env_agent_port),
+                "--metrics-export-port",
+                str(p.metrics_export_port),
+                "--min-worker-port",
+                str(p.min_worker_port),
+                "--max-worker-port",
+                str(p.max_worker_port),
+            ],
+            "head.log",
+        )
         wait_for(lambda: "Ray runtime started" in self.log("head.log") or self.head.poll() is not None, timeout=120)
         assert self.head.poll() is None, self.log("head.log")[-3000:]
-        spec = {"gcs_address": self.gcs_address, "temp_dir": str(self.base / "tmp" / "w"),
-                **asdict(self.worker_ports)}
+        spec = {"gcs_address": self.gcs_address, "temp_dir": str(self.base / "tmp" / "w"), **asdict(self.worker_ports)}
         self.worker = self.start_process([sys.executable, __file__, "worker-node", json.dumps(spec)], "worker.log")
-        wait_for(lambda: "worker node ready" in self.log("worker.log") or self.worker.poll() is not None,
-                 timeout=120)
+        wait_for(lambda: "worker node ready" in self.log("worker.log") or self.worker.poll() is not None, timeout=120)
         assert self.worker.poll() is None, self.log("worker.log")[-3000:]
 
     def tree(self, proc: psutil.Process | None) -> list[psutil.Process]:
@@ -227,11 +261,33 @@ def last_result_pid(ray_dir: Path, number: int) -> int:
 def test_search_survives_a_killed_worker_node(cluster, postgres_url):
     cluster.start()
     ray_dir = cluster.base / "shared-ray"  # Tune's storage path: both nodes see it at this path
-    driver = cluster.start_process([
-        sys.executable, "-m", "nas.cli", "search", "--name", SEARCH, "--trial-flops", "3e10",
-        "--trials", str(TRIALS), "--workers", "2", "--retries", "2", "--space", str(DATA / "tiny_space.yaml"),
-        "--ray-address", cluster.gcs_address, "--ray-dir", str(ray_dir), "--no-progress"],
-        "driver.log", RESNAS_STORAGE=postgres_url)  # the store's URL from the environment: no password in argv
+    driver = cluster.start_process(
+        [
+            sys.executable,
+            "-m",
+            "nas.cli",
+            "search",
+            "--name",
+            SEARCH,
+            "--trial-flops",
+            "3e10",
+            "--trials",
+            str(TRIALS),
+            "--workers",
+            "2",
+            "--retries",
+            "2",
+            "--space",
+            str(DATA / "tiny_space.yaml"),
+            "--ray-address",
+            cluster.gcs_address,
+            "--ray-dir",
+            str(ray_dir),
+            "--no-progress",
+        ],
+        "driver.log",
+        RESNAS_STORAGE=postgres_url,
+    )  # the store's URL from the environment: no password in argv
     head_pids: set[int] = set()  # every process the head node ran, to tell where the retry ran
 
     def running_trials(min_completed: int = 0) -> tuple[set[int], set[int]] | None:
@@ -242,8 +298,10 @@ def test_search_survives_a_killed_worker_node(cluster, postgres_url):
         if sum(r.status == "completed" for r in rows) < min_completed:
             return None
         running = {r.number for r in rows if r.status == "running"}
-        on = [{running_trial_of(a, ray_dir, running) for a in tune_actors(cluster.tree(node))} - {None}
-              for node in (cluster.head, cluster.worker)]
+        on = [
+            {running_trial_of(a, ray_dir, running) for a in tune_actors(cluster.tree(node))} - {None}
+            for node in (cluster.head, cluster.worker)
+        ]
         return (on[0], on[1]) if on[1] else None
 
     def both_nodes_busy() -> bool:
@@ -255,8 +313,9 @@ def test_search_survives_a_killed_worker_node(cluster, postgres_url):
     _, on_worker = wait_for(lambda: running_trials(min_completed=2), timeout=240, every=0.3)
     worker_node = cluster.tree(cluster.worker)
     kill(worker_node)  # a lost machine: the node's launcher, raylet, agents and the trial's actor, at once
-    before = {r.number: (r.val_loss, r.tokens_seen) for r in trial_rows(postgres_url)
-              if r.status == "completed"}  # what the kill must not lose
+    before = {
+        r.number: (r.val_loss, r.tokens_seen) for r in trial_rows(postgres_url) if r.status == "completed"
+    }  # what the kill must not lose
     psutil.wait_procs(worker_node, timeout=30)
     assert not any(p.is_running() for p in worker_node)
 
@@ -288,8 +347,7 @@ def serve_worker_node(spec: dict) -> None:
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
-    params = RayParams(node_ip_address="127.0.0.1", num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20,
-                       **spec)
+    params = RayParams(node_ip_address="127.0.0.1", num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20, **spec)
     node = Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
     services.wait_for_node(spec["gcs_address"], node.plasma_store_socket_name)
     print("worker node ready", flush=True)

@@ -4,8 +4,10 @@ from nas.early_stop import FlopBandStopper, TrialTimeLimit, flop_band
 
 
 def report(flops: float, k: int, loss: float, evals: int = 4) -> dict:
-    return {"config": {"executed_flops_per_token": flops},
-            "progress": {"eval_index": k, "evals": evals, "val_loss": loss, "step": k, "planned_steps": evals}}
+    return {
+        "config": {"executed_flops_per_token": flops},
+        "progress": {"eval_index": k, "evals": evals, "val_loss": loss, "step": k, "planned_steps": evals},
+    }
 
 
 def test_a_trial_worse_than_its_band_median_is_stopped():

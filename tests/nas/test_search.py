@@ -20,10 +20,10 @@ import optuna
 import psutil
 import pytest
 
-from nas.study import optuna_storage
 from nas.store import Store, UnknownSearch
+from nas.study import optuna_storage
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 pytestmark = pytest.mark.timeout(900)
 
@@ -40,8 +40,25 @@ def sqlite_url(tmp_path) -> str:
 
 
 def nas_args(name: str, url: str, trials: int, flops: str = "2e10", space: str = "tiny_space.yaml") -> list[str]:
-    return [sys.executable, "-m", "nas.cli", "search", "--name", name, "--trial-flops", flops, "--trials", str(trials),
-            "--workers", "2", "--space", str(DATA / space), "--storage", url, "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "nas.cli",
+        "search",
+        "--name",
+        name,
+        "--trial-flops",
+        flops,
+        "--trials",
+        str(trials),
+        "--workers",
+        "2",
+        "--space",
+        str(DATA / space),
+        "--storage",
+        url,
+        "--no-progress",
+    ]
 
 
 def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:

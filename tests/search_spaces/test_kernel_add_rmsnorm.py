@@ -6,7 +6,6 @@ so shapes stay small. One test compiles them for sm_90 with Triton's own ptxas (
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 from torch import nn
@@ -34,9 +33,6 @@ def inputs(lead: tuple[int, ...], d: int, dtype: torch.dtype, with_delta: bool =
     delta = torch.randn(*lead, d, dtype=dtype, device=device, requires_grad=True) if with_delta else None
     weight = (1 + 0.3 * torch.randn(d, device=device)).to(dtype).requires_grad_(True)
     return x, delta, weight
-
-
-
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -81,7 +77,6 @@ CASES = {  # lead dims, d, with delta
 BF16_ULP = 2.0**-7  # spacing of bf16 values in [1, 2)
 
 
-
 @needs_triton
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
@@ -103,7 +98,7 @@ def test_triton_matches_reference(case, dtype):
     else:  # one fp32 add rounded once on both paths; at most one ulp apart (see assert_matches)
         torch.testing.assert_close(z.float(), z_ref.float(), rtol=BF16_ULP, atol=0.0)
     assert_matches(h, h_ref)
-    for grad, grad_ref in zip(grads, grads_ref):
+    for grad, grad_ref in zip(grads, grads_ref, strict=False):
         assert_matches(grad, grad_ref)
 
 
@@ -118,7 +113,7 @@ def test_triton_mixed_dtypes_follow_torch_promotion():
         with use_backend(path):
             z, h = add_rmsnorm(x, delta, weight, EPS)
         results[path] = (z, h, *torch.autograd.grad((z, h), (x, delta, weight), (grad_z, grad_h)))
-    for actual, expected in zip(results["triton"], results["reference"]):
+    for actual, expected in zip(results["triton"], results["reference"], strict=False):
         assert_matches(actual, expected)
     assert [t.dtype for t in results["triton"]] == [torch.float32] * 3 + [torch.bfloat16, torch.float32]
 
@@ -132,7 +127,7 @@ def test_triton_backward_when_only_h_is_used():
         with use_backend(path):
             _, h = add_rmsnorm(x, delta, weight, EPS)
         grads[path] = torch.autograd.grad(h, (x, delta, weight), grad_h)
-    for grad, grad_ref in zip(grads["triton"], grads["reference"]):
+    for grad, grad_ref in zip(grads["triton"], grads["reference"], strict=False):
         assert_matches(grad, grad_ref)
     assert torch.equal(grads["triton"][0], grads["triton"][1])  # dx = ddelta
 

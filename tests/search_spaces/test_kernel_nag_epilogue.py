@@ -56,8 +56,7 @@ def assert_close_scaled(actual: torch.Tensor, expected: torch.Tensor, rel: float
 
 
 KERNEL_NODE = "_NagEpilogueBackward"  # torch names a Function's node <class name>Backward
-NAMES = ["u_next", "s_next", "grad_u", "grad_f", "grad_s", "grad_pre",
-         "grad_mix_weights", "grad_beta", "grad_alpha"]
+NAMES = ["u_next", "s_next", "grad_u", "grad_f", "grad_s", "grad_pre", "grad_mix_weights", "grad_beta", "grad_alpha"]
 
 
 def test_reference_equals_the_definition_with_f_perp_and_v_materialised():
@@ -109,7 +108,7 @@ def test_triton_matches_reference_fp32(n, d, c):
     with use_backend("triton"):
         actual = outputs_and_grads(nag_epilogue, inputs, upstream)
     assert KERNEL_NODE in autograd_node_names(actual[0])
-    for name, a, e in zip(NAMES, actual, expected):
+    for name, a, e in zip(NAMES, actual, expected, strict=False):
         assert a.dtype == e.dtype, name
         assert torch.isfinite(a).all(), name
         assert_close_scaled(a, e, 1e-5, name)
@@ -128,7 +127,7 @@ def test_triton_matches_reference_bf16(n, d, c):
     expected = outputs_and_grads(nag_epilogue_reference, exact, upstream)
     with use_backend("triton"):
         actual = outputs_and_grads(nag_epilogue, inputs, upstream)
-    for name, a, e, x in zip(NAMES, actual, expected, [inputs[0], inputs[2], *inputs]):
+    for name, a, e, x in zip(NAMES, actual, expected, [inputs[0], inputs[2], *inputs], strict=False):
         assert a.dtype == x.dtype, name
         assert_close_scaled(a, e, 1e-2 if x.dtype == torch.bfloat16 else 1e-5, name)
 
@@ -162,7 +161,7 @@ def test_triton_non_contiguous_inputs():
     expected = on_views(nag_epilogue_reference)
     with use_backend("triton"):
         actual = on_views(nag_epilogue)
-    for name, a, e in zip(NAMES, actual, expected):
+    for name, a, e in zip(NAMES, actual, expected, strict=False):
         assert_close_scaled(a, e, 1e-5, name)
 
 
@@ -188,8 +187,7 @@ def test_auto_picks_reference_on_cpu(monkeypatch):
 
 @pytest.mark.parametrize(
     "index, shape, field",
-    [(1, (5, 47), "f"), (2, (6,), "s"), (3, (4, 3), "pre"), (4, (4,), "mix_weights"),
-     (6, (2,), "alpha")],
+    [(1, (5, 47), "f"), (2, (6,), "s"), (3, (4, 3), "pre"), (4, (4,), "mix_weights"), (6, (2,), "alpha")],
 )
 def test_bad_shapes_name_the_field(index, shape, field):
     inputs = epilogue_inputs(5, 48, 3)

@@ -42,8 +42,11 @@ def test_kernel_and_reference_paths_give_the_same_loss_and_gradients(family, mod
 
 def test_the_kernel_path_really_runs_inside_the_model():
     """Every fused op shows up as its own autograd node when the Triton path is forced."""
-    expected = {"cascaded": {"_AddRMSNormBackward"}, "ancre": {"_AddRMSNormBackward", "_AncreMixBackward"},
-                "nag": {"_NagEpilogueBackward"}}
+    expected = {
+        "cascaded": {"_AddRMSNormBackward"},
+        "ancre": {"_AddRMSNormBackward", "_AncreMixBackward"},
+        "nag": {"_NagEpilogueBackward"},
+    }
     for family in FAMILIES:
         cfg = small_cfg(residual=family)
         model = build_model(cfg).to(DEVICE)

@@ -19,17 +19,18 @@ import torch.distributed as dist
 
 import nas.pretrain as pretrain_module
 from nas.export import export_configs
-from workers.exported import ExportedConfig, load_exported
-from workers.pretrain import PretrainError, apply_export, budget_for, frozen_logits, model_hook, Parallel, pretrain
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from workers.data import DataConfig, load_corpus
+from workers.exported import ExportedConfig, load_exported
+from workers.pretrain import Parallel, PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
 from workers.train import RunConfig, train
 from workers.trial import run_trial
 
-ROOT = Path(__file__).resolve().parents[1]
-ARCH = ArchConfig(vocab_size=256, seq_len=32, n_layers=2, d_model=32, n_heads=2, residual="ancre", mod_rate=0.25,
-                  mod_every=1)
+ROOT = Path(__file__).resolve().parents[2]
+ARCH = ArchConfig(
+    vocab_size=256, seq_len=32, n_layers=2, d_model=32, n_heads=2, residual="ancre", mod_rate=0.25, mod_every=1
+)
 TOKENS = 20_000
 
 
@@ -45,9 +46,15 @@ def exported_file(tmp_path_factory, data) -> Path:
     """One real ANCRe + MoD proxy trial in a real store, exported with frozen coefficients."""
     tmp = tmp_path_factory.mktemp("store")
     with Store(f"sqlite:///{tmp}/r.db") as store:
-        store.create_search("s", requested_trials=1, budget={"trial_flops": 3e9},
-                            space={"fixed": {"batch_size": 4, "seq_len": 32}, "params": {}}, settings={},
-                            optuna_study_name=None, code_version="test")
+        store.create_search(
+            "s",
+            requested_trials=1,
+            budget={"trial_flops": 3e9},
+            space={"fixed": {"batch_size": 4, "seq_len": 32}, "params": {}},
+            settings={},
+            optuna_study_name=None,
+            code_version="test",
+        )
         tid = store.start_trial("s", number=0, config={"residual": "ancre", "mod_rate": 0.25})
         result = run_trial(ARCH, 3e9, data, run=RunConfig(batch_size=4, eval_sequences=16, evals=2), width_probe=False)
         assert result.status == "completed", result.failure_reason
@@ -74,8 +81,12 @@ class Spy:
     def __call__(self, *args, model_hook=None, **kwargs):
         def hook(model):
             model_hook(model)
-            self.after_hook.append({f"{kind}{j}": (float(r.threshold), float(r.eval_threshold))
-                                    for (kind, j), r in model.routers().items()})
+            self.after_hook.append(
+                {
+                    f"{kind}{j}": (float(r.threshold), float(r.eval_threshold))
+                    for (kind, j), r in model.routers().items()
+                }
+            )
 
         outcome = train(*args, model_hook=hook, **kwargs)
         self.outcomes.append(outcome)
@@ -98,6 +109,7 @@ def uninterrupted(exported, data, tmp_path_factory):
 
 
 # ---- budget ----------------------------------------------------------------------------------------
+
 
 def test_budget_from_tokens_flops_or_recommendation(exported):
     executed = flops_per_token(exported.arch).executed
@@ -127,6 +139,7 @@ def test_too_small_budget_or_bad_overrides_are_one_line_errors(exported, data, t
 
 # ---- what the export does to the model ---------------------------------------------------------------
 
+
 @torch.no_grad()
 def coefficients(model) -> list[list[float]]:
     return model.connectivity.matrix().double().tolist()
@@ -134,8 +147,9 @@ def coefficients(model) -> list[list[float]]:
 
 def assert_same_p(got: list[list[float]], want: list[list[float]]) -> None:
     """Equal up to float32 rounding of tau log p and of the softmax."""
-    torch.testing.assert_close(torch.tensor(got, dtype=torch.float64), torch.tensor(want, dtype=torch.float64),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(got, dtype=torch.float64), torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-6
+    )
 
 
 def test_frozen_logits_reproduce_p():
@@ -143,7 +157,7 @@ def test_frozen_logits_reproduce_p():
     c = frozen_logits(p, n_layers=3, tau=0.01)
     assert c.shape == (6,)
     for j, start in ((1, 0), (2, 1), (3, 3)):
-        got = torch.softmax(c[start:start + j] / 0.01, 0)
+        got = torch.softmax(c[start : start + j] / 0.01, 0)
         want = torch.tensor([max(p[i][j - 1], 1e-12) for i in range(j)], dtype=torch.float64)
         torch.testing.assert_close(got, want / want.sum(), rtol=1e-9, atol=1e-15)
 
@@ -174,6 +188,7 @@ def test_unfrozen_export_learns_connectivity_from_equal_logits(exported):
 
 
 # ---- end to end ----------------------------------------------------------------------------------------
+
 
 def test_pretrain_end_to_end_keeps_frozen_coefficients(uninterrupted, exported):
     out, summary, spy = uninterrupted
@@ -229,8 +244,9 @@ def test_out_dir_holding_another_run_is_refused(uninterrupted, exported, data):
 
 
 def test_diverged_run_is_returned_not_raised(exported, data, tmp_path):
-    absurd = exported.model_copy(update={"optim": exported.optim.model_copy(
-        update={"lr": 1e6, "warmup": 0.0, "grad_clip": 1e9})})
+    absurd = exported.model_copy(
+        update={"optim": exported.optim.model_copy(update={"lr": 1e6, "warmup": 0.0, "grad_clip": 1e9})}
+    )
     summary = pretrain(absurd, tokens=TOKENS, data=data, out_dir=tmp_path)
     assert summary["status"] == "diverged" and summary["val_loss"] == math.inf
     assert "non-finite" in summary["failure_reason"] and summary["final_model"] is None
@@ -264,12 +280,27 @@ def test_two_process_data_parallel_keeps_replicas_identical(exported_file, data,
     """The environment torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), two CPU processes."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     out = tmp_path / "ddp"
-    procs = [subprocess.Popen([sys.executable, str(script), str(exported_file), data.cache_dir, str(out)], cwd=ROOT,
-                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(exported_file), data.cache_dir, str(out)],
+            cwd=ROOT,
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
     outputs = []
     try:
         for p in procs:

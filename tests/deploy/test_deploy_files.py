@@ -31,7 +31,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 from nas.cli import app, dashboard_launch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
@@ -39,6 +39,7 @@ SHELL_SEPARATORS = {"&&", "||", ";", "|"}
 
 
 # ---------------------------------------------------------------- readers
+
 
 def env_example() -> dict[str, str]:
     """KEY=VALUE lines of .env.example (comments and blank lines skipped)."""
@@ -53,6 +54,7 @@ def env_example() -> dict[str, str]:
 
 def interpolate(text: str, env: dict[str, str]) -> str:
     """Compose interpolation: ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?err}; `$$` is a literal `$`."""
+
     def value(match: re.Match) -> str:
         name, op, default = match.groups()
         if name in env and (env[name] or op not in (":-", ":?")):
@@ -104,14 +106,29 @@ def nas_invocations(tokens: list[str]) -> list[list[str]]:
     found = []
     for i, token in enumerate(tokens):
         if token == "nas" and i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
-            rest = tokens[i + 1:]
+            rest = tokens[i + 1 :]
             cut = next((j for j, t in enumerate(rest) if t in SHELL_SEPARATORS), len(rest))
             found.append(rest[:cut])
     return found
 
 
-COMPOSE_VALUE_OPTIONS = {"--scale", "--profile", "-f", "--file", "--env-file", "-p", "--project-name", "-e",
-                         "--env", "-u", "--user", "-w", "--workdir", "--name", "--index"}
+COMPOSE_VALUE_OPTIONS = {
+    "--scale",
+    "--profile",
+    "-f",
+    "--file",
+    "--env-file",
+    "-p",
+    "--project-name",
+    "-e",
+    "--env",
+    "-u",
+    "--user",
+    "-w",
+    "--workdir",
+    "--name",
+    "--index",
+}
 
 
 def compose_invocation(tokens: list[str]) -> dict | None:
@@ -138,7 +155,7 @@ def compose_invocation(tokens: list[str]) -> dict | None:
         else:
             parsed["services"].append(token)
             if parsed["subcommand"] in ("exec", "run"):  # SERVICE COMMAND...
-                parsed["command"] = tokens[i + 1:]
+                parsed["command"] = tokens[i + 1 :]
                 break
         i += 1
     return parsed
@@ -149,8 +166,11 @@ def dockerfile() -> list[tuple[str, str]]:
     text = (ROOT / "Dockerfile").read_text()
     lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
     joined = "\n".join(lines).replace("\\\n", " ")
-    return [(parts[0].upper(), parts[1] if len(parts) > 1 else "")
-            for line in joined.splitlines() if (parts := line.strip().split(None, 1))]
+    return [
+        (parts[0].upper(), parts[1] if len(parts) > 1 else "")
+        for line in joined.splitlines()
+        if (parts := line.strip().split(None, 1))
+    ]
 
 
 def dockerfile_args() -> dict[str, str]:
@@ -171,6 +191,7 @@ def host_port(entry) -> tuple[str, str, str]:
 
 
 # ---------------------------------------------------------------- .env and secrets
+
 
 def test_every_compose_variable_is_defined_in_env_example():
     used, defined = compose_variables(COMPOSE_TEXT), set(env_example())
@@ -207,13 +228,18 @@ def test_store_url_names_the_postgres_service_with_the_psycopg_driver():
         assert url.drivername == "postgresql+psycopg", name
         assert url.host in all_services and all_services[url.host]["image"].startswith("postgres:"), name
         assert (url.username, url.password, url.database, url.port) == (
-            env["POSTGRES_USER"], env["POSTGRES_PASSWORD"], env["POSTGRES_DB"], 5432), name
+            env["POSTGRES_USER"],
+            env["POSTGRES_PASSWORD"],
+            env["POSTGRES_DB"],
+            5432,
+        ), name
         assert service["depends_on"][url.host]["condition"] == "service_healthy", name
     dependencies = {Requirement(r).name for r in PYPROJECT["project"]["dependencies"]}
     assert "psycopg" in dependencies, "the URL's driver must be a dependency of the project"
 
 
 # ---------------------------------------------------------------- services
+
 
 def test_host_ports_are_published_on_127_0_0_1_only():
     published = 0
@@ -283,14 +309,16 @@ def test_gpu_worker_reserves_gpus_and_a_cpu_profile_falls_back():
     assert all(("count" in d) != ("device_ids" in d) for d in devices)  # the spec: one of them
     cpu_workers = [s for s in workers().values() if not gpu_devices(s)]
     assert cpu_workers and all("cpu" in s["profiles"] for s in cpu_workers)
-    assert all("--num-gpus=0" in command_tokens(s) or ray_option(command_tokens(s), "--num-gpus") == "0"
-               for s in cpu_workers)
+    assert all(
+        "--num-gpus=0" in command_tokens(s) or ray_option(command_tokens(s), "--num-gpus") == "0" for s in cpu_workers
+    )
 
 
 def shared_ray_mounts() -> set[tuple[str, str]]:
     """(volume, container path) mounts common to the head and every worker."""
-    mounts = [{tuple(v.split(":")[:2]) for v in services()[name].get("volumes", [])}
-              for name in ["ray-head", *workers()]]
+    mounts = [
+        {tuple(v.split(":")[:2]) for v in services()[name].get("volumes", [])} for name in ["ray-head", *workers()]
+    ]
     return set.intersection(*mounts)
 
 
@@ -312,12 +340,17 @@ def test_dashboard_service_listens_inside_its_container_and_is_published_on_loop
 
 # ---------------------------------------------------------------- commands against the CLI
 
+
 def documented_commands() -> list[tuple[str, list[str]]]:
     """(where, nas arguments) for every `nas ...` in the compose file and the README's section."""
-    found = [(f"docker-compose.yml {name}", args) for name, s in services().items()
-             for args in nas_invocations(command_tokens(s))]
-    found += [("README Scaling out", args) for tokens in shell_lines(readme_section())
-              for args in nas_invocations(tokens)]
+    found = [
+        (f"docker-compose.yml {name}", args)
+        for name, s in services().items()
+        for args in nas_invocations(command_tokens(s))
+    ]
+    found += [
+        ("README Scaling out", args) for tokens in shell_lines(readme_section()) for args in nas_invocations(tokens)
+    ]
     return found
 
 
@@ -337,7 +370,9 @@ def test_every_ray_start_parses_with_the_installed_ray_cli():
     from ray.scripts.scripts import cli as ray_cli
 
     lines = [command_tokens(s) for s in services().values()] + shell_lines(readme_section())
-    starts = [tokens[i + 2:] for tokens in lines for i in range(len(tokens) - 1) if tokens[i:i + 2] == ["ray", "start"]]
+    starts = [
+        tokens[i + 2 :] for tokens in lines for i in range(len(tokens) - 1) if tokens[i : i + 2] == ["ray", "start"]
+    ]
     assert len(starts) >= 4  # head and workers in the compose file, head and worker in the README
     for args in starts:
         try:
@@ -377,8 +412,11 @@ def test_readme_search_in_compose_uses_the_head_and_the_shared_tune_storage():
     head_cmd = command_tokens(services()["ray-head"])
     head_address = f"ray-head:{ray_option(head_cmd, '--port') or 6379}"
     [(_, shared_path)] = shared_ray_mounts()
-    searches = [call for call in readme_compose_invocations()
-                if call["subcommand"] == "exec" and call["command"][:2] == ["nas", "search"]]
+    searches = [
+        call
+        for call in readme_compose_invocations()
+        if call["subcommand"] == "exec" and call["command"][:2] == ["nas", "search"]
+    ]
     assert searches, "show how to launch a search on the compose cluster"
     for call in searches:
         assert call["services"] == ["ray-head"], "the Ray driver must run on a node of the cluster"
@@ -388,10 +426,16 @@ def test_readme_search_in_compose_uses_the_head_and_the_shared_tune_storage():
 
 # ---------------------------------------------------------------- Dockerfile
 
+
 def test_image_installs_the_project_from_its_sources():
     instructions = dockerfile()
-    copied = {src.rstrip("/") for kind, args in instructions if kind == "COPY"
-              for src in args.split()[:-1] if not src.startswith("--")}
+    copied = {
+        src.rstrip("/")
+        for kind, args in instructions
+        if kind == "COPY"
+        for src in args.split()[:-1]
+        if not src.startswith("--")
+    }
     include = PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]
     packages = {pattern.rstrip("*").rstrip(".") for pattern in include}
     needed = {"pyproject.toml", PYPROJECT["project"]["readme"], *packages}
@@ -402,8 +446,9 @@ def test_image_installs_the_project_from_its_sources():
 
 def test_image_torch_and_python_are_inside_the_projects_ranges():
     args, instructions = dockerfile_args(), dockerfile()
-    torch_range = next(Requirement(r).specifier for r in PYPROJECT["project"]["dependencies"]
-                       if Requirement(r).name == "torch")
+    torch_range = next(
+        Requirement(r).specifier for r in PYPROJECT["project"]["dependencies"] if Requirement(r).name == "torch"
+    )
     assert args["TORCH_VERSION"] in torch_range, f"TORCH_VERSION {args['TORCH_VERSION']} outside {torch_range}"
     runs = " ; ".join(a for kind, a in instructions if kind == "RUN")
     assert "torch==${TORCH_VERSION}" in runs and "${TORCH_INDEX_URL}" in runs
@@ -444,8 +489,11 @@ def excluded(path: str, patterns: list[str]) -> bool:
     """Docker's rule, near enough: a pattern excludes a path or any folder above it."""
     parts = path.split("/")
     prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    return any(fnmatch.fnmatch(prefix, p) or (p.startswith("**/") and fnmatch.fnmatch(prefix.split("/")[-1], p[3:]))
-               for p in patterns for prefix in prefixes)
+    return any(
+        fnmatch.fnmatch(prefix, p) or (p.startswith("**/") and fnmatch.fnmatch(prefix.split("/")[-1], p[3:]))
+        for p in patterns
+        for prefix in prefixes
+    )
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout")
@@ -453,14 +501,16 @@ def test_dockerignore_keeps_secrets_out_and_the_sources_in():
     patterns = dockerignore_patterns()
     assert excluded(".env", patterns) and excluded(".venv/bin/python", patterns)
     copied = [src.rstrip("/") for kind, args in dockerfile() if kind == "COPY" for src in args.split()[:-1]]
-    tracked = subprocess.run(["git", "ls-files", *copied], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.split()
+    tracked = subprocess.run(
+        ["git", "ls-files", *copied], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert tracked
     dropped = [path for path in tracked if excluded(path, patterns)]
     assert not dropped, f".dockerignore drops files the image needs: {dropped[:5]}"
 
 
 # ---------------------------------------------------------------- the dashboard command the compose file runs
+
 
 def test_dashboard_takes_the_store_from_the_environment_and_keeps_it_off_argv(monkeypatch):
     url = "postgresql+psycopg://resnas:s3cret-word@postgres:5432/resnas"
@@ -472,11 +522,19 @@ def test_dashboard_takes_the_store_from_the_environment_and_keeps_it_off_argv(mo
     assert env["RESNAS_STORAGE"] == "sqlite:///other.db"  # --storage wins over the environment
 
 
-@pytest.mark.parametrize("args, field", [(["--address", "everywhere"], "--address"), (["--port", "0"], "--port"),
-                                         (["--port", "70000"], "--port")])
+@pytest.mark.parametrize(
+    "args, field",
+    [(["--address", "everywhere"], "--address"), (["--port", "0"], "--port"), (["--port", "70000"], "--port")],
+)
 def test_bad_dashboard_input_is_one_line_exit_2(args, field, tmp_path):
-    done = subprocess.run([sys.executable, "-m", "nas.cli", "dashboard", *args], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "nas.cli", "dashboard", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2, done.stderr
     assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], done.stderr

@@ -1,4 +1,4 @@
-"""The width certificate (DESIGN.md §4, effective alignment dimension paper) computes what it claims."""
+"""The width certificate (docs/design.md §4, effective alignment dimension paper) computes what it claims."""
 
 from __future__ import annotations
 
@@ -132,7 +132,9 @@ def test_b_exact_and_b_align_formulas_and_order():
     assert b_exact(2.0, 0.1, 16, 16) < b_exact(2.0, 0.1, 8, 8)  # more samples, smaller bound
 
 
-@pytest.mark.parametrize(("norm", "m", "k"), [(1.5, 1, 1), (1.0, 2, 2), (0.8, 4, 4), (0.6, 8, 8), (0.8, 8, 8), (0.7, 2, 8)])
+@pytest.mark.parametrize(
+    ("norm", "m", "k"), [(1.5, 1, 1), (1.0, 2, 2), (0.8, 4, 4), (0.6, 8, 8), (0.8, 8, 8), (0.7, 2, 8)]
+)
 def test_b_exact_bounds_empirical_misalignment(norm, m, k):
     """Theorem 1: p_hat <= B_exact, evaluated both at the TRUE (closed-form) d_par, d_2 and at the
     plug-in estimates from the same pool; misalignment chosen non-trivial (0.03 < p_hat < 0.45)."""
@@ -219,7 +221,17 @@ def test_width_certificate_on_a_model(family):
     assert 0 <= cert.p_hat_8_8 <= 1
     assert cert == width_certificate(model, idx, targets, draws=500, seed=0)  # deterministic
     d = cert.to_dict()
-    assert set(d) == {"n_sequences", "d_model", "mu_norm", "d_par", "d_2", "d_align", "b_exact_8_8", "b_align_8_8", "p_hat_8_8"}
+    assert set(d) == {
+        "n_sequences",
+        "d_model",
+        "mu_norm",
+        "d_par",
+        "d_2",
+        "d_align",
+        "b_exact_8_8",
+        "b_align_8_8",
+        "p_hat_8_8",
+    }
     assert all(isinstance(v, (int, float)) for v in d.values())
 
 

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from nas.export import export_configs, export_file_name
-from workers.exported import ExportedConfig, ExportError, load_exported
 from nas.store import Store, StoreError, UnknownSearch
 from search_spaces.residual_lm import ArchConfig, flops_per_token
 from workers.data import DataConfig, load_corpus
+from workers.exported import ExportedConfig, ExportError, load_exported
 from workers.train import OptimConfig, RunConfig
 from workers.trial import run_trial
 
@@ -38,10 +38,15 @@ def store(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("export")
     corpus = load_corpus(DataConfig(cache_dir=str(tmp / "cache")))
     st = Store(f"sqlite:///{tmp}/r.db")
-    st.create_search("s", requested_trials=7, budget={"trial_flops": BUDGET},
-                     space={"family": "residual_lm", "fixed": {"vocab_size": 256, "seq_len": 32, "batch_size": 4},
-                            "params": {}},
-                     settings={"sampler": "tpe"}, optuna_study_name=None, code_version="test-version")
+    st.create_search(
+        "s",
+        requested_trials=7,
+        budget={"trial_flops": BUDGET},
+        space={"family": "residual_lm", "fixed": {"vocab_size": 256, "seq_len": 32, "batch_size": 4}, "params": {}},
+        settings={"sampler": "tpe"},
+        optuna_study_name=None,
+        code_version="test-version",
+    )
     for number, arch, optim in TRIALS:
         cfg = ArchConfig(**TINY, **arch)
         tid = st.start_trial("s", number=number, config={**arch, "lr": optim.lr, "optuna_number": number})
@@ -59,8 +64,11 @@ def store(tmp_path_factory):
 def brute_force_front(rows) -> set[int]:
     done = [r for r in rows if r.status == "completed"]
     pts = {r.number: (r.val_loss, r.executed_flops_per_token) for r in done}
-    return {n for n, (l, f) in pts.items()
-            if not any(l2 <= l and f2 <= f and (l2, f2) != (l, f) for m, (l2, f2) in pts.items() if m != n)}
+    return {
+        n
+        for n, (loss, f) in pts.items()
+        if not any(l2 <= loss and f2 <= f and (l2, f2) != (loss, f) for m, (l2, f2) in pts.items() if m != n)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +123,12 @@ def test_yaml_round_trips_to_the_trial_that_ran(store, pareto_export, tmp_path):
         assert exported.recommended is None
         prov = exported.provenance
         assert (prov.search, prov.proxy_val_loss, prov.proxy_budget_flops, prov.tokens_seen, prov.code_version) == (
-            "s", row.val_loss, BUDGET, row.tokens_seen, "test-version")
+            "s",
+            row.val_loss,
+            BUDGET,
+            row.tokens_seen,
+            "test-version",
+        )
         assert ExportedConfig.model_validate(yaml.safe_load(yaml.safe_dump(exported.to_yaml_dict()))) == exported
 
 
@@ -143,17 +156,20 @@ def good_yaml(store, tmp_path):
     return export_configs(store, "s", tmp_path / "src", trial=0, target_flops=1e12)[0].read_text()
 
 
-@pytest.mark.parametrize("edit, field", [
-    (("mod_rate: 0.25", "mod_rate: 1.5"), "arch.mod_rate"),
-    (("d_model: 32", "d_model: 30"), "arch"),  # 30 / 2 heads = 15: odd head_dim
-    (("lr: 0.003", "lr: -1.0"), "optim.lr"),
-    (("run:\n  batch_size: 4", "run:\n  batch_size: 0"), "run.batch_size"),
-    (("run:\n  batch_size: 4", "run:\n  checkpoint_dir: /x"), "run.checkpoint_dir"),
-    (("n_layers: 2", "n_layers: 3"), "ancre.p"),  # p no longer fits the architecture
-    (("mod_thresholds:\n", "mod_thresholds:\n  attn1: 0.5\n"), "mod_thresholds.attn1"),  # block 1 is never routed
-    (("  tokens: ", "  tokens: 7"), "recommended.tokens"),
-    (("provenance:", "colour: blue\nprovenance:"), "colour"),
-])
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (("mod_rate: 0.25", "mod_rate: 1.5"), "arch.mod_rate"),
+        (("d_model: 32", "d_model: 30"), "arch"),  # 30 / 2 heads = 15: odd head_dim
+        (("lr: 0.003", "lr: -1.0"), "optim.lr"),
+        (("run:\n  batch_size: 4", "run:\n  batch_size: 0"), "run.batch_size"),
+        (("run:\n  batch_size: 4", "run:\n  checkpoint_dir: /x"), "run.checkpoint_dir"),
+        (("n_layers: 2", "n_layers: 3"), "ancre.p"),  # p no longer fits the architecture
+        (("mod_thresholds:\n", "mod_thresholds:\n  attn1: 0.5\n"), "mod_thresholds.attn1"),  # block 1 is never routed
+        (("  tokens: ", "  tokens: 7"), "recommended.tokens"),
+        (("provenance:", "colour: blue\nprovenance:"), "colour"),
+    ],
+)
 def test_tampered_file_gives_one_line_naming_the_field(good_yaml, tmp_path, edit, field):
     old, new = edit
     assert old in good_yaml
@@ -165,12 +181,15 @@ def test_tampered_file_gives_one_line_naming_the_field(good_yaml, tmp_path, edit
     assert "\n" not in message and message.startswith(f"{path}: ") and field in message, message
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("arch: [unclosed\n", "invalid YAML at line"),
-    ("- just\n- a list\n", "expected a mapping"),
-    ("", "expected a mapping"),
-    ("optim:\n  lr: 0.01\n", "arch: Field required"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("arch: [unclosed\n", "invalid YAML at line"),
+        ("- just\n- a list\n", "expected a mapping"),
+        ("", "expected a mapping"),
+        ("optim:\n  lr: 0.01\n", "arch: Field required"),
+    ],
+)
 def test_malformed_files_give_one_line(tmp_path, text, expected):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -188,15 +207,18 @@ def test_missing_file_and_minimal_hand_written_file(tmp_path):
     assert exported.arch == ArchConfig(n_layers=2, mod_rate=0.25) and exported.optim.lr == 1e-3
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    (dict(name="nope"), UnknownSearch, "'nope'"),
-    (dict(trial=99), ExportError, "no trial 99"),
-    (dict(trial=INFEASIBLE), ExportError, f"trial {INFEASIBLE} of search 's' is infeasible"),
-    (dict(trial=RUNNING), ExportError, f"trial {RUNNING} of search 's' is running"),
-    (dict(trial=1, freeze_ancre=True), ExportError, "not an ANCRe"),
-    (dict(trial=0, target_flops=-1.0), ExportError, "--target-flops"),
-    (dict(pareto=False), ExportError, "--pareto or --trial"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        (dict(name="nope"), UnknownSearch, "'nope'"),
+        (dict(trial=99), ExportError, "no trial 99"),
+        (dict(trial=INFEASIBLE), ExportError, f"trial {INFEASIBLE} of search 's' is infeasible"),
+        (dict(trial=RUNNING), ExportError, f"trial {RUNNING} of search 's' is running"),
+        (dict(trial=1, freeze_ancre=True), ExportError, "not an ANCRe"),
+        (dict(trial=0, target_flops=-1.0), ExportError, "--target-flops"),
+        (dict(pareto=False), ExportError, "--pareto or --trial"),
+    ],
+)
 def test_export_errors_name_the_problem_and_write_nothing(store, tmp_path, kwargs, error, words):
     out = tmp_path / "out"
     name = kwargs.pop("name", "s")

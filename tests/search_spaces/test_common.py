@@ -8,7 +8,10 @@ from search_spaces.residual_lm.common import apply_rope, rope_frequencies
 def test_rope_scores_depend_only_on_the_offset():
     freqs = rope_frequencies(64, 16)
     q, k = torch.randn(16), torch.randn(16)
-    score = lambda tq, tk: (apply_rope(q, freqs[tq]) * apply_rope(k, freqs[tk])).sum()
+
+    def score(tq, tk):
+        return (apply_rope(q, freqs[tq]) * apply_rope(k, freqs[tk])).sum()
+
     torch.testing.assert_close(score(10, 3), score(40, 33))
     torch.testing.assert_close(score(5, 5), (q * k).sum())  # zero offset: no rotation left
     assert not torch.isclose(score(10, 3), score(10, 4))

@@ -95,7 +95,10 @@ def test_load_is_deterministic_and_second_load_hits_cache(shipped, tmp_path, mon
     again = load_corpus(cfg)
     assert torch.equal(again.train, first.train) and torch.equal(again.val, first.val)
     assert (again.n_train_docs, again.n_val_docs, again.fingerprint) == (
-        first.n_train_docs, first.n_val_docs, first.fingerprint)
+        first.n_train_docs,
+        first.n_val_docs,
+        first.fingerprint,
+    )
     entry = Path(cfg.cache_dir) / "corpora" / first.fingerprint
     assert sorted(p.name for p in entry.iterdir()) == ["meta.json", "train.npy", "val.npy"]  # no temp files left
     # another split is another cache entry, hence needs datasets again
@@ -147,8 +150,22 @@ def test_validation_text_never_in_training_batches(shipped, key):
 DOCS = [
     f"Document {i} about the {animal}.\n\nIt has a second paragraph, line {i}a.\nAnd line {i}b: {animal * 3}.\n"
     for i, animal in enumerate(
-        ["aardvark", "bison", "capybara", "dingo", "echidna", "fossa", "gerenuk", "hoatzin",
-         "ibex", "jerboa", "kinkajou", "lemur", "margay", "numbat"]
+        [
+            "aardvark",
+            "bison",
+            "capybara",
+            "dingo",
+            "echidna",
+            "fossa",
+            "gerenuk",
+            "hoatzin",
+            "ibex",
+            "jerboa",
+            "kinkajou",
+            "lemur",
+            "margay",
+            "numbat",
+        ]
     )
 ]
 
@@ -306,7 +323,7 @@ def test_validation_batches_fixed_and_from_val_stream(shipped):
     first = validation_batches(corpus.val, seq_len, n_sequences=20, batch_size=8)
     second = validation_batches(corpus.val, seq_len, n_sequences=20, batch_size=8)
     assert [x.shape[0] for x, _ in first] == [8, 8, 4]
-    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second, strict=False))
     windows = torch.cat([torch.cat([x, y[:, -1:]], dim=1) for x, y in first])
     for k, w in enumerate(windows):  # the first 20 windows of the validation stream, in order
         assert torch.equal(w, corpus.val[k * seq_len : k * seq_len + seq_len + 1].long())

@@ -11,13 +11,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dashboard.figures import (FAMILY_COLOURS, ancre_heatmap, hypervolume_figure, loss_curve_figure, mod_symbol,
-                               nag_figure, pareto_figure, residual_norm_figure, skip_rate_figure, trials_frame,
-                               width_figure, width_trend)
+from dashboard.figures import (
+    FAMILY_COLOURS,
+    ancre_heatmap,
+    hypervolume_figure,
+    loss_curve_figure,
+    mod_symbol,
+    nag_figure,
+    pareto_figure,
+    residual_norm_figure,
+    skip_rate_figure,
+    trials_frame,
+    width_figure,
+    width_trend,
+)
 from nas.pareto import hypervolume_curve, reference_point
 from nas.store import Store, default_url
 
-APP = Path(__file__).resolve().parents[1] / "dashboard" / "app.py"
+APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 INF = math.inf
 
 # (number, residual, n_layers, d_model, n_heads, mod_rate, lr, outcome, val_loss, executed FLOPs/token)
@@ -44,9 +55,22 @@ EXP2 = [
 
 def _params(number, residual, n_layers, d_model, n_heads, mod_rate, lr, flops) -> dict:
     """The flat sampled config `nas.tune_runner` stores when a trial starts."""
-    return dict(n_layers=n_layers, d_model=d_model, n_heads=n_heads, mlp_ratio=2.6667, residual=residual,
-                ancre_tau=0.01, mod_rate=mod_rate, mod_every=2, lr=lr, warmup=0.1, weight_decay=0.1,
-                optuna_number=number, infeasible_reason=None, executed_flops_per_token=flops)
+    return dict(
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        mlp_ratio=2.6667,
+        residual=residual,
+        ancre_tau=0.01,
+        mod_rate=mod_rate,
+        mod_every=2,
+        lr=lr,
+        warmup=0.1,
+        weight_decay=0.1,
+        optuna_number=number,
+        infeasible_reason=None,
+        executed_flops_per_token=flops,
+    )
 
 
 def _ancre_p(n_layers: int) -> list[list[float]]:
@@ -60,12 +84,14 @@ def _ancre_p(n_layers: int) -> list[list[float]]:
 
 def _diagnostics(residual, n_layers, mod_rate, flops) -> dict:
     routed = [j for j in range(2, n_layers + 1) if j % 2 == 0] if mod_rate else []
-    diag = {"residual_rms": [1.0 + 0.35 * k for k in range(n_layers + 1)],
-            "skip_rate": {f"{kind}{j}": mod_rate + 0.01 * j for j in routed for kind in ("attn", "mlp")},
-            "mod_threshold": {f"{kind}{j}": 0.1 for j in routed for kind in ("attn", "mlp")},
-            "executed_flops_per_token": flops}
+    diag = {
+        "residual_rms": [1.0 + 0.35 * k for k in range(n_layers + 1)],
+        "skip_rate": {f"{kind}{j}": mod_rate + 0.01 * j for j in routed for kind in ("attn", "mlp")},
+        "mod_threshold": {f"{kind}{j}": 0.1 for j in routed for kind in ("attn", "mlp")},
+        "executed_flops_per_token": flops,
+    }
     if residual == "nag":
-        alpha = [(l + 1) ** -0.5 for l in range(2 * n_layers)]
+        alpha = [(i + 1) ** -0.5 for i in range(2 * n_layers)]
         diag.update(nag_angle=[math.atan(0.5 * a) for a in alpha], nag_gate=[0.5] * len(alpha), nag_alpha=alpha)
     if residual == "ancre":
         diag["ancre_p"] = _ancre_p(n_layers)
@@ -75,36 +101,106 @@ def _diagnostics(residual, n_layers, mod_rate, flops) -> dict:
 def _result(spec) -> dict:
     """A `TrialResult.to_dict()` for one row of EXP1/EXP2."""
     number, residual, n_layers, d_model, n_heads, mod_rate, lr, outcome, loss, flops = spec
-    arch = dict(vocab_size=256, seq_len=128, n_layers=n_layers, d_model=d_model, n_heads=n_heads, mlp_ratio=2.6667,
-                residual=residual, ancre_tau=0.01, mod_rate=mod_rate, mod_every=2, mod_routing="causal_threshold",
-                nag_gate_components=32, tie_embeddings=False)
-    base = dict(status=outcome, val_loss=loss, val_bpb=loss / math.log(2), nominal_flops_per_token=flops * 1.2,
-                executed_flops_per_token=flops, budget_flops=2e12, arch=arch,
-                optim=dict(lr=lr, weight_decay=0.1, warmup=0.1, grad_clip=1.0), seed=number)
+    arch = dict(
+        vocab_size=256,
+        seq_len=128,
+        n_layers=n_layers,
+        d_model=d_model,
+        n_heads=n_heads,
+        mlp_ratio=2.6667,
+        residual=residual,
+        ancre_tau=0.01,
+        mod_rate=mod_rate,
+        mod_every=2,
+        mod_routing="causal_threshold",
+        nag_gate_components=32,
+        tie_embeddings=False,
+    )
+    base = dict(
+        status=outcome,
+        val_loss=loss,
+        val_bpb=loss / math.log(2),
+        nominal_flops_per_token=flops * 1.2,
+        executed_flops_per_token=flops,
+        budget_flops=2e12,
+        arch=arch,
+        optim=dict(lr=lr, weight_decay=0.1, warmup=0.1, grad_clip=1.0),
+        seed=number,
+    )
     if outcome != "completed":
-        reasons = {"diverged": "non-finite loss at step 31", "infeasible": "budget 2e12 cannot pay for one step",
-                   "failed": "RuntimeError: worker died"}
-        return {**base, "failure_reason": reasons[outcome], "tokens_seen": 0, "training_flops": 0.0, "curve": [],
-                "diagnostics": {}, "width": None}
+        reasons = {
+            "diverged": "non-finite loss at step 31",
+            "infeasible": "budget 2e12 cannot pay for one step",
+            "failed": "RuntimeError: worker died",
+        }
+        return {
+            **base,
+            "failure_reason": reasons[outcome],
+            "tokens_seen": 0,
+            "training_flops": 0.0,
+            "curve": [],
+            "diagnostics": {},
+            "width": None,
+        }
     steps = int(2e12 / (3 * flops * 2048))
-    curve = [{"step": s, "tokens": s * 2048, "train_loss": loss + 3.0 * math.exp(-s / 40),
-              "val_loss": loss + 2.9 * math.exp(-s / 40) if s % 50 == 0 or s == steps else None,
-              "training_flops": s * 3 * flops * 2048} for s in range(10, steps + 1, 10)] + [
-        {"step": steps, "tokens": steps * 2048, "train_loss": loss + 0.05, "val_loss": loss,
-         "training_flops": steps * 3 * flops * 2048}]
+    curve = [
+        {
+            "step": s,
+            "tokens": s * 2048,
+            "train_loss": loss + 3.0 * math.exp(-s / 40),
+            "val_loss": loss + 2.9 * math.exp(-s / 40) if s % 50 == 0 or s == steps else None,
+            "training_flops": s * 3 * flops * 2048,
+        }
+        for s in range(10, steps + 1, 10)
+    ] + [
+        {
+            "step": steps,
+            "tokens": steps * 2048,
+            "train_loss": loss + 0.05,
+            "val_loss": loss,
+            "training_flops": steps * 3 * flops * 2048,
+        }
+    ]
     d_align = 2.0 * (d_model / 64) ** 0.8  # grows with width
-    width = dict(n_sequences=64, d_model=d_model, mu_norm=0.1, d_par=d_align * 1.5, d_2=d_align, d_align=d_align,
-                 b_exact_8_8=0.02, b_align_8_8=0.03, p_hat_8_8=0.05 / d_align)
-    return {**base, "failure_reason": None, "realised_flops_per_token": flops * 1.01, "training_flops": 2e12,
-            "tokens_seen": steps * 2048, "planned_tokens": steps * 2048, "steps": steps, "wall_time_s": 30.0 + number,
-            "tokens_per_s": 4000.0, "step_time_share": 0.9, "peak_memory_mb": 500.0, "curve": curve,
-            "diagnostics": _diagnostics(residual, n_layers, mod_rate, flops), "width": width}
+    width = dict(
+        n_sequences=64,
+        d_model=d_model,
+        mu_norm=0.1,
+        d_par=d_align * 1.5,
+        d_2=d_align,
+        d_align=d_align,
+        b_exact_8_8=0.02,
+        b_align_8_8=0.03,
+        p_hat_8_8=0.05 / d_align,
+    )
+    return {
+        **base,
+        "failure_reason": None,
+        "realised_flops_per_token": flops * 1.01,
+        "training_flops": 2e12,
+        "tokens_seen": steps * 2048,
+        "planned_tokens": steps * 2048,
+        "steps": steps,
+        "wall_time_s": 30.0 + number,
+        "tokens_per_s": 4000.0,
+        "step_time_share": 0.9,
+        "peak_memory_mb": 500.0,
+        "curve": curve,
+        "diagnostics": _diagnostics(residual, n_layers, mod_rate, flops),
+        "width": width,
+    }
 
 
 def _seed_search(store: Store, name: str, specs) -> None:
-    store.create_search(name, requested_trials=len(specs) + 1, budget={"trial_flops": 2e12, "search_flops": 2.4e13},
-                        space={"residual": ["cascaded", "nag", "ancre"]}, settings={"sampler": "tpe", "seed": 0},
-                        optuna_study_name=name, code_version="test")
+    store.create_search(
+        name,
+        requested_trials=len(specs) + 1,
+        budget={"trial_flops": 2e12, "search_flops": 2.4e13},
+        space={"residual": ["cascaded", "nag", "ancre"]},
+        settings={"sampler": "tpe", "seed": 0},
+        optuna_study_name=name,
+        code_version="test",
+    )
     for spec in specs:
         number, outcome, flops = spec[0], spec[7], spec[9]
         config = _params(number, *spec[1:7], flops)
@@ -140,18 +236,22 @@ def _trace(fig, name: str):
 
 
 def _brute_force_front(rows) -> set[tuple[float, float]]:
-    pts = [(r.executed_flops_per_token, r.val_loss) for r in rows
-           if r.status == "completed" and r.val_loss is not None and math.isfinite(r.val_loss)]
+    pts = [
+        (r.executed_flops_per_token, r.val_loss)
+        for r in rows
+        if r.status == "completed" and r.val_loss is not None and math.isfinite(r.val_loss)
+    ]
     return {p for p in pts if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in pts)}
 
 
 # ---- figures ---------------------------------------------------------------------------------
 
+
 def test_front_trace_holds_exactly_the_non_dominated_completed_trials(rows):
     fig = pareto_figure({"exp1": rows["exp1"]})
     front, dominated = _trace(fig, "front: exp1"), _trace(fig, "dominated: exp1")
     expected = _brute_force_front(rows["exp1"])
-    assert set(zip(front.x, front.y)) == expected and len(front.x) == len(expected) == 5
+    assert set(zip(front.x, front.y, strict=False)) == expected and len(front.x) == len(expected) == 5
     assert list(front.x) == sorted(front.x) and front.line.shape == "hv" and "lines" in front.mode
     assert {c[1] for c in dominated.customdata} == {5, 6}
     assert fig.layout.xaxis.type == "log"
@@ -175,14 +275,23 @@ def test_hover_shows_the_config_and_encodings_follow_family_and_mod_rate(rows):
     fig = pareto_figure({"exp1": rows["exp1"]})
     front = _trace(fig, "front: exp1")
     by_number = {r.number: r for r in rows["exp1"]}
-    for (_, number), colour, symbol, hover in zip(front.customdata, front.marker.color, front.marker.symbol,
-                                                  front.hovertext):
+    for (_, number), colour, symbol, hover in zip(
+        front.customdata, front.marker.color, front.marker.symbol, front.hovertext, strict=False
+    ):
         row = by_number[number]
         assert colour == FAMILY_COLOURS[row.residual] and symbol == mod_symbol(row.mod_rate)
-        for text in (f"trial #{number}", f"residual {row.residual}", f"layers {row.n_layers}",
-                     f"d_model {row.d_model}", f"heads {row.n_heads}", f"mod_rate {row.mod_rate:g}",
-                     f"lr {row.config['optim']['lr']:.2e}", f"val loss {row.val_loss:.4f}",
-                     f"FLOPs/token {row.executed_flops_per_token:.3g}", f"tokens {row.tokens_seen:,}"):
+        for text in (
+            f"trial #{number}",
+            f"residual {row.residual}",
+            f"layers {row.n_layers}",
+            f"d_model {row.d_model}",
+            f"heads {row.n_heads}",
+            f"mod_rate {row.mod_rate:g}",
+            f"lr {row.config['optim']['lr']:.2e}",
+            f"val loss {row.val_loss:.4f}",
+            f"FLOPs/token {row.executed_flops_per_token:.3g}",
+            f"tokens {row.tokens_seen:,}",
+        ):
             assert text in hover, (text, hover)
     assert [mod_symbol(m) for m in (0.0, 0.125, 0.25, 0.5)] == ["circle", "square", "diamond", "triangle-up"]
     legend = {t.name for t in fig.data if (t.legendgroup or "").startswith("key:")}
@@ -192,7 +301,7 @@ def test_hover_shows_the_config_and_encodings_follow_family_and_mod_rate(rows):
 def test_searches_overlay_with_their_own_fronts_and_hypervolume(rows):
     fig = pareto_figure(rows)
     one, two = _trace(fig, "front: exp1"), _trace(fig, "front: exp2")
-    assert set(zip(two.x, two.y)) == _brute_force_front(rows["exp2"]) and one.line.dash != two.line.dash
+    assert set(zip(two.x, two.y, strict=False)) == _brute_force_front(rows["exp2"]) and one.line.dash != two.line.dash
     ref = reference_point(rows["exp1"] + rows["exp2"])
     hv = hypervolume_figure(rows, ref)
     for name in ("exp1", "exp2"):
@@ -254,6 +363,7 @@ def test_trials_frame_is_flat_and_sorted(rows):
 
 
 # ---- the app ---------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def app(seeded, monkeypatch):

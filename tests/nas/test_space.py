@@ -28,8 +28,19 @@ from search_spaces.residual_lm import ArchConfig, flops_per_token
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
-KNOBS = ["n_layers", "d_model", "n_heads", "mlp_ratio", "residual", "ancre_tau", "mod_rate", "mod_every",
-         "lr", "warmup", "weight_decay"]
+KNOBS = [
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "mlp_ratio",
+    "residual",
+    "ancre_tau",
+    "mod_rate",
+    "mod_every",
+    "lr",
+    "warmup",
+    "weight_decay",
+]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +105,14 @@ def check_samples(space: SearchSpace, sampled: list[dict]) -> None:
         assert is_valid(space, params) is None
 
 
-@pytest.mark.parametrize("make_sampler", [
-    lambda: optuna.samplers.TPESampler(multivariate=True, seed=0),
-    lambda: optuna.samplers.RandomSampler(seed=0),
-], ids=["tpe-multivariate", "random"])
+@pytest.mark.parametrize(
+    "make_sampler",
+    [
+        lambda: optuna.samplers.TPESampler(multivariate=True, seed=0),
+        lambda: optuna.samplers.RandomSampler(seed=0),
+    ],
+    ids=["tpe-multivariate", "random"],
+)
 def test_suggest_samples_every_knob_on_50_trials(space, make_sampler):
     study, sampled = run_study(space, make_sampler(), 50)
     check_samples(space, sampled)
@@ -109,8 +124,11 @@ def test_suggest_samples_every_knob_on_50_trials(space, make_sampler):
 
 
 def test_suggest_with_gp_sampler(space, caplog):
-    pytest.importorskip("scipy", reason="GPSampler needs scipy, which is not installed here "
-                                        "(torch is); the static-space property it needs is tested above")
+    pytest.importorskip(
+        "scipy",
+        reason="GPSampler needs scipy, which is not installed here "
+        "(torch is); the static-space property it needs is tested above",
+    )
     # 15 asks, 10 of them guided by the GP (each fits a model: the full 50 take ~40 s on a loaded CPU).
     optuna.logging.enable_propagation()
     try:
@@ -157,8 +175,19 @@ def test_suggest_returns_what_the_trial_recorded(space):
 
 # --- configs -------------------------------------------------------------------------------------
 
-VALID = dict(n_layers=3, d_model=96, n_heads=4, mlp_ratio=2.6667, residual="ancre", ancre_tau=0.01,
-             mod_rate=0.25, mod_every=2, lr=3e-3, warmup=0.1, weight_decay=0.1)
+VALID = dict(
+    n_layers=3,
+    d_model=96,
+    n_heads=4,
+    mlp_ratio=2.6667,
+    residual="ancre",
+    ancre_tau=0.01,
+    mod_rate=0.25,
+    mod_every=2,
+    lr=3e-3,
+    warmup=0.1,
+    weight_decay=0.1,
+)
 
 
 def test_to_configs_merges_fixed_and_sampled(space):
@@ -170,15 +199,18 @@ def test_to_configs_merges_fixed_and_sampled(space):
     assert is_valid(space, VALID) is None
 
 
-@pytest.mark.parametrize("override, field", [
-    ({"d_model": 100}, "even"),            # head_dim 25: RoPE rotates pairs
-    ({"d_model": 90}, "divisible"),        # 90 / 4
-    ({"mod_rate": 0.95}, "mod_rate"),
-    ({"residual": "highway"}, "residual"),
-    ({"lr": -1.0}, "lr"),
-    ({"batch_size": 8}, "batch_size"),     # fixed in this space, not searched
-    ({"colour": "red"}, "colour"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ({"d_model": 100}, "even"),  # head_dim 25: RoPE rotates pairs
+        ({"d_model": 90}, "divisible"),  # 90 / 4
+        ({"mod_rate": 0.95}, "mod_rate"),
+        ({"residual": "highway"}, "residual"),
+        ({"lr": -1.0}, "lr"),
+        ({"batch_size": 8}, "batch_size"),  # fixed in this space, not searched
+        ({"colour": "red"}, "colour"),
+    ],
+)
 def test_invalid_combinations_are_reported(space, override, field):
     params = {**VALID, **override}
     reason = is_valid(space, params)
@@ -210,24 +242,38 @@ MALFORMED = [
     ("unknown-fixed", BASE.replace("seq_len: 128", "seq_length: 128"), "fixed.seq_length: unknown fixed field"),
     ("low>=high", BASE.replace("low: 2, high: 8", "low: 8, high: 2"), "params.n_layers.high: must be > low"),
     ("low==high", BASE.replace("low: 2, high: 8", "low: 4, high: 4"), "params.n_layers.high: must be > low"),
-    ("log-low-0", BASE.replace("low: 0.001", "low: 0.0"),
-     "params.ancre_tau.low: must be > 0 for a log scale (got 0.0)"),
+    (
+        "log-low-0",
+        BASE.replace("low: 0.001", "low: 0.0"),
+        "params.ancre_tau.low: must be > 0 for a log scale (got 0.0)",
+    ),
     ("log-low-neg", BASE.replace("low: 0.001", "low: -0.1"), "params.ancre_tau.low: must be > 0 for a log scale"),
     ("empty-categorical", BASE.replace("[64, 128]", "[]"), "params.d_model.categorical: must not be empty"),
-    ("unknown-residual", BASE.replace("[cascaded, nag]", "[cascaded, highway]"),
-     "params.residual.categorical[1]: residual: Input should be 'cascaded', 'nag' or 'ancre'"),
-    ("fixed-and-searched", BASE.replace("seq_len: 128", "n_layers: 4"),
-     "params.n_layers: n_layers is also in fixed"),
+    (
+        "unknown-residual",
+        BASE.replace("[cascaded, nag]", "[cascaded, highway]"),
+        "params.residual.categorical[1]: residual: Input should be 'cascaded', 'nag' or 'ancre'",
+    ),
+    ("fixed-and-searched", BASE.replace("seq_len: 128", "n_layers: 4"), "params.n_layers: n_layers is also in fixed"),
     ("out-of-range", BASE.replace("low: 2, high: 8", "low: 0, high: 8"), "params.n_layers.low: n_layers: must be >= 1"),
     ("bad-fixed", BASE.replace("seq_len: 128", "seq_len: 0"), "fixed.seq_len: seq_len: must be >= 1"),
-    ("float-for-int", BASE.replace("{int: {low: 2, high: 8}}", "{float: {low: 2.0, high: 8.0}}"),
-     "params.n_layers: n_layers is a whole number"),
+    (
+        "float-for-int",
+        BASE.replace("{int: {low: 2, high: 8}}", "{float: {low: 2.0, high: 8.0}}"),
+        "params.n_layers: n_layers is a whole number",
+    ),
     ("bad-entry", BASE.replace("{int: {low: 2, high: 8}}", "{range: [2, 8]}"), "params.n_layers: must be one of"),
-    ("unknown-key", BASE.replace("low: 2, high: 8", "low: 2, high: 8, stride: 2"),
-     "params.n_layers.stride: unknown key; accepted: low, high, step, log"),
+    (
+        "unknown-key",
+        BASE.replace("low: 2, high: 8", "low: 2, high: 8, stride: 2"),
+        "params.n_layers.stride: unknown key; accepted: low, high, step, log",
+    ),
     ("duplicate-choice", BASE.replace("[64, 128]", "[64, 64]"), "params.d_model.categorical: choices must be distinct"),
-    ("no-valid-arch", BASE.replace("[64, 128]", "[100]") + "  n_heads: {categorical: [4]}\n",
-     "params: no valid architecture in the space"),
+    (
+        "no-valid-arch",
+        BASE.replace("[64, 128]", "[100]") + "  n_heads: {categorical: [4]}\n",
+        "params: no valid architecture in the space",
+    ),
     ("family", BASE.replace("family: residual_lm", "family: cnn"), "family: Input should be 'residual_lm'"),
     ("top-level-key", BASE + "budget: 3\n", "budget: unknown key; accepted: family, fixed, params"),
     ("bad-indentation", BASE.replace("  d_model:", "   d_model:"), "space.yaml:6:"),
@@ -294,13 +340,17 @@ def executed(cfg: ArchConfig) -> float:
 def brute_force_min(space: SearchSpace) -> float:
     """Cheapest valid config by walking the whole grid (floats at both ends)."""
     arch = {k: p for k, p in space.params.items() if k in ArchConfig.model_fields}
-    grids = {k: (p.values() if isinstance(p, IntParam) else [p.low, p.high] if isinstance(p, FloatParam)
-                 else list(p.choices)) for k, p in arch.items()}
+    grids = {
+        k: (
+            p.values() if isinstance(p, IntParam) else [p.low, p.high] if isinstance(p, FloatParam) else list(p.choices)
+        )
+        for k, p in arch.items()
+    }
     fixed = {k: v for k, v in space.fixed.items() if k in ArchConfig.model_fields}
     best = math.inf
     for combo in itertools.product(*grids.values()):
         try:
-            cfg = ArchConfig(**fixed, **dict(zip(grids, combo)))
+            cfg = ArchConfig(**fixed, **dict(zip(grids, combo, strict=False)))
         except ValidationError:
             continue
         best = min(best, executed(cfg))
@@ -309,8 +359,14 @@ def brute_force_min(space: SearchSpace) -> float:
 
 def test_smallest_config_of_the_shipped_space(space):
     cfg = smallest_config(space)
-    assert (cfg.n_layers, cfg.d_model, cfg.mlp_ratio, cfg.residual, cfg.mod_rate, cfg.mod_every) == \
-        (2, 64, 2.0, "cascaded", 0.5, 1)
+    assert (cfg.n_layers, cfg.d_model, cfg.mlp_ratio, cfg.residual, cfg.mod_rate, cfg.mod_every) == (
+        2,
+        64,
+        2.0,
+        "cascaded",
+        0.5,
+        1,
+    )
     assert executed(cfg) == brute_force_min(space)  # all 4032 grid points (ancre_tau is FLOP-free)
 
 
@@ -323,16 +379,27 @@ def test_smallest_config_is_no_costlier_than_200_random_samples(space):
         assert cheapest <= executed(to_configs(space, params)[0])
 
 
-@pytest.mark.parametrize("params", [
-    # the narrowest width has no valid head count: the next width is taken
-    {"d_model": {"categorical": [36, 40, 64]}, "n_heads": {"categorical": [4]}},
-    # NAG pays its gate; MoD routing as an int range and a float range
-    {"residual": {"categorical": ["nag", "ancre"]}, "mod_rate": {"float": {"low": 0.0, "high": 0.6}},
-     "mod_every": {"int": {"low": 1, "high": 4}}, "d_model": {"int": {"low": 32, "high": 96, "step": 32}}},
-    # dense only, heads searched as an int range
-    {"n_layers": {"int": {"low": 3, "high": 5}}, "d_model": {"categorical": [48, 24]},
-     "n_heads": {"int": {"low": 1, "high": 6}}, "mlp_ratio": {"float": {"low": 1.5, "high": 3.0}}},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        # the narrowest width has no valid head count: the next width is taken
+        {"d_model": {"categorical": [36, 40, 64]}, "n_heads": {"categorical": [4]}},
+        # NAG pays its gate; MoD routing as an int range and a float range
+        {
+            "residual": {"categorical": ["nag", "ancre"]},
+            "mod_rate": {"float": {"low": 0.0, "high": 0.6}},
+            "mod_every": {"int": {"low": 1, "high": 4}},
+            "d_model": {"int": {"low": 32, "high": 96, "step": 32}},
+        },
+        # dense only, heads searched as an int range
+        {
+            "n_layers": {"int": {"low": 3, "high": 5}},
+            "d_model": {"categorical": [48, 24]},
+            "n_heads": {"int": {"low": 1, "high": 6}},
+            "mlp_ratio": {"float": {"low": 1.5, "high": 3.0}},
+        },
+    ],
+)
 def test_smallest_config_matches_brute_force_on_other_spaces(params):
     space = space_from_dict({"fixed": {"seq_len": 32, "vocab_size": 64}, "params": params})
     cfg = smallest_config(space)

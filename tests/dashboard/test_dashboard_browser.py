@@ -14,18 +14,27 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from nas.store import Store, default_url
 from test_dashboard import EXP1, EXP2, _seed_search  # the same realistic seeded store as the AppTest tests
 
-ROOT = Path(__file__).resolve().parents[1]
+from nas.store import Store, default_url
+
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-                  "--disable-background-networking", "--disable-component-update"]
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
 
-pytestmark = [pytest.mark.timeout(300),
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed (.ci/run installs it)")]
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed (.ci/run installs it)"),
+]
 
 
 def free_port() -> int:
@@ -55,8 +64,13 @@ def dashboard_url(tmp_path):
         _seed_search(store, "exp2", EXP2)
         store.set_search_status("exp2", "completed")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "nas.cli", "dashboard", "--storage", url, "--port", str(port)],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nas.cli", "dashboard", "--storage", url, "--port", str(port)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until_serving(f"http://127.0.0.1:{port}", proc)
         # `nas dashboard` became the server (exec): killing it cannot orphan a listening streamlit

@@ -6,7 +6,6 @@ so shapes stay small. One test compiles them for sm_90 with Triton's own ptxas (
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
@@ -18,8 +17,8 @@ from kernel_helpers import (
     needs_nvidia_backend,
     needs_triton,
 )
-from search_spaces.residual_lm.ops import use_backend
 from search_spaces.residual_lm.ops import ancre_mix as ancre_mix_module
+from search_spaces.residual_lm.ops import use_backend
 from search_spaces.residual_lm.ops.ancre_mix import (
     ancre_mix,
     ancre_mix_bytes,
@@ -39,9 +38,6 @@ def inputs(j: int, shape: tuple[int, ...], dtype: torch.dtype, device: str = DEV
     logits = torch.randn(j, device=device, requires_grad=True)
     states = [torch.randn(*shape, dtype=dtype, device=device, requires_grad=True) for _ in range(j)]
     return logits, states
-
-
-
 
 
 @pytest.mark.parametrize("j", [1, 3, 25])
@@ -69,7 +65,6 @@ CASES = {  # j, state shape
 }
 
 
-
 def forward_backward(path: str, logits: torch.Tensor, states: list[torch.Tensor], grad_out: torch.Tensor):
     """out, then the gradients of <out, grad_out> for the logits (through softmax) and every state."""
     with use_backend(path):
@@ -82,7 +77,7 @@ def triton_matching_reference(logits, states, grad_out):
     out, grads = forward_backward("triton", logits, states, grad_out)
     out_ref, grads_ref = forward_backward("reference", logits, states, grad_out)
     assert_matches(out, out_ref)
-    for grad, grad_ref in zip(grads, grads_ref):
+    for grad, grad_ref in zip(grads, grads_ref, strict=False):
         assert_matches(grad, grad_ref)
     return out, grads
 

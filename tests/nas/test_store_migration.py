@@ -14,7 +14,7 @@ from nas.search import finished_trial_numbers
 from nas.store import SCHEMA_VERSION, Store, StoreError, default_url
 from workers.status import TrialStatus
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def statements(path: Path) -> list[str]:
@@ -44,8 +44,12 @@ def test_a_version_1_store_is_upgraded_on_open(v1_url):
     with Store(v1_url) as store:
         assert store.schema_version() == SCHEMA_VERSION == 2
         rows = {r.number: r for r in store.trials("old")}
-        assert [rows[n].status for n in range(4)] == [TrialStatus.COMPLETED, TrialStatus.RETRYING,
-                                                       TrialStatus.INTERRUPTED, TrialStatus.FAILED]
+        assert [rows[n].status for n in range(4)] == [
+            TrialStatus.COMPLETED,
+            TrialStatus.RETRYING,
+            TrialStatus.INTERRUPTED,
+            TrialStatus.FAILED,
+        ]
         # Nothing else changed: results, the earlier attempt's record, and the completed trial's children.
         assert (rows[0].val_loss, rows[0].tokens_seen, rows[0].executed_flops_per_token) == (2.5, 110000, 1.5e6)
         assert rows[3].previous_attempts[0]["attempt"] == 0 and rows[3].failure_reason.startswith("out of memory")

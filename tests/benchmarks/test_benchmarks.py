@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> None:
@@ -41,8 +41,14 @@ def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
 
     out = tmp_path / "gpu.json"
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "benchmarks/gpu_kernels.py", "--smoke", "--out", str(out)], cwd=ROOT,
-                   check=True, capture_output=True, timeout=300, env=env)
+    subprocess.run(
+        [sys.executable, "benchmarks/gpu_kernels.py", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
     result = json.loads(out.read_text())
     assert result["machine"]["triton_interpreter"] and result["targets_met"] is None
     assert {"nag_epilogue/fp32", "nag_epilogue/bf16", "add_rmsnorm/fp32", "ancre_mix_j3/fp32"} <= set(result["ops"])
@@ -61,9 +67,25 @@ def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgre
 
     out = tmp_path / "load.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "benchmarks/store_load.py", "--trials", "16", "--concurrency", "2",
-                    "--admin-url", _postgres_admin_url, "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True, timeout=300, env=env)
+    subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/store_load.py",
+            "--trials",
+            "16",
+            "--concurrency",
+            "2",
+            "--admin-url",
+            _postgres_admin_url,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+        env=env,
+    )
     result = json.loads(out.read_text())
     integrity = result["integrity"]
     assert integrity["store_rows"] == integrity["distinct_trial_numbers"] == integrity["optuna_complete"] == 16
