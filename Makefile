@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test bench precision proxy case-study claims service load search-efficiency gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ families: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# Everything but the tests marked slow, postgres, cluster or browser: a few minutes on 2 cores.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not postgres and not cluster and not browser"
 
 # Lint, format check and type check; mypy reads its files from [tool.mypy] in pyproject.toml.
 lint: $(STAMP)

@@ -6,7 +6,7 @@ One run measures, side by side and interleaved (so machine noise hits every mode
   at d_model 128, 4 layers, 4 heads, seq 128, batch 16, byte vocabulary;
 - tokens/s, ratio to the reference, step-time ratios (NAG and ANCRe vs cascaded, MoD vs dense),
   and achieved GFLOP/s as a share of the measured peak, with FLOPs = 3 x executed forward FLOPs
-  (DESIGN.md §3.5: matmuls only, attention over causal keys).
+  (docs/design.md §3.5: matmuls only, attention over causal keys).
 
     python benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
 """

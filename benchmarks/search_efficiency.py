@@ -66,7 +66,7 @@ SAMPLERS = ("tpe", "random")
 
 
 def grid_points() -> list[dict]:
-    return [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
+    return [dict(zip(GRID, values, strict=False)) for values in itertools.product(*GRID.values())]
 
 
 def run_point(knobs: dict, corpus, seed: int) -> dict:
@@ -77,11 +77,17 @@ def run_point(knobs: dict, corpus, seed: int) -> dict:
 
     arch = {k: v for k, v in knobs.items() if k != "lr"}
     cfg = ArchConfig(**FIXED_ARCH, **arch)
-    result = run_trial(cfg, BUDGET_FLOPS, corpus, seed=seed, optim=OptimConfig(lr=knobs["lr"]), run=RunConfig(),
-                       width_probe=False)
-    return {**knobs, "status": result.status, "val_loss": result.val_loss,
-            "executed_flops_per_token": result.executed_flops_per_token, "tokens_seen": result.tokens_seen,
-            "wall_time_s": round(result.wall_time_s, 3)}
+    result = run_trial(
+        cfg, BUDGET_FLOPS, corpus, seed=seed, optim=OptimConfig(lr=knobs["lr"]), run=RunConfig(), width_probe=False
+    )
+    return {
+        **knobs,
+        "status": result.status,
+        "val_loss": result.val_loss,
+        "executed_flops_per_token": result.executed_flops_per_token,
+        "tokens_seen": result.tokens_seen,
+        "wall_time_s": round(result.wall_time_s, 3),
+    }
 
 
 def build(out: Path, seed: int, threads: int) -> None:
@@ -95,8 +101,17 @@ def build(out: Path, seed: int, threads: int) -> None:
     for i, knobs in enumerate(points):
         rows.append(run_point(knobs, corpus, seed))
         r = rows[-1]
-        log.info("%d/%d %s: %s val_loss=%.4f F=%.3g tokens=%d %.1fs", i + 1, len(points), knobs, r["status"],
-                 r["val_loss"], r["executed_flops_per_token"], r["tokens_seen"], r["wall_time_s"])
+        log.info(
+            "%d/%d %s: %s val_loss=%.4f F=%.3g tokens=%d %.1fs",
+            i + 1,
+            len(points),
+            knobs,
+            r["status"],
+            r["val_loss"],
+            r["executed_flops_per_token"],
+            r["tokens_seen"],
+            r["wall_time_s"],
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -115,9 +130,12 @@ def load_grid(path: Path) -> dict[tuple, SimpleNamespace]:
     with path.open() as f:
         for raw in csv.DictReader(f):
             key = tuple(type(GRID[k][0])(raw[k]) for k in GRID)
-            table[key] = SimpleNamespace(status=raw["status"], val_loss=float(raw["val_loss"]),
-                                         executed_flops_per_token=float(raw["executed_flops_per_token"]),
-                                         knobs=dict(zip(GRID, key)))
+            table[key] = SimpleNamespace(
+                status=raw["status"],
+                val_loss=float(raw["val_loss"]),
+                executed_flops_per_token=float(raw["executed_flops_per_token"]),
+                knobs=dict(zip(GRID, key, strict=False)),
+            )
     missing = [p for p in grid_points() if tuple(p.values()) not in table]
     if missing:
         raise SystemExit(f"{path}: {len(missing)} grid points missing (first: {missing[0]}); run `build` first")
@@ -164,7 +182,8 @@ def summarise(runs: dict, grid_hv: float) -> dict:
         curves = np.array(run["curves"])
         mean, std = curves.mean(axis=0), curves.std(axis=0)
         summary[name] = {
-            "mean_hv": mean.tolist(), "std_hv": std.tolist(),
+            "mean_hv": mean.tolist(),
+            "std_hv": std.tolist(),
             "final_mean_share_of_grid_hv": float(mean[-1] / grid_hv),
             "final_share_per_seed": (curves[:, -1] / grid_hv).tolist(),
             "trials_to_90pct_of_grid_hv": first_reaching(mean, 0.9 * grid_hv),
@@ -187,10 +206,14 @@ def grid_facts(table: dict, ref: tuple) -> dict:
     from nas.pareto import pareto_rows
 
     front = pareto_rows(rows)
-    return {"configs": len(rows), "completed": sum(r.status == "completed" for r in rows),
-            "hypervolume": hypervolume(rows, ref), "pareto_front": [
-                {**r.knobs, "val_loss": r.val_loss, "executed_flops_per_token": r.executed_flops_per_token}
-                for r in front]}
+    return {
+        "configs": len(rows),
+        "completed": sum(r.status == "completed" for r in rows),
+        "hypervolume": hypervolume(rows, ref),
+        "pareto_front": [
+            {**r.knobs, "val_loss": r.val_loss, "executed_flops_per_token": r.executed_flops_per_token} for r in front
+        ],
+    }
 
 
 def plot(summary: dict, grid_hv: float, ref: tuple, path: Path) -> None:
@@ -200,7 +223,7 @@ def plot(summary: dict, grid_hv: float, ref: tuple, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, colour in zip(SAMPLERS, ("tab:blue", "tab:orange")):
+    for name, colour in zip(SAMPLERS, ("tab:blue", "tab:orange"), strict=False):
         mean, std = np.array(summary[name]["mean_hv"]), np.array(summary[name]["std_hv"])
         x = np.arange(1, len(mean) + 1)
         ax.plot(x, mean, color=colour, label=f"{name} (mean of seeds)")
@@ -238,19 +261,34 @@ def replay_main(args) -> None:
     runs = run_replays(table, list(range(args.seeds)), args.trials, ref)
     summary = summarise(runs, facts["hypervolume"])
     summary["tpe"]["identical_to_random_through_trial"] = shared_prefix(runs)
-    out = {"machine": machine_info(), "grid_csv": repo_path(args.grid), "grid_knobs": GRID, "fixed_arch": FIXED_ARCH,
-           "budget_flops_per_trial": BUDGET_FLOPS, "trials": args.trials, "seeds": list(range(args.seeds)),
-           "samplers": {"tpe": "TPESampler(multivariate=True, seed)", "random": "RandomSampler(seed)"},
-           "reference_point": {"val_loss": ref[0], "executed_flops_per_token": ref[1],
-                               "rule": "(ln 256, 1.1 x max executed FLOPs/token in the grid)"},
-           "grid": facts, "summary": summary, "per_seed_curves": {k: v["curves"] for k, v in runs.items()},
-           "replay_wall_s": time.perf_counter() - start}
+    out = {
+        "machine": machine_info(),
+        "grid_csv": repo_path(args.grid),
+        "grid_knobs": GRID,
+        "fixed_arch": FIXED_ARCH,
+        "budget_flops_per_trial": BUDGET_FLOPS,
+        "trials": args.trials,
+        "seeds": list(range(args.seeds)),
+        "samplers": {"tpe": "TPESampler(multivariate=True, seed)", "random": "RandomSampler(seed)"},
+        "reference_point": {
+            "val_loss": ref[0],
+            "executed_flops_per_token": ref[1],
+            "rule": "(ln 256, 1.1 x max executed FLOPs/token in the grid)",
+        },
+        "grid": facts,
+        "summary": summary,
+        "per_seed_curves": {k: v["curves"] for k, v in runs.items()},
+        "replay_wall_s": time.perf_counter() - start,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     plot(summary, facts["hypervolume"], ref, args.out.with_suffix(".png"))
-    log.info("grid HV %.4g; final share: %s; trials to 90%%: %s", facts["hypervolume"],
-             {k: round(v["final_mean_share_of_grid_hv"], 3) for k, v in summary.items()},
-             {k: v["trials_to_90pct_of_grid_hv"] for k, v in summary.items()})
+    log.info(
+        "grid HV %.4g; final share: %s; trials to 90%%: %s",
+        facts["hypervolume"],
+        {k: round(v["final_mean_share_of_grid_hv"], 3) for k, v in summary.items()},
+        {k: v["trials_to_90pct_of_grid_hv"] for k, v in summary.items()},
+    )
 
 
 def main() -> None:
@@ -259,8 +297,12 @@ def main() -> None:
     b = sub.add_parser("build", help="run the grid of real proxy trials and write the CSV")
     b.add_argument("--grid", type=Path, default=GRID_CSV)
     b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--threads", type=int, default=1,
-                   help="torch threads (1: beside other busy processes 2 threads ran a trial 20x slower here)")
+    b.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: beside other busy processes 2 threads ran a trial 20x slower here)",
+    )
     r = sub.add_parser("replay", help="replay TPE and random search over the CSV (the default)")
     r.add_argument("--grid", type=Path, default=GRID_CSV)
     r.add_argument("--out", type=Path, default=Path("benchmarks/results/search_efficiency.json"))

@@ -46,9 +46,9 @@ from nas.budget import Budget
 from nas.ray_env import configure_ray_env, init_ray
 from nas.search import create_search
 from nas.settings import SearchSettings
-from nas.study import DefineByRun, make_sampler, optuna_storage
 from nas.space import load_space
 from nas.store import Store
+from nas.study import DefineByRun, make_sampler, optuna_storage
 
 log = logging.getLogger("service_overhead")
 N_TRIALS = 16
@@ -67,16 +67,26 @@ def noop(params: dict, context: dict) -> None:
     from ray import tune
 
     v, f = noop_values(params)
-    tune.report({"val_loss": v, "executed_flops_per_token": f, "status": "completed",
-                 "trial_result": {"status": "completed", "val_loss": v, "executed_flops_per_token": f}})
+    tune.report(
+        {
+            "val_loss": v,
+            "executed_flops_per_token": f,
+            "status": "completed",
+            "trial_result": {"status": "completed", "val_loss": v, "executed_flops_per_token": f},
+        }
+    )
 
 
 def direct_ask_tell(space, budget: Budget, storage, seed: int = 0) -> dict:
     """16 trials of the no-op objective through Optuna's ask/tell in this process."""
     define = DefineByRun(space, budget)
     start = time.perf_counter()
-    study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler("tpe", seed),
-                                storage=storage, study_name=f"direct-{seed}")
+    study = optuna.create_study(
+        directions=["minimize", "minimize"],
+        sampler=make_sampler("tpe", seed),
+        storage=storage,
+        study_name=f"direct-{seed}",
+    )
     created = time.perf_counter() - start
     for _ in range(N_TRIALS):
         trial = study.ask()
@@ -84,8 +94,13 @@ def direct_ask_tell(space, budget: Budget, storage, seed: int = 0) -> dict:
         study.tell(trial, list(noop_values({**trial.params, **extra})))
     wall = time.perf_counter() - start
     done = len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
-    return {"wall_s": wall, "per_trial_s": wall / N_TRIALS, "create_study_s": created,
-            "per_trial_excluding_create_s": (wall - created) / N_TRIALS, "completed_trials": done}
+    return {
+        "wall_s": wall,
+        "per_trial_s": wall / N_TRIALS,
+        "create_study_s": created,
+        "per_trial_excluding_create_s": (wall - created) / N_TRIALS,
+        "completed_trials": done,
+    }
 
 
 def run_service(tmp: Path, space, budget: Budget, settings: SearchSettings) -> dict:
@@ -106,10 +121,16 @@ def run_service(tmp: Path, space, budget: Budget, settings: SearchSettings) -> d
     wall, tuner_ended = time.perf_counter() - t1, datetime.now(timezone.utc)
     rows = store.trials(name)
     ot = optuna.load_study(study_name=study, storage=optuna_storage(store.url))
-    out = {"ray_import_s": import_s, "ray_startup_s": startup, "search_wall_s": wall,
-           "per_trial_s": (wall - startup) / N_TRIALS, **trial_timing(rows, tuner_started, tuner_ended),
-           "stored_trials": len(rows), "stored_completed": store.count_trials(name, ["completed"]),
-           "optuna_completed": len(ot.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))}
+    out = {
+        "ray_import_s": import_s,
+        "ray_startup_s": startup,
+        "search_wall_s": wall,
+        "per_trial_s": (wall - startup) / N_TRIALS,
+        **trial_timing(rows, tuner_started, tuner_ended),
+        "stored_trials": len(rows),
+        "stored_completed": store.count_trials(name, ["completed"]),
+        "optuna_completed": len(ot.get_trials(states=(optuna.trial.TrialState.COMPLETE,))),
+    }
     store.close()
     return out
 
@@ -121,18 +142,22 @@ def trial_timing(rows: list, tuner_started: datetime, tuner_ended: datetime) -> 
         return {}
     latency = [(r.finished_at - r.started_at).total_seconds() for r in done]
     first_start = min(r.started_at for r in rows)
-    return {"first_trial_started_after_s": (first_start - tuner_started).total_seconds(),
-            "trial_latency_s": {"median": statistics.median(latency), "max": max(latency)},
-            "steady_state_per_trial_s": (done[-1].finished_at - done[0].finished_at).total_seconds() / (len(done) - 1),
-            "tuner_return_after_last_finish_s": (tuner_ended - done[-1].finished_at).total_seconds()}
+    return {
+        "first_trial_started_after_s": (first_start - tuner_started).total_seconds(),
+        "trial_latency_s": {"median": statistics.median(latency), "max": max(latency)},
+        "steady_state_per_trial_s": (done[-1].finished_at - done[0].finished_at).total_seconds() / (len(done) - 1),
+        "tuner_return_after_last_finish_s": (tuner_ended - done[-1].finished_at).total_seconds(),
+    }
 
 
 def fake_result(rich: bool, i: int) -> dict:
     """The record a no-op trial writes, or one with a 40-point curve and diagnostics like a real trial's."""
     result = {"status": "completed", "val_loss": 2.0 + i / 100, "executed_flops_per_token": 1e6}
     if rich:
-        result["curve"] = [{"step": s, "tokens": 2048 * s, "train_loss": 3.0, "val_loss": 3.1,
-                            "training_flops": 6e6 * s} for s in range(0, 400, 10)]
+        result["curve"] = [
+            {"step": s, "tokens": 2048 * s, "train_loss": 3.0, "val_loss": 3.1, "training_flops": 6e6 * s}
+            for s in range(0, 400, 10)
+        ]
         result["diagnostics"] = {"residual_rms": [1.0] * 8, "skip_rate": [0.25] * 8}
     return result
 
@@ -142,8 +167,15 @@ def write_latency(tmp: Path, space, budget: Budget, n: int = 50) -> dict:
     store = Store(f"sqlite:///{tmp / 'writes.db'}")
     out = {}
     for kind in ("minimal", "with_curve"):
-        store.create_search(kind, requested_trials=n, budget=budget.model_dump(), space=space.model_dump(),
-                            settings={}, optuna_study_name=None, code_version=None)
+        store.create_search(
+            kind,
+            requested_trials=n,
+            budget=budget.model_dump(),
+            space=space.model_dump(),
+            settings={},
+            optuna_study_name=None,
+            code_version=None,
+        )
         starts, finishes = [], []
         for i in range(n):
             t0 = time.perf_counter()
@@ -187,9 +219,18 @@ def main() -> None:
 
         ray.shutdown()
     out = summarise(service, direct, writes)
-    out.update(machine=machine_info(), load_average_before=load_before, load_average_after=os.getloadavg(),
-               setup={"trials": N_TRIALS, "trial_flops": TRIAL_FLOPS, "settings": asdict(settings),
-                      "space": "nas.space.load_space() (shipped default)", "store": "SQLite file in a temp dir"})
+    out.update(
+        machine=machine_info(),
+        load_average_before=load_before,
+        load_average_after=os.getloadavg(),
+        setup={
+            "trials": N_TRIALS,
+            "trial_flops": TRIAL_FLOPS,
+            "settings": asdict(settings),
+            "space": "nas.space.load_space() (shipped default)",
+            "store": "SQLite file in a temp dir",
+        },
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     log.info("summary: %s", json.dumps(out["summary"]))
@@ -197,17 +238,19 @@ def main() -> None:
 
 def summarise(service: dict, direct: dict, writes: dict) -> dict:
     per = service["per_trial_s"]
-    summary = {"ray_startup_s": service["ray_startup_s"], "service_per_trial_s": per,
-               "direct_in_memory_per_trial_s": direct["in_memory"]["per_trial_s"],
-               "direct_sqlite_per_trial_s": direct["sqlite_rdb"]["per_trial_s"],
-               "service_vs_direct_in_memory": per / direct["in_memory"]["per_trial_s"],
-               "service_vs_direct_sqlite": per / direct["sqlite_rdb"]["per_trial_s"],
-               "sqlite_storage_cost_per_trial_s":
-                   direct["sqlite_rdb"]["per_trial_s"] - direct["in_memory"]["per_trial_s"],
-               "ray_tune_cost_per_trial_s": per - direct["sqlite_rdb"]["per_trial_s"],
-               "service_steady_state_per_trial_s": service.get("steady_state_per_trial_s"),
-               "first_trial_started_after_s": service.get("first_trial_started_after_s"),
-               "all_16_trials_stored": service["stored_trials"] == N_TRIALS == service["stored_completed"]}
+    summary = {
+        "ray_startup_s": service["ray_startup_s"],
+        "service_per_trial_s": per,
+        "direct_in_memory_per_trial_s": direct["in_memory"]["per_trial_s"],
+        "direct_sqlite_per_trial_s": direct["sqlite_rdb"]["per_trial_s"],
+        "service_vs_direct_in_memory": per / direct["in_memory"]["per_trial_s"],
+        "service_vs_direct_sqlite": per / direct["sqlite_rdb"]["per_trial_s"],
+        "sqlite_storage_cost_per_trial_s": direct["sqlite_rdb"]["per_trial_s"] - direct["in_memory"]["per_trial_s"],
+        "ray_tune_cost_per_trial_s": per - direct["sqlite_rdb"]["per_trial_s"],
+        "service_steady_state_per_trial_s": service.get("steady_state_per_trial_s"),
+        "first_trial_started_after_s": service.get("first_trial_started_after_s"),
+        "all_16_trials_stored": service["stored_trials"] == N_TRIALS == service["stored_completed"],
+    }
     return {"summary": summary, "service": service, "direct_ask_tell": direct, "store_writes": writes}
 
 

@@ -38,9 +38,9 @@ from nas.budget import Budget
 from nas.ray_env import configure_ray_env, init_ray
 from nas.search import create_search
 from nas.settings import SearchSettings
-from nas.study import optuna_storage
 from nas.space import load_space
 from nas.store import Store
+from nas.study import optuna_storage
 from service_overhead import TRIAL_FLOPS, noop, quantiles_ms
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -85,10 +85,14 @@ def run_search(url: str, n_trials: int, settings: SearchSettings) -> dict:
     t1 = time.perf_counter()
     tune_runner.run_tuner(store, name, space, budget, settings, study, n_trials, show_progress=False, trainable=noop)
     wall = time.perf_counter() - t1
-    out = {"ray_startup_s": startup, "search_wall_s": wall, "trials_per_s": n_trials / wall,
-           "writes": {kind: quantiles_ms(xs) for kind, xs in store.write_s.items()},
-           "all_writes": quantiles_ms([x for xs in store.write_s.values() for x in xs]),
-           "integrity": integrity(store, name, study, n_trials)}
+    out = {
+        "ray_startup_s": startup,
+        "search_wall_s": wall,
+        "trials_per_s": n_trials / wall,
+        "writes": {kind: quantiles_ms(xs) for kind, xs in store.write_s.items()},
+        "all_writes": quantiles_ms([x for xs in store.write_s.values() for x in xs]),
+        "integrity": integrity(store, name, study, n_trials),
+    }
     store.close()
     return out
 
@@ -100,15 +104,20 @@ def integrity(store: Store, name: str, study_name: str, n_trials: int) -> dict:
     trials = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
     storage.engine.dispose()
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    counts = {"store_rows": len(rows), "distinct_trial_numbers": len({r.number for r in rows}),
-              "store_completed": sum(r.status == "completed" for r in rows),
-              "store_retried": sum(r.attempt > 0 for r in rows), "optuna_trials": len(trials),
-              "optuna_complete": len(complete)}
+    counts = {
+        "store_rows": len(rows),
+        "distinct_trial_numbers": len({r.number for r in rows}),
+        "store_completed": sum(r.status == "completed" for r in rows),
+        "store_retried": sum(r.attempt > 0 for r in rows),
+        "optuna_trials": len(trials),
+        "optuna_complete": len(complete),
+    }
     same_numbers = {r.optuna_trial_number for r in rows} == {t.number for t in trials}
     counts["optuna_numbers_match_store"] = same_numbers
     counts["no_trial_lost_or_duplicated"] = same_numbers and all(
-        counts[k] == n_trials for k in ("store_rows", "distinct_trial_numbers", "store_completed", "optuna_trials",
-                                        "optuna_complete"))
+        counts[k] == n_trials
+        for k in ("store_rows", "distinct_trial_numbers", "store_completed", "optuna_trials", "optuna_complete")
+    )
     return counts
 
 
@@ -118,8 +127,10 @@ def server_settings(url: str) -> dict:
 
     engine = create_engine(url, poolclass=NullPool)
     with engine.connect() as db:
-        out = {key: db.execute(text(f"SHOW {key}")).scalar()
-               for key in ("server_version", "fsync", "synchronous_commit", "max_connections")}
+        out = {
+            key: db.execute(text(f"SHOW {key}")).scalar()
+            for key in ("server_version", "fsync", "synchronous_commit", "max_connections")
+        }
     engine.dispose()
     return out
 
@@ -145,8 +156,10 @@ def main() -> None:
         try:
             settings = SearchSettings(workers=args.concurrency, sampler=args.sampler, ray_dir=str(Path(tmp) / "ray"))
             result = run_search(url, args.trials, settings)
-            postgres = {**server_settings(url), "server": "private, started by this run" if server else
-                        hide_password(admin_url)}
+            postgres = {
+                **server_settings(url),
+                "server": "private, started by this run" if server else hide_password(admin_url),
+            }
             import ray
 
             ray.shutdown()
@@ -154,17 +167,29 @@ def main() -> None:
             drop_database(admin_url, url)
             if server is not None:
                 server.stop()
-    out = {"summary": {"trials": args.trials, "concurrent_trials": args.concurrency,
-                       "store_write_ms_median": result["all_writes"]["median"],
-                       "store_write_ms_p99": result["all_writes"]["p99"],
-                       "trials_per_s": result["trials_per_s"],
-                       "no_trial_lost_or_duplicated": result["integrity"]["no_trial_lost_or_duplicated"]},
-           **result, "postgres": postgres, "machine": {**machine_info(), "logical_cpus": os.cpu_count()},
-           "load_average_before": load_before,
-           "load_average_after": os.getloadavg(),
-           "setup": {"settings": {**asdict(settings), "ray_dir": "<a temporary folder>"}, "trial_flops": TRIAL_FLOPS, "trainable": "service_overhead.noop",
-                     "store_writer": "the search driver's StoreCallback (one process; Optuna's storage beside it)",
-                     "space": "nas.space.load_space() (shipped default)", "ray_num_cpus": args.concurrency}}
+    out = {
+        "summary": {
+            "trials": args.trials,
+            "concurrent_trials": args.concurrency,
+            "store_write_ms_median": result["all_writes"]["median"],
+            "store_write_ms_p99": result["all_writes"]["p99"],
+            "trials_per_s": result["trials_per_s"],
+            "no_trial_lost_or_duplicated": result["integrity"]["no_trial_lost_or_duplicated"],
+        },
+        **result,
+        "postgres": postgres,
+        "machine": {**machine_info(), "logical_cpus": os.cpu_count()},
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "setup": {
+            "settings": {**asdict(settings), "ray_dir": "<a temporary folder>"},
+            "trial_flops": TRIAL_FLOPS,
+            "trainable": "service_overhead.noop",
+            "store_writer": "the search driver's StoreCallback (one process; Optuna's storage beside it)",
+            "space": "nas.space.load_space() (shipped default)",
+            "ray_num_cpus": args.concurrency,
+        },
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2))
     log.info("summary: %s", json.dumps(out["summary"]))

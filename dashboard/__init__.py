@@ -5,8 +5,19 @@ store (`--storage URL` after `--`, else $RESNAS_STORAGE, else resnas.db in the w
 and caches reads; `views` holds the pages and `app.py` is the script `streamlit run` executes.
 """
 
-from .figures import (ancre_heatmap, hypervolume_figure, loss_curve_figure, nag_figure, pareto_figure,
-                      residual_norm_figure, searches_frame, skip_rate_figure, trials_frame, width_figure, width_trend)
+from .figures import (
+    ancre_heatmap,
+    hypervolume_figure,
+    loss_curve_figure,
+    nag_figure,
+    pareto_figure,
+    residual_norm_figure,
+    searches_frame,
+    skip_rate_figure,
+    trials_frame,
+    width_figure,
+    width_trend,
+)
 
 __all__ = [
     "ancre_heatmap",

@@ -10,8 +10,8 @@ SQLite file that does not exist is reported, not created.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import streamlit as st
 from sqlalchemy.engine import make_url
@@ -23,8 +23,9 @@ TTL_S = 3.0  # cache lifetime of store reads (seconds)
 REFRESH_S = 5.0  # live refresh period of pages showing a running search
 
 
-def storage_url(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None,
-                cwd: str | Path | None = None) -> str:
+def storage_url(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None, cwd: str | Path | None = None
+) -> str:
     """`--storage URL` (or `--storage=URL`) in argv, else $RESNAS_STORAGE, else resnas.db in cwd."""
     import sys
 

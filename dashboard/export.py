@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from nas.export import export_configs
 from nas.store import Store

@@ -12,14 +12,14 @@ of an overlay gets its own outline colour and front line dash (`search_style`).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workers.status import PENDING, TrialStatus
 from nas.pareto import (
     hypervolume,
     hypervolume_curve,
@@ -27,6 +27,7 @@ from nas.pareto import (
     pareto_rows,
     reference_point,
 )
+from workers.status import PENDING, TrialStatus
 
 __all__ = [
     "FAMILY_COLOURS",
@@ -52,16 +53,27 @@ __all__ = [
 FAMILY_COLOURS = {"cascaded": "#1f77b4", "nag": "#d62728", "ancre": "#2ca02c"}
 OTHER_COLOUR = "#7f7f7f"  # a family this dashboard does not know, or none recorded
 # (upper edge of the MoD-rate bin, symbol, legend label): the shipped space samples 0, 1/8, 1/4, 1/2.
-MOD_SYMBOLS = ((0.0, "circle", "0"), (0.15, "square", "(0, 0.15]"), (0.35, "diamond", "(0.15, 0.35]"),
-               (0.6, "triangle-up", "(0.35, 0.6]"), (math.inf, "star", "> 0.6"))
+MOD_SYMBOLS = (
+    (0.0, "circle", "0"),
+    (0.15, "square", "(0, 0.15]"),
+    (0.35, "diamond", "(0.15, 0.35]"),
+    (0.6, "triangle-up", "(0.35, 0.6]"),
+    (math.inf, "star", "> 0.6"),
+)
 SEARCH_LINE_COLOURS = ("#222222", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 SEARCH_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 # Ended without a loss that may sit on a front (inf or partial).
-NOT_ON_FRONT = (TrialStatus.DIVERGED, TrialStatus.INFEASIBLE, TrialStatus.STOPPED, TrialStatus.FAILED,
-                TrialStatus.INTERRUPTED)
+NOT_ON_FRONT = (
+    TrialStatus.DIVERGED,
+    TrialStatus.INFEASIBLE,
+    TrialStatus.STOPPED,
+    TrialStatus.FAILED,
+    TrialStatus.INTERRUPTED,
+)
 
 
 # ---- shared encodings ------------------------------------------------------------------------
+
 
 def family_colour(residual: str | None) -> str:
     return FAMILY_COLOURS.get(residual or "", OTHER_COLOUR)
@@ -121,16 +133,28 @@ def trial_hover(row, search: str | None = None) -> str:
 
 # ---- Pareto front and hypervolume ------------------------------------------------------------
 
+
 def _points_trace(rows: Sequence, search: str, index: int, name: str, **kw) -> go.Scatter:
     """Markers for `rows`: colour by family, symbol by MoD rate, outline by search."""
     line_colour, _ = search_style(index)
-    marker = dict(color=[family_colour(r.residual) for r in rows], symbol=[mod_symbol(r.mod_rate) for r in rows],
-                  size=11, line=dict(color=line_colour, width=1.5))
+    marker = dict(
+        color=[family_colour(r.residual) for r in rows],
+        symbol=[mod_symbol(r.mod_rate) for r in rows],
+        size=11,
+        line=dict(color=line_colour, width=1.5),
+    )
     marker.update(kw.pop("marker", {}))
-    return go.Scatter(x=kw.pop("x", [r.executed_flops_per_token for r in rows]),
-                      y=kw.pop("y", [r.val_loss for r in rows]), name=name, legendgroup=f"search:{search}",
-                      hovertext=[trial_hover(r, search) for r in rows], hovertemplate="%{hovertext}<extra></extra>",
-                      customdata=[[search, r.number] for r in rows], marker=marker, **kw)
+    return go.Scatter(
+        x=kw.pop("x", [r.executed_flops_per_token for r in rows]),
+        y=kw.pop("y", [r.val_loss for r in rows]),
+        name=name,
+        legendgroup=f"search:{search}",
+        hovertext=[trial_hover(r, search) for r in rows],
+        hovertemplate="%{hovertext}<extra></extra>",
+        customdata=[[search, r.number] for r in rows],
+        marker=marker,
+        **kw,
+    )
 
 
 def _unfinished_x(row) -> float | None:
@@ -152,19 +176,37 @@ def _loss_axis(rows_by_search: Mapping[str, Sequence]) -> tuple[float, float]:
 def _legend_keys(rows: Iterable) -> list[go.Scatter]:
     """Legend-only entries explaining the encodings: one per family (colour), one per MoD bin (symbol)."""
     rows = list(rows)
-    keys = [go.Scatter(x=[None], y=[None], mode="markers", name=family, legendgroup="key:family",
-                       legendgrouptitle_text="residual (colour)", marker=dict(color=family_colour(family), size=10))
-            for family in sorted({r.residual or "?" for r in rows})]
+    keys = [
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name=family,
+            legendgroup="key:family",
+            legendgrouptitle_text="residual (colour)",
+            marker=dict(color=family_colour(family), size=10),
+        )
+        for family in sorted({r.residual or "?" for r in rows})
+    ]
     bins = sorted({_mod_bin(r.mod_rate) for r in rows}, key=lambda b: [s for _, s, _ in MOD_SYMBOLS].index(b[0]))
-    keys += [go.Scatter(x=[None], y=[None], mode="markers", name=f"MoD {label}", legendgroup="key:mod",
-                        legendgrouptitle_text="mod_rate (symbol)", marker=dict(color=OTHER_COLOUR, symbol=symbol,
-                                                                               size=10))
-             for symbol, label in bins]
+    keys += [
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name=f"MoD {label}",
+            legendgroup="key:mod",
+            legendgrouptitle_text="mod_rate (symbol)",
+            marker=dict(color=OTHER_COLOUR, symbol=symbol, size=10),
+        )
+        for symbol, label in bins
+    ]
     return keys
 
 
-def pareto_figure(rows_by_search: Mapping[str, Sequence], show_dominated: bool = True,
-                  show_infeasible: bool = False) -> go.Figure:
+def pareto_figure(
+    rows_by_search: Mapping[str, Sequence], show_dominated: bool = True, show_infeasible: bool = False
+) -> go.Figure:
     """Validation loss vs executed forward FLOPs per token (log x), one front per search.
 
     Traces per search: "front: <search>" (the non-dominated completed trials of `nas.pareto`, joined
@@ -178,26 +220,49 @@ def pareto_figure(rows_by_search: Mapping[str, Sequence], show_dominated: bool =
         front = pareto_rows(rows)
         on_front = {r.id for r in front}
         line_colour, dash = search_style(index)
-        fig.add_trace(_points_trace(front, search, index, f"front: {search}", mode="lines+markers",
-                                    line=dict(shape="hv", color=line_colour, dash=dash, width=2)))
+        fig.add_trace(
+            _points_trace(
+                front,
+                search,
+                index,
+                f"front: {search}",
+                mode="lines+markers",
+                line=dict(shape="hv", color=line_colour, dash=dash, width=2),
+            )
+        )
         if show_dominated:
             dominated = [r for r in rows if is_front_candidate(r) and r.id not in on_front]
-            fig.add_trace(_points_trace(dominated, search, index, f"dominated: {search}", mode="markers",
-                                        opacity=0.55))
+            fig.add_trace(_points_trace(dominated, search, index, f"dominated: {search}", mode="markers", opacity=0.55))
         if show_infeasible:
-            unfinished = [r for r in rows if r.status in NOT_ON_FRONT or (r.status == TrialStatus.COMPLETED
-                                                                           and not is_front_candidate(r))]
+            unfinished = [
+                r
+                for r in rows
+                if r.status in NOT_ON_FRONT or (r.status == TrialStatus.COMPLETED and not is_front_candidate(r))
+            ]
             drawn = [r for r in unfinished if _unfinished_x(r) is not None]
-            fig.add_trace(_points_trace(drawn, search, index, f"not completed: {search}", mode="markers",
-                                        x=[_unfinished_x(r) for r in drawn], y=[top] * len(drawn),
-                                        marker=dict(symbol="x", size=10, line=dict(width=0))))
+            fig.add_trace(
+                _points_trace(
+                    drawn,
+                    search,
+                    index,
+                    f"not completed: {search}",
+                    mode="markers",
+                    x=[_unfinished_x(r) for r in drawn],
+                    y=[top] * len(drawn),
+                    marker=dict(symbol="x", size=10, line=dict(width=0)),
+                )
+            )
     for key in _legend_keys(r for rows in rows_by_search.values() for r in rows if r.status not in PENDING):
         fig.add_trace(key)
-    fig.update_layout(title="Validation loss vs executed FLOPs per token" + (" (x at the top: not completed, loss inf)"
-                                                                            if show_infeasible else ""),
-                      xaxis=dict(type="log", title="executed forward FLOPs per token"),
-                      yaxis=dict(title="validation loss (nats/token)", range=[bottom, top + 0.02 * (top - bottom)]),
-                      legend=dict(groupclick="toggleitem"), hovermode="closest", margin=dict(t=60))
+    fig.update_layout(
+        title="Validation loss vs executed FLOPs per token"
+        + (" (x at the top: not completed, loss inf)" if show_infeasible else ""),
+        xaxis=dict(type="log", title="executed forward FLOPs per token"),
+        yaxis=dict(title="validation loss (nats/token)", range=[bottom, top + 0.02 * (top - bottom)]),
+        legend=dict(groupclick="toggleitem"),
+        hovermode="closest",
+        margin=dict(t=60),
+    )
     return fig
 
 
@@ -213,16 +278,28 @@ def hypervolume_figure(rows_by_search: Mapping[str, Sequence], ref: tuple[float,
     for index, (search, rows) in enumerate(rows_by_search.items()):
         ordered = sorted((r for r in rows if r.status not in PENDING), key=lambda r: r.number)
         colour, dash = search_style(index)
-        fig.add_trace(go.Scatter(x=[r.number for r in ordered], y=hypervolume_curve(ordered, ref), name=search,
-                                 mode="lines+markers", line=dict(shape="hv", color=colour, dash=dash),
-                                 hovertemplate="trial #%{x}<br>hypervolume %{y:.4g}<extra>" + search + "</extra>"))
-    fig.update_layout(title=f"Hypervolume after each trial<br><sup>reference point: val loss {ref[0]:.4f} nats, "
-                            f"executed FLOPs/token {ref[1]:.4g}</sup>",
-                      xaxis_title="trial number", yaxis_title="hypervolume (loss x FLOPs/token)", margin=dict(t=70))
+        fig.add_trace(
+            go.Scatter(
+                x=[r.number for r in ordered],
+                y=hypervolume_curve(ordered, ref),
+                name=search,
+                mode="lines+markers",
+                line=dict(shape="hv", color=colour, dash=dash),
+                hovertemplate="trial #%{x}<br>hypervolume %{y:.4g}<extra>" + search + "</extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"Hypervolume after each trial<br><sup>reference point: val loss {ref[0]:.4f} nats, "
+        f"executed FLOPs/token {ref[1]:.4g}</sup>",
+        xaxis_title="trial number",
+        yaxis_title="hypervolume (loss x FLOPs/token)",
+        margin=dict(t=70),
+    )
     return fig
 
 
 # ---- one trial -------------------------------------------------------------------------------
+
 
 def loss_curve_figure(curve: Sequence[Mapping]) -> go.Figure:
     """Train loss (line) and validation loss (markers where evaluated) against tokens seen."""
@@ -232,12 +309,19 @@ def loss_curve_figure(curve: Sequence[Mapping]) -> go.Figure:
     fig = go.Figure()
     for key, name, mode in (("train_loss", "train loss", "lines"), ("val_loss", "val loss", "lines+markers")):
         pts = [p for p in curve if _finite(p.get(key))]
-        fig.add_trace(go.Scatter(x=[x_of(p) for p in pts], y=[p[key] for p in pts], name=name, mode=mode,
-                                 customdata=[[p.get("step"), p.get("tokens") or 0, p.get("training_flops") or 0]
-                                             for p in pts],
-                                 hovertemplate=hover + name + " %{y:.4f}<extra></extra>"))
-    fig.update_layout(title="Loss curve", xaxis_title="tokens seen" if use_tokens else "step",
-                      yaxis_title="loss (nats/token)")
+        fig.add_trace(
+            go.Scatter(
+                x=[x_of(p) for p in pts],
+                y=[p[key] for p in pts],
+                name=name,
+                mode=mode,
+                customdata=[[p.get("step"), p.get("tokens") or 0, p.get("training_flops") or 0] for p in pts],
+                hovertemplate=hover + name + " %{y:.4f}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="Loss curve", xaxis_title="tokens seen" if use_tokens else "step", yaxis_title="loss (nats/token)"
+    )
     return fig
 
 
@@ -258,14 +342,26 @@ def ancre_heatmap(p: Sequence[Sequence[float]]) -> go.Figure:
     finite = [v for row in z for v in row if v is not None]
     lo, hi = (min(finite), max(finite)) if finite else (-2.0, 0.0)
     ticks = list(range(math.floor(lo), math.ceil(hi) + 1))
-    text = [[("" if v is None else f"{10 ** v:.3g}") for v in row] for row in z]
-    fig = go.Figure(go.Heatmap(z=z, x=list(range(n_from)), y=list(range(1, n_into + 1)), text=text,
-                               colorscale="Viridis", zmin=lo, zmax=hi if hi > lo else lo + 1, hoverongaps=False,
-                               colorbar=dict(title="p_ij", tickvals=ticks, ticktext=[f"1e{t}" for t in ticks]),
-                               hovertemplate="from %{x} into %{y}: p = %{text}<extra></extra>"))
-    fig.update_layout(title="ANCRe connectivity p_ij (log scale)",
-                      xaxis=dict(title="from i (0 = embedding)", dtick=1, constrain="domain"),
-                      yaxis=dict(title="into j", dtick=1, autorange="reversed", scaleanchor="x"))
+    text = [[("" if v is None else f"{10**v:.3g}") for v in row] for row in z]
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(n_from)),
+            y=list(range(1, n_into + 1)),
+            text=text,
+            colorscale="Viridis",
+            zmin=lo,
+            zmax=hi if hi > lo else lo + 1,
+            hoverongaps=False,
+            colorbar=dict(title="p_ij", tickvals=ticks, ticktext=[f"1e{t}" for t in ticks]),
+            hovertemplate="from %{x} into %{y}: p = %{text}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="ANCRe connectivity p_ij (log scale)",
+        xaxis=dict(title="from i (0 = embedding)", dtick=1, constrain="domain"),
+        yaxis=dict(title="into j", dtick=1, autorange="reversed", scaleanchor="x"),
+    )
     return fig
 
 
@@ -279,13 +375,19 @@ def nag_figure(diag: Mapping) -> go.Figure:
     angle = diag.get("nag_angle") or []
     gate, alpha = diag.get("nag_gate") or [], diag.get("nag_alpha") or []
     names = _sublayer_names(max(len(angle), len(gate), len(alpha)))
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("rotation angle θ = atan(|α m|)", "gate m and α"))
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=("rotation angle θ = atan(|α m|)", "gate m and α"),
+    )
     degrees = [None if not _finite(a) else math.degrees(a) for a in angle]
-    fig.add_trace(go.Bar(x=names[:len(degrees)], y=degrees, name="θ (degrees)", marker_color="#d62728"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=names[:len(gate)], y=gate, name="gate m", mode="lines+markers"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=names[:len(alpha)], y=alpha, name="α", mode="lines+markers",
-                             line=dict(dash="dash")), row=2, col=1)
+    fig.add_trace(go.Bar(x=names[: len(degrees)], y=degrees, name="θ (degrees)", marker_color="#d62728"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=names[: len(gate)], y=gate, name="gate m", mode="lines+markers"), row=2, col=1)
+    fig.add_trace(
+        go.Scatter(x=names[: len(alpha)], y=alpha, name="α", mode="lines+markers", line=dict(dash="dash")), row=2, col=1
+    )
     fig.update_yaxes(title_text="degrees", row=1, col=1)
     fig.update_yaxes(title_text="value", row=2, col=1)
     fig.update_xaxes(title_text="sublayer", row=2, col=1)
@@ -295,7 +397,7 @@ def nag_figure(diag: Mapping) -> go.Figure:
 
 def _sublayer_order(key: str) -> tuple[int, int]:
     kind = key.rstrip("0123456789")
-    digits = key[len(kind):]
+    digits = key[len(kind) :]
     return (int(digits) if digits else 0, 0 if kind == "attn" else 1)
 
 
@@ -303,12 +405,22 @@ def skip_rate_figure(diag: Mapping, target: float | None = None) -> go.Figure:
     """Realised Mixture-of-Depths skip rate per routed sublayer, against the target `mod_rate`."""
     rates = diag.get("skip_rate") or {}
     keys = sorted(rates, key=_sublayer_order)
-    fig = go.Figure(go.Bar(x=keys, y=[rates[k] for k in keys], name="realised skip rate", marker_color="#9467bd",
-                           hovertemplate="%{x}: %{y:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=keys,
+            y=[rates[k] for k in keys],
+            name="realised skip rate",
+            marker_color="#9467bd",
+            hovertemplate="%{x}: %{y:.3f}<extra></extra>",
+        )
+    )
     if target is not None:
         fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:g}")
-    fig.update_layout(title="MoD skip rate per routed sublayer", xaxis_title="sublayer",
-                      yaxis=dict(title="share of tokens skipped", range=[0, 1]))
+    fig.update_layout(
+        title="MoD skip rate per routed sublayer",
+        xaxis_title="sublayer",
+        yaxis=dict(title="share of tokens skipped", range=[0, 1]),
+    )
     return fig
 
 
@@ -316,20 +428,29 @@ def residual_norm_figure(diag: Mapping) -> go.Figure:
     """RMS of the residual stream after the embedding (depth 0) and after each block."""
     rms = diag.get("residual_rms") or []
     depth = list(range(len(rms)))
-    fig = go.Figure(go.Scatter(x=depth, y=rms, mode="lines+markers", name="residual RMS",
-                               hovertemplate="depth %{x}: RMS %{y:.4g}<extra></extra>"))
-    fig.update_layout(title="Residual stream RMS by depth", xaxis=dict(title="depth (0 = embedding)", dtick=1),
-                      yaxis_title="RMS")
+    fig = go.Figure(
+        go.Scatter(
+            x=depth,
+            y=rms,
+            mode="lines+markers",
+            name="residual RMS",
+            hovertemplate="depth %{x}: RMS %{y:.4g}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title="Residual stream RMS by depth", xaxis=dict(title="depth (0 = embedding)", dtick=1), yaxis_title="RMS"
+    )
     return fig
 
 
 # ---- width certificate -----------------------------------------------------------------------
 
+
 def width_trend(rows_with_width: Sequence[tuple[Any, Mapping]]) -> float | None:
     """Least-squares slope of log d_align on log d_model, or None with fewer than two widths.
 
     A positive slope means the alignment dimension grows with width: a wider model is supported
-    (DESIGN.md §4).
+    (docs/design.md §4).
     """
     pts = [(w.get("d_model"), w.get("d_align")) for _, w in rows_with_width]
     pts = [(math.log(d), math.log(a)) for d, a in pts if _finite(d) and _finite(a) and d > 0 and a > 0]
@@ -344,17 +465,33 @@ def width_figure(rows_with_width: Sequence[tuple[Any, Mapping]]) -> go.Figure:
 
     `rows_with_width` pairs each `TrialRow` with its width certificate dict (`Store.width`).
     """
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("effective alignment dimension d_align",
-                                                        "empirical misalignment p̂(8, 8)"))
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("effective alignment dimension d_align", "empirical misalignment p̂(8, 8)")
+    )
     rows = [r for r, _ in rows_with_width]
     widths = [w for _, w in rows_with_width]
     for col, key in ((1, "d_align"), (2, "p_hat_8_8")):
-        fig.add_trace(go.Scatter(
-            x=[w.get("d_model") for w in widths], y=[w.get(key) for w in widths], mode="markers", name=key,
-            marker=dict(color=[family_colour(r.residual) for r in rows], symbol=[mod_symbol(r.mod_rate) for r in rows],
-                        size=10, line=dict(color="#222222", width=1)),
-            hovertext=[trial_hover(r) + f"<br>{key} {format_number(w.get(key), '.4g')}" for r, w in rows_with_width],
-            hovertemplate="%{hovertext}<extra></extra>", showlegend=False), row=1, col=col)
+        fig.add_trace(
+            go.Scatter(
+                x=[w.get("d_model") for w in widths],
+                y=[w.get(key) for w in widths],
+                mode="markers",
+                name=key,
+                marker=dict(
+                    color=[family_colour(r.residual) for r in rows],
+                    symbol=[mod_symbol(r.mod_rate) for r in rows],
+                    size=10,
+                    line=dict(color="#222222", width=1),
+                ),
+                hovertext=[
+                    trial_hover(r) + f"<br>{key} {format_number(w.get(key), '.4g')}" for r, w in rows_with_width
+                ],
+                hovertemplate="%{hovertext}<extra></extra>",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
     for key in _legend_keys(rows):
         fig.add_trace(key, row=1, col=1)
     fig.update_xaxes(type="log", title_text="d_model")
@@ -366,17 +503,39 @@ def width_figure(rows_with_width: Sequence[tuple[Any, Mapping]]) -> go.Figure:
 
 # ---- tables ----------------------------------------------------------------------------------
 
-TRIAL_COLUMNS = ("number", "status", "residual", "n_layers", "d_model", "n_heads", "mod_rate", "lr", "val_loss",
-                 "val_bpb", "executed_flops_per_token", "nominal_flops_per_token", "realised_flops_per_token",
-                 "tokens_seen", "training_flops", "wall_time_s", "tokens_per_s", "attempt", "failure_reason",
-                 "on_front", "trial_id")
+TRIAL_COLUMNS = (
+    "number",
+    "status",
+    "residual",
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "mod_rate",
+    "lr",
+    "val_loss",
+    "val_bpb",
+    "executed_flops_per_token",
+    "nominal_flops_per_token",
+    "realised_flops_per_token",
+    "tokens_seen",
+    "training_flops",
+    "wall_time_s",
+    "tokens_per_s",
+    "attempt",
+    "failure_reason",
+    "on_front",
+    "trial_id",
+)
 _CONFIG_NOISE = {"arch", "optim", "run", "optuna_number", "infeasible_reason", "executed_flops_per_token"}
 
 
 def _config_params(row) -> dict:
     """The flat sampled knobs of the config that are not already a column (mlp_ratio, warmup, ...)."""
-    return {k: v for k, v in row.config.items()
-            if k not in _CONFIG_NOISE and k not in TRIAL_COLUMNS and isinstance(v, (int, float, str, bool))}
+    return {
+        k: v
+        for k, v in row.config.items()
+        if k not in _CONFIG_NOISE and k not in TRIAL_COLUMNS and isinstance(v, (int, float, str, bool))
+    }
 
 
 def trials_frame(rows: Sequence) -> pd.DataFrame:
@@ -388,14 +547,15 @@ def trials_frame(rows: Sequence) -> pd.DataFrame:
         record.update(lr=trial_lr(r), on_front=r.id in front, trial_id=r.id)
         records.append({**record, **_config_params(r)})
     frame = pd.DataFrame.from_records(records, columns=None if records else list(TRIAL_COLUMNS))
-    for name in frame.columns[len(TRIAL_COLUMNS):]:  # a knob with mixed types would not convert to Arrow
+    for name in frame.columns[len(TRIAL_COLUMNS) :]:  # a knob with mixed types would not convert to Arrow
         if len({type(v) for v in frame[name].dropna()}) > 1:
             frame[name] = frame[name].map(lambda v: None if v is None else str(v))
     return frame.reset_index(drop=True)
 
 
-def searches_frame(summaries: Sequence, searches: Mapping[str, Any],
-                   rows_by_search: Mapping[str, Sequence]) -> pd.DataFrame:
+def searches_frame(
+    summaries: Sequence, searches: Mapping[str, Any], rows_by_search: Mapping[str, Sequence]
+) -> pd.DataFrame:
     """One row per search: status, budget, trial counts, best loss and hypervolume with its reference point.
 
     "done" counts finished trials (completed, diverged, stopped, infeasible) as `nas list` does.
@@ -405,10 +565,22 @@ def searches_frame(summaries: Sequence, searches: Mapping[str, Any],
         budget = getattr(searches.get(s.name), "budget", None) or {}
         rows = rows_by_search.get(s.name, [])
         ref = reference_point(rows)
-        records.append(dict(
-            search=s.name, status=s.status, created=s.created_at, trial_flops=budget.get("trial_flops"),
-            search_flops=budget.get("search_flops"), requested=s.requested_trials, done=s.completed + s.other,
-            completed=s.completed, failed=s.failed, running=s.running, best_val_loss=s.best_val_loss,
-            on_front=len(pareto_rows(rows)), hypervolume=hypervolume(rows, ref),
-            reference_point=f"loss {ref[0]:.4f}, FLOPs/token {ref[1]:.4g}"))
+        records.append(
+            dict(
+                search=s.name,
+                status=s.status,
+                created=s.created_at,
+                trial_flops=budget.get("trial_flops"),
+                search_flops=budget.get("search_flops"),
+                requested=s.requested_trials,
+                done=s.completed + s.other,
+                completed=s.completed,
+                failed=s.failed,
+                running=s.running,
+                best_val_loss=s.best_val_loss,
+                on_front=len(pareto_rows(rows)),
+                hypervolume=hypervolume(rows, ref),
+                reference_point=f"loss {ref[0]:.4f}, FLOPs/token {ref[1]:.4g}",
+            )
+        )
     return pd.DataFrame.from_records(records)

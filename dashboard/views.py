@@ -9,7 +9,7 @@ its own multipage navigation.)
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 import streamlit as st
@@ -20,8 +20,20 @@ from workers.status import PENDING, TrialStatus
 
 from . import data
 from .export import export_bundle
-from .figures import (ancre_heatmap, format_number, hypervolume_figure, loss_curve_figure, nag_figure, pareto_figure,
-                      residual_norm_figure, searches_frame, skip_rate_figure, trials_frame, width_figure, width_trend)
+from .figures import (
+    ancre_heatmap,
+    format_number,
+    hypervolume_figure,
+    loss_curve_figure,
+    nag_figure,
+    pareto_figure,
+    residual_norm_figure,
+    searches_frame,
+    skip_rate_figure,
+    trials_frame,
+    width_figure,
+    width_trend,
+)
 
 FLOPS = st.column_config.NumberColumn(format="%.3e")
 LOSS = st.column_config.NumberColumn(format="%.4f")
@@ -57,6 +69,7 @@ def _running(summaries: Sequence, names: Sequence[str]) -> bool:
 
 # ---- Searches --------------------------------------------------------------------------------
 
+
 def searches_page(url: str, summaries: Sequence) -> None:
     st.header("Searches")
 
@@ -64,16 +77,28 @@ def searches_page(url: str, summaries: Sequence) -> None:
         current = data.list_searches(url)
         rows = {s.name: data.trials(url, s.name) for s in current}
         frame = searches_frame(current, {s.name: data.get_search(url, s.name) for s in current}, rows)
-        st.dataframe(frame, hide_index=True, key="searches_table", column_config={
-            "trial_flops": FLOPS, "search_flops": FLOPS, "best_val_loss": LOSS,
-            "hypervolume": FLOPS, "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm")})
-        st.caption("done = completed + diverged + stopped + infeasible (as `nas list`); hypervolume of each search "
-                   "against its own reference point: (ln 256, 1.1 x its largest executed FLOPs/token).")
+        st.dataframe(
+            frame,
+            hide_index=True,
+            key="searches_table",
+            column_config={
+                "trial_flops": FLOPS,
+                "search_flops": FLOPS,
+                "best_val_loss": LOSS,
+                "hypervolume": FLOPS,
+                "created": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
+            },
+        )
+        st.caption(
+            "done = completed + diverged + stopped + infeasible (as `nas list`); hypervolume of each search "
+            "against its own reference point: (ln 256, 1.1 x its largest executed FLOPs/token)."
+        )
 
     live(render, any(is_running(s) for s in summaries))
 
 
 # ---- Pareto front ----------------------------------------------------------------------------
+
 
 def pareto_page(url: str, summaries: Sequence) -> None:
     st.header("Pareto front")
@@ -94,17 +119,24 @@ def pareto_page(url: str, summaries: Sequence) -> None:
         fig_col, hv_col = st.columns([3, 2])
         fig_col.plotly_chart(pareto_figure(rows, show_dominated=dominated, show_infeasible=infeasible))
         hv_col.plotly_chart(hypervolume_figure(rows, ref))
-        st.caption(f"reference point for the hypervolume: val loss {ref[0]:.4f} nats (ln 256), executed FLOPs/token "
-                   f"{ref[1]:.4g} (1.1 x the largest among the selected searches)")
+        st.caption(
+            f"reference point for the hypervolume: val loss {ref[0]:.4f} nats (ln 256), executed FLOPs/token "
+            f"{ref[1]:.4g} (1.1 x the largest among the selected searches)"
+        )
         fronts = [trials_frame(pareto_rows(rs)).assign(search=name) for name, rs in rows.items()]
         st.subheader("Trials on the front")
-        st.dataframe(pd.concat(fronts, ignore_index=True), hide_index=True, key="front_table",
-                     column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS})
+        st.dataframe(
+            pd.concat(fronts, ignore_index=True),
+            hide_index=True,
+            key="front_table",
+            column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS},
+        )
 
     live(render, _running(summaries, chosen))
 
 
 # ---- Trial detail ----------------------------------------------------------------------------
+
 
 def trial_page(url: str, summaries: Sequence) -> None:
     st.header("Trial detail")
@@ -139,8 +171,10 @@ def _trial_summary(row) -> None:
     cols[2].metric("executed FLOPs/token", format_number(row.executed_flops_per_token, ".3g"))
     cols[3].metric("tokens seen", format_number(row.tokens_seen, ",d"))
     cols[4].metric("wall time (s)", format_number(row.wall_time_s, ".1f"))
-    st.caption(f"residual {row.residual} · {row.n_layers} layers · d_model {row.d_model} · {row.n_heads} heads · "
-               f"mod_rate {row.mod_rate} · attempt {row.attempt}")
+    st.caption(
+        f"residual {row.residual} · {row.n_layers} layers · d_model {row.d_model} · {row.n_heads} heads · "
+        f"mod_rate {row.mod_rate} · attempt {row.attempt}"
+    )
     with st.expander("config", expanded=False):
         st.json(row.config)
 
@@ -150,12 +184,17 @@ def _trial_results(url: str, row) -> None:
     if curve:
         st.plotly_chart(loss_curve_figure(curve))
     diag = data.diagnostics(url, row.id) or {}
-    panels = [(title, build) for title, present, build in (
-        ("ANCRe connectivity", bool(diag.get("ancre_p")), lambda: ancre_heatmap(diag["ancre_p"])),
-        ("NAG rotation", bool(diag.get("nag_angle") or diag.get("nag_gate")), lambda: nag_figure(diag)),
-        ("MoD skip rates", bool(diag.get("skip_rate")), lambda: skip_rate_figure(diag, row.mod_rate)),
-        ("residual norms", bool(diag.get("residual_rms")), lambda: residual_norm_figure(diag))) if present]
-    for tab, (_, build) in zip(st.tabs([title for title, _ in panels]) if panels else [], panels):
+    panels = [
+        (title, build)
+        for title, present, build in (
+            ("ANCRe connectivity", bool(diag.get("ancre_p")), lambda: ancre_heatmap(diag["ancre_p"])),
+            ("NAG rotation", bool(diag.get("nag_angle") or diag.get("nag_gate")), lambda: nag_figure(diag)),
+            ("MoD skip rates", bool(diag.get("skip_rate")), lambda: skip_rate_figure(diag, row.mod_rate)),
+            ("residual norms", bool(diag.get("residual_rms")), lambda: residual_norm_figure(diag)),
+        )
+        if present
+    ]
+    for tab, (_, build) in zip(st.tabs([title for title, _ in panels]) if panels else [], panels, strict=False):
         tab.plotly_chart(build())
     cert = data.width(url, row.id)
     if cert is not None:
@@ -166,6 +205,7 @@ def _trial_results(url: str, row) -> None:
 
 
 # ---- Width view ------------------------------------------------------------------------------
+
 
 def width_page(url: str, summaries: Sequence) -> None:
     st.header("Width view")
@@ -179,8 +219,9 @@ def width_page(url: str, summaries: Sequence) -> None:
             return
         st.plotly_chart(width_figure(pairs))
         st.markdown(_width_advice(pairs))
-        frame = pd.DataFrame([{"number": r.number, "residual": r.residual, "mod_rate": r.mod_rate, **w}
-                              for r, w in pairs])
+        frame = pd.DataFrame(
+            [{"number": r.number, "residual": r.residual, "mod_rate": r.mod_rate, **w} for r, w in pairs]
+        )
         st.dataframe(frame, hide_index=True, key="width_table")
 
     live(render, _running(summaries, chosen))
@@ -189,16 +230,23 @@ def width_page(url: str, summaries: Sequence) -> None:
 def _width_advice(pairs) -> str:
     slope = width_trend(pairs)
     n_seq = {w.get("n_sequences") for _, w in pairs}
-    caveat = "" if len(n_seq) == 1 else " (certificates use different numbers of held-out sequences R: compare at equal R)"
+    caveat = (
+        "" if len(n_seq) == 1 else " (certificates use different numbers of held-out sequences R: compare at equal R)"
+    )
     if slope is None:
         return "Only one width so far: no trend of d_align with d_model yet." + caveat
-    verdict = ("d_align grows with width: a wider model is supported" if slope > 0.1 else
-               "d_align shrinks with width: a wider model is not supported" if slope < -0.1 else
-               "d_align is flat across widths: little support for going wider")
+    verdict = (
+        "d_align grows with width: a wider model is supported"
+        if slope > 0.1
+        else "d_align shrinks with width: a wider model is not supported"
+        if slope < -0.1
+        else "d_align is flat across widths: little support for going wider"
+    )
     return f"{verdict} (slope of log d_align on log d_model: {slope:.2f}).{caveat}"
 
 
 # ---- Trial table -----------------------------------------------------------------------------
+
 
 def table_page(url: str, summaries: Sequence) -> None:
     st.header("Trial table")
@@ -219,11 +267,21 @@ def table_page(url: str, summaries: Sequence) -> None:
                 table = table[table[column].isin(wanted)]
         if sort_by in table.columns:
             table = table.sort_values(sort_by, ascending=not descending, na_position="last", kind="stable")
-        st.dataframe(table, hide_index=True, key="trial_table",
-                     column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS})
+        st.dataframe(
+            table,
+            hide_index=True,
+            key="trial_table",
+            column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS},
+        )
         st.caption(f"{len(table)} of {len(frame)} trials")
-        st.download_button("download CSV", table.to_csv(index=False).encode(), file_name=f"{name}_trials.csv",
-                           mime="text/csv", on_click="ignore", key="table_csv")
+        st.download_button(
+            "download CSV",
+            table.to_csv(index=False).encode(),
+            file_name=f"{name}_trials.csv",
+            mime="text/csv",
+            on_click="ignore",
+            key="table_csv",
+        )
 
     live(render, _running(summaries, [name]))
 
@@ -234,13 +292,15 @@ def _options(frame: pd.DataFrame, column: str) -> list:
 
 # ---- Export ----------------------------------------------------------------------------------
 
+
 def export_page(url: str, summaries: Sequence) -> None:
     st.header("Export")
     name = _pick_search(summaries, "export_search")
     rows = [r for r in data.trials(url, name) if r.status == TrialStatus.COMPLETED]
     front = [r.number for r in pareto_rows(rows)]
-    numbers = st.multiselect("trials (default: the Pareto front)", [r.number for r in rows], default=front,
-                             key=f"export_trials:{name}")
+    numbers = st.multiselect(
+        "trials (default: the Pareto front)", [r.number for r in rows], default=front, key=f"export_trials:{name}"
+    )
     if st.button("build YAML bundle", key="export_build", disabled=not numbers):
         try:
             st.session_state["export_bundle"] = (name, tuple(numbers), export_bundle(data.store(url), name, numbers))
@@ -248,8 +308,14 @@ def export_page(url: str, summaries: Sequence) -> None:
             st.error(f"export failed: {err}")
     built = st.session_state.get("export_bundle")
     if built and built[:2] == (name, tuple(numbers)):
-        st.download_button("download zip", built[2], file_name=f"{name}_configs.zip", mime="application/zip",
-                           on_click="ignore", key="export_download")
+        st.download_button(
+            "download zip",
+            built[2],
+            file_name=f"{name}_configs.zip",
+            mime="application/zip",
+            on_click="ignore",
+            key="export_download",
+        )
 
 
 PAGES = {

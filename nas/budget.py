@@ -1,4 +1,4 @@
-"""Compute budgets of a search (DESIGN.md §3.6): every trial gets the same training FLOPs.
+"""Compute budgets of a search (docs/design.md §3.6): every trial gets the same training FLOPs.
 
 `Budget` holds what the user gives on the command line: `--trial-flops` (C, the iso-FLOP budget of
 one trial) and either `--trials` or `--search-flops` (C x trials; the number of trials is then
@@ -73,8 +73,9 @@ class Budget(BaseModel):
 
     trial_flops: float = Field(gt=0, allow_inf_nan=False, description="training FLOPs of every trial (C)")
     trials: int | None = Field(None, ge=1, description="number of trials (default 20)")
-    search_flops: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                       description="FLOPs of the whole search: floor(search / trial) trials")
+    search_flops: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="FLOPs of the whole search: floor(search / trial) trials"
+    )
     max_trial_seconds: float | None = Field(None, gt=0, description="wall-clock cap of one trial")
     max_search_seconds: float | None = Field(None, gt=0, description="wall-clock cap of the search")
 
@@ -92,13 +93,17 @@ class Budget(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _check(self) -> "Budget":
+    def _check(self) -> Budget:
         if self.trials is not None and self.search_flops is not None:
-            raise ValueError(f"--trials / --search-flops: give one of them, not both "
-                             f"(got --trials {self.trials} and --search-flops {_num(self.search_flops)})")
+            raise ValueError(
+                f"--trials / --search-flops: give one of them, not both "
+                f"(got --trials {self.trials} and --search-flops {_num(self.search_flops)})"
+            )
         if self.search_flops is not None and self.search_flops < self.trial_flops:
-            raise ValueError(f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
-                             f"{_num(self.trial_flops)}: not even one trial")
+            raise ValueError(
+                f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
+                f"{_num(self.trial_flops)}: not even one trial"
+            )
         return self
 
     @property
@@ -127,8 +132,10 @@ def space_batch_size(space: SearchSpace) -> int:
 def _step_cost(arch: ArchConfig, batch_size: int) -> str:
     per_token = flops_per_token(arch).executed
     tokens = batch_size * arch.seq_len
-    return (f"{_num(training_flops(arch, tokens))} FLOPs = 3 x {_num(per_token)} FLOPs/token "
-            f"x {tokens} tokens ({batch_size} x {arch.seq_len})")
+    return (
+        f"{_num(training_flops(arch, tokens))} FLOPs = 3 x {_num(per_token)} FLOPs/token "
+        f"x {tokens} tokens ({batch_size} x {arch.seq_len})"
+    )
 
 
 def check_budget_fits(space: SearchSpace, budget: Budget, batch_size: int | None = None) -> BudgetPlan:

@@ -9,7 +9,6 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from pydantic import ValidationError
@@ -18,11 +17,17 @@ from rich.table import Table
 
 from .store import STORAGE_ENV
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Architecture search over residual topologies and depth sparsity.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Architecture search over residual topologies and depth sparsity.",
+)
 console = Console(width=None if sys.stdout.isatty() else 160)  # full tables in logs and pipes
-STORAGE_HELP = (f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
-                "command line, else sqlite:///resnas.db in the working directory).")
+STORAGE_HELP = (
+    f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
+    "command line, else sqlite:///resnas.db in the working directory)."
+)
 
 
 def fail(message: str) -> None:
@@ -31,7 +36,7 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def storage_url(storage: Optional[str]) -> str:
+def storage_url(storage: str | None) -> str:
     """The store's URL: `--storage`, else $RESNAS_STORAGE, else the SQLite file resnas.db in the cwd."""
     import os
 
@@ -40,7 +45,7 @@ def storage_url(storage: Optional[str]) -> str:
     return storage or os.environ.get(STORAGE_ENV) or default_url(Path.cwd())
 
 
-def open_store(storage: Optional[str]):
+def open_store(storage: str | None):
     from .store import Store, StoreError
 
     try:
@@ -51,32 +56,42 @@ def open_store(storage: Optional[str]):
 
 @app.callback()
 def configure_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
 
 
 @app.command()
 def search(
     name: str = typer.Option(..., help="Name of the new search."),
     trial_flops: float = typer.Option(..., help="Training FLOPs per trial (iso-FLOP budget C)."),
-    trials: Optional[int] = typer.Option(None, help="Number of trials (default 20 unless --search-flops)."),
-    search_flops: Optional[float] = typer.Option(None, help="Total training FLOPs; trials = search / trial FLOPs."),
+    trials: int | None = typer.Option(None, help="Number of trials (default 20 unless --search-flops)."),
+    search_flops: float | None = typer.Option(None, help="Total training FLOPs; trials = search / trial FLOPs."),
     workers: int = typer.Option(2, help="Trials run in parallel."),
-    space: Optional[Path] = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
+    space: Path | None = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
     sampler: str = typer.Option("tpe", help="tpe | nsga2 | random | gp."),
     seed: int = typer.Option(0, help="Seed of the sampler and of every trial."),
     retries: int = typer.Option(1, help="Retries of a trial whose process dies."),
-    data: str = typer.Option("shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, or a hub name."),
-    ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
-    ray_dir: Optional[str] = typer.Option(None, help="Ray Tune's storage path; on a cluster, a folder every node "
-                                                     "sees at the same path, or a URI such as s3://bucket/prefix "
-                                                     "(default: .resnas/ray)."),
-    gpus_per_trial: Optional[float] = typer.Option(None, help="GPU share per trial, e.g. 0.25 = 4 trials per GPU; "
-                                                              "0 = CPU only (default: the cluster's GPUs shared "
-                                                              "among --workers)."),
-    max_trial_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit per trial."),
-    max_search_seconds: Optional[float] = typer.Option(None, help="Wall-clock limit for the whole search."),
+    data: str = typer.Option(
+        "shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, or a hub name."
+    ),
+    ray_address: str | None = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
+    ray_dir: str | None = typer.Option(
+        None,
+        help="Ray Tune's storage path; on a cluster, a folder every node "
+        "sees at the same path, or a URI such as s3://bucket/prefix "
+        "(default: .resnas/ray).",
+    ),
+    gpus_per_trial: float | None = typer.Option(
+        None,
+        help="GPU share per trial, e.g. 0.25 = 4 trials per GPU; "
+        "0 = CPU only (default: the cluster's GPUs shared "
+        "among --workers).",
+    ),
+    max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial."),
+    max_search_seconds: float | None = typer.Option(None, help="Wall-clock limit for the whole search."),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
-    storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
     """Define a compute budget and a search space, and launch a search."""
@@ -85,16 +100,33 @@ def search(
     from .settings import SearchSettings
     from .store import SearchExists, StoreError
 
-    space_spec, budget = _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds)
-    _check_choices(name=bool(name.strip()), sampler=sampler in _samplers(), workers=workers >= 1, retries=retries >= 0,
-                   seed=0 <= seed < 2**32, gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf)
+    space_spec, budget = _validated_inputs(
+        space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds
+    )
+    _check_choices(
+        name=bool(name.strip()),
+        sampler=sampler in _samplers(),
+        workers=workers >= 1,
+        retries=retries >= 0,
+        seed=0 <= seed < 2**32,
+        gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf,
+    )
     data_cfg, ray_dir = _validated_data(data), _validated_ray_dir(ray_dir)
     try:
         check_budget_fits(space_spec, budget)  # at the space's own batch size
     except BudgetError as err:
         fail(str(err))
-    settings = SearchSettings(workers=workers, sampler=sampler, seed=seed, retries=retries, ray_address=ray_address,
-                              ray_dir=ray_dir, gpus_per_trial=gpus_per_trial, data=data_cfg, early_stopping=early_stop)
+    settings = SearchSettings(
+        workers=workers,
+        sampler=sampler,
+        seed=seed,
+        retries=retries,
+        ray_address=ray_address,
+        ray_dir=ray_dir,
+        gpus_per_trial=gpus_per_trial,
+        data=data_cfg,
+        early_stopping=early_stop,
+    )
     if ray_address:
         _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     store = open_store(storage)
@@ -106,10 +138,12 @@ def search(
 
 
 @app.command()
-def resume(name: str = typer.Argument(..., help="The search to finish."),
-           storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
-           ray_address: Optional[str] = typer.Option(None, help="Join this Ray cluster instead of the stored address."),
-           progress: bool = typer.Option(True, help="Show the progress bar.")) -> None:
+def resume(
+    name: str = typer.Argument(..., help="The search to finish."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+    ray_address: str | None = typer.Option(None, help="Join this Ray cluster instead of the stored address."),
+    progress: bool = typer.Option(True, help="Show the progress bar."),
+) -> None:
     """Finish a search that was interrupted: run the trials still missing."""
     from .search import resume_search
     from .store import StoreError
@@ -123,20 +157,30 @@ def resume(name: str = typer.Argument(..., help="The search to finish."),
 
 
 @app.command("list")
-def list_searches(storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -> None:
     """List the searches in the store with their trial counts and best loss."""
     store = open_store(storage)
     table = Table("search", "status", "created", "requested", "done", "failed", "running", "best loss")
     for s in store.list_searches():
         best = f"{s.best_val_loss:.4f}" if s.best_val_loss is not None else "-"
-        table.add_row(s.name, s.status, f"{s.created_at:%Y-%m-%d %H:%M}", str(s.requested_trials),
-                      str(s.completed + s.other), str(s.failed), str(s.running), best)
+        table.add_row(
+            s.name,
+            s.status,
+            f"{s.created_at:%Y-%m-%d %H:%M}",
+            str(s.requested_trials),
+            str(s.completed + s.other),
+            str(s.failed),
+            str(s.running),
+            best,
+        )
     console.print(table)
 
 
 @app.command()
-def status(name: Optional[str] = typer.Argument(None, help="A search (default: all)."),
-           storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+def status(
+    name: str | None = typer.Argument(None, help="A search (default: all)."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+) -> None:
     """Show per-trial status of a search (or list all searches)."""
     from .store import StoreError
 
@@ -149,16 +193,27 @@ def status(name: Optional[str] = typer.Argument(None, help="A search (default: a
         fail(str(err))
     table = Table("trial", "try", "status", "residual", "layers", "d", "mod", "val loss", "FLOPs/tok", "reason")
     for r in rows:
-        table.add_row(str(r.number), str(r.attempt), r.status, r.residual or "-", str(r.n_layers or "-"),
-                      str(r.d_model or "-"), f"{r.mod_rate:g}" if r.mod_rate is not None else "-", _loss(r.val_loss),
-                      _flops(r.executed_flops_per_token), (r.failure_reason or "")[:60])
+        table.add_row(
+            str(r.number),
+            str(r.attempt),
+            r.status,
+            r.residual or "-",
+            str(r.n_layers or "-"),
+            str(r.d_model or "-"),
+            f"{r.mod_rate:g}" if r.mod_rate is not None else "-",
+            _loss(r.val_loss),
+            _flops(r.executed_flops_per_token),
+            (r.failure_reason or "")[:60],
+        )
     console.print(table)
 
 
 @app.command()
-def show(name: str = typer.Argument(..., help="The search."),
-         pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
-         storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+def show(
+    name: str = typer.Argument(..., help="The search."),
+    pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+) -> None:
     """Show a search's completed trials, or with --pareto its front and hypervolume."""
     from .store import StoreError
 
@@ -171,13 +226,15 @@ def show(name: str = typer.Argument(..., help="The search."),
 
 
 @app.command()
-def export(name: str = typer.Argument(..., help="The search."),
-           out: Path = typer.Option(..., "--out", help="Folder for the YAML files and index.json."),
-           pareto: bool = typer.Option(False, "--pareto", help="Every trial on the Pareto front."),
-           trial: Optional[int] = typer.Option(None, "--trial", help="One trial, by number."),
-           target_flops: Optional[float] = typer.Option(None, help="Recommend a token budget for this compute."),
-           freeze_ancre: bool = typer.Option(False, help="Pretrain with ANCRe's learned coefficients frozen."),
-           storage: Optional[str] = typer.Option(None, help=STORAGE_HELP)) -> None:
+def export(
+    name: str = typer.Argument(..., help="The search."),
+    out: Path = typer.Option(..., "--out", help="Folder for the YAML files and index.json."),
+    pareto: bool = typer.Option(False, "--pareto", help="Every trial on the Pareto front."),
+    trial: int | None = typer.Option(None, "--trial", help="One trial, by number."),
+    target_flops: float | None = typer.Option(None, help="Recommend a token budget for this compute."),
+    freeze_ancre: bool = typer.Option(False, help="Pretrain with ANCRe's learned coefficients frozen."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+) -> None:
     """Export the best configurations (one YAML each, plus index.json) for full pretraining."""
     from .export import ExportError, export_configs
     from .store import StoreError
@@ -186,8 +243,9 @@ def export(name: str = typer.Argument(..., help="The search."),
         fail("--pareto or --trial N: say which trials to export")
     store = open_store(storage)
     try:
-        paths = export_configs(store, name, out, pareto=pareto, trial=trial, target_flops=target_flops,
-                               freeze_ancre=freeze_ancre)
+        paths = export_configs(
+            store, name, out, pareto=pareto, trial=trial, target_flops=target_flops, freeze_ancre=freeze_ancre
+        )
     except (ExportError, StoreError) as err:
         fail(str(err))
     for path in paths:
@@ -195,17 +253,18 @@ def export(name: str = typer.Argument(..., help="The search."),
 
 
 @app.command()
-def pretrain(file: Path = typer.Argument(..., help="An exported configuration (nas export)."),
-             tokens: Optional[int] = typer.Option(None, help="Tokens to train on."),
-             target_flops: Optional[float] = typer.Option(None, help="Training compute; tokens by the iso-FLOP rule."),
-             data: str = typer.Option("shipped", help="Corpus: 'shipped', a file or folder, or a hub name."),
-             out: Optional[Path] = typer.Option(None, help="Run folder (checkpoints; a re-run resumes)."),
-             seed: int = typer.Option(0, help="Seed.")) -> None:
+def pretrain(
+    file: Path = typer.Argument(..., help="An exported configuration (nas export)."),
+    tokens: int | None = typer.Option(None, help="Tokens to train on."),
+    target_flops: float | None = typer.Option(None, help="Training compute; tokens by the iso-FLOP rule."),
+    data: str = typer.Option("shipped", help="Corpus: 'shipped', a file or folder, or a hub name."),
+    out: Path | None = typer.Option(None, help="Run folder (checkpoints; a re-run resumes)."),
+    seed: int = typer.Option(0, help="Seed."),
+) -> None:
     """Pretrain an exported configuration at full scale with the same model code and training loop."""
     import json
 
     from workers.data import DataConfig
-
     from workers.exported import ExportError, load_exported
     from workers.pretrain import PretrainError
     from workers.pretrain import pretrain as run_pretraining
@@ -215,18 +274,28 @@ def pretrain(file: Path = typer.Argument(..., help="An exported configuration (n
     data_cfg = DataConfig(**_validated_data(data))
     try:
         exported = load_exported(file)
-        summary = run_pretraining(exported, tokens=tokens, target_flops=target_flops, data=data_cfg,
-                                  out_dir=out or file.with_suffix(""), seed=seed)
+        summary = run_pretraining(
+            exported,
+            tokens=tokens,
+            target_flops=target_flops,
+            data=data_cfg,
+            out_dir=out or file.with_suffix(""),
+            seed=seed,
+        )
     except (ExportError, PretrainError) as err:
         fail(str(err))
     console.print_json(json.dumps(summary, default=str))
 
 
 @app.command()
-def dashboard(storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
-              address: str = typer.Option("127.0.0.1", help="IP address to listen on. 0.0.0.0 only inside a "
-                                                             "container that publishes the port on 127.0.0.1."),
-              port: int = typer.Option(8501, help="Port to listen on (1-65535).")) -> None:
+def dashboard(
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+    address: str = typer.Option(
+        "127.0.0.1",
+        help="IP address to listen on. 0.0.0.0 only inside a container that publishes the port on 127.0.0.1.",
+    ),
+    port: int = typer.Option(8501, help="Port to listen on (1-65535)."),
+) -> None:
     """Browse searches, Pareto fronts and trials in a Streamlit dashboard on 127.0.0.1 (read-only)."""
     import os
 
@@ -237,7 +306,7 @@ def dashboard(storage: Optional[str] = typer.Option(None, help=STORAGE_HELP),
     os.execve(cmd[0], cmd, env)
 
 
-def dashboard_launch(storage: Optional[str], address: str, port: int) -> tuple[list[str], dict]:
+def dashboard_launch(storage: str | None, address: str, port: int) -> tuple[list[str], dict]:
     """The Streamlit command line and environment that `nas dashboard` runs.
 
     The store URL (`storage_url`: --storage, else $RESNAS_STORAGE, else resnas.db in the cwd) travels
@@ -250,8 +319,10 @@ def dashboard_launch(storage: Optional[str], address: str, port: int) -> tuple[l
     try:
         ipaddress.ip_address(address)
     except ValueError:
-        fail(f"--address: must be an IP address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 "
-             f"(inside a container), not {address!r}")
+        fail(
+            f"--address: must be an IP address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 "
+            f"(inside a container), not {address!r}"
+        )
     if not 1 <= port <= 65535:
         fail(f"--port: must be in 1..65535, not {port}")
     spec = importlib.util.find_spec("dashboard")  # found, not imported: dashboard depends on nas, not back
@@ -259,8 +330,21 @@ def dashboard_launch(storage: Optional[str], address: str, port: int) -> tuple[l
         fail("the dashboard package is not installed")
     app_path = Path(spec.origin).with_name("app.py")
     env = {**os.environ, STORAGE_ENV: storage_url(storage)}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.address", address,
-           "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app_path),
+        "--server.address",
+        address,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     return cmd, env
 
 
@@ -281,8 +365,13 @@ def _validated_inputs(space, trial_flops, trials, search_flops, max_trial_second
     from .space import SpaceError, load_space
 
     try:
-        budget = Budget(trial_flops=trial_flops, trials=trials, search_flops=search_flops,
-                        max_trial_seconds=max_trial_seconds, max_search_seconds=max_search_seconds)
+        budget = Budget(
+            trial_flops=trial_flops,
+            trials=trials,
+            search_flops=search_flops,
+            max_trial_seconds=max_trial_seconds,
+            max_search_seconds=max_search_seconds,
+        )
     except BudgetError as err:
         fail(str(err))
     try:
@@ -316,7 +405,7 @@ def _join_ray_cluster(settings) -> None:
         fail(f"--ray-address: cannot join the Ray cluster at {settings.ray_address!r}: {type(err).__name__}: {err}")
 
 
-def _validated_ray_dir(ray_dir: Optional[str]) -> Optional[str]:
+def _validated_ray_dir(ray_dir: str | None) -> str | None:
     """A URI (s3://...) as given; a local path made absolute (every node must see it at that path)."""
     if not ray_dir or "://" in ray_dir:
         return ray_dir
@@ -333,9 +422,14 @@ def _samplers() -> tuple[str, ...]:
 
 
 def _check_choices(**ok: bool) -> None:
-    accepted = {"name": "a non-empty name", "sampler": f"one of {', '.join(_samplers())}", "workers": ">= 1",
-                "retries": ">= 0", "seed": "in 0..2**32 - 1",
-                "gpus_per_trial": "a finite number >= 0 (a share of one GPU, e.g. 0.25)"}
+    accepted = {
+        "name": "a non-empty name",
+        "sampler": f"one of {', '.join(_samplers())}",
+        "workers": ">= 1",
+        "retries": ">= 0",
+        "seed": "in 0..2**32 - 1",
+        "gpus_per_trial": "a finite number >= 0 (a share of one GPU, e.g. 0.25)",
+    }
     for field, good in ok.items():
         if not good:
             fail(f"--{field.replace('_', '-')}: must be {accepted[field]}")
@@ -358,18 +452,42 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
     front = pareto_rows(rows)
     shown = front if only_front else [r for r in rows if r.status == TrialStatus.COMPLETED]
     ref = reference_point(rows)
-    table = Table("trial", "residual", "layers", "d", "heads", "mod", "lr", "val loss", "bits/byte", "FLOPs/tok",
-                  "tokens", title=f"{name}: {'Pareto front' if only_front else 'completed trials'}")
+    table = Table(
+        "trial",
+        "residual",
+        "layers",
+        "d",
+        "heads",
+        "mod",
+        "lr",
+        "val loss",
+        "bits/byte",
+        "FLOPs/tok",
+        "tokens",
+        title=f"{name}: {'Pareto front' if only_front else 'completed trials'}",
+    )
     for r in shown:
         lr = r.config.get("lr")
-        table.add_row(str(r.number), r.residual, str(r.n_layers), str(r.d_model), str(r.n_heads), f"{r.mod_rate:g}",
-                      f"{lr:.2e}" if lr else "-", _loss(r.val_loss), _loss(r.val_bpb), _flops(r.executed_flops_per_token),
-                      f"{r.tokens_seen:,}" if r.tokens_seen else "-")
+        table.add_row(
+            str(r.number),
+            r.residual,
+            str(r.n_layers),
+            str(r.d_model),
+            str(r.n_heads),
+            f"{r.mod_rate:g}",
+            f"{lr:.2e}" if lr else "-",
+            _loss(r.val_loss),
+            _loss(r.val_bpb),
+            _flops(r.executed_flops_per_token),
+            f"{r.tokens_seen:,}" if r.tokens_seen else "-",
+        )
     console.print(table)
-    console.print(f"hypervolume {hypervolume(rows, ref):.4g} against the reference point "
-                  f"(val loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
-                  f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
-                  f"{len(rows)} trial rows")
+    console.print(
+        f"hypervolume {hypervolume(rows, ref):.4g} against the reference point "
+        f"(val loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
+        f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
+        f"{len(rows)} trial rows"
+    )
 
 
 def main() -> None:

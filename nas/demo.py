@@ -17,7 +17,6 @@ from rich.table import Table
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flavour, flops_per_token
 from workers import byte_tokens, read_shipped_texts
 
-
 DEMO_VARIANTS = [
     {"residual": "cascaded"},
     {"residual": "ancre"},
@@ -38,7 +37,9 @@ class DemoRow:
     tokens_per_s: float
 
 
-def sample_batch(data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_batch(
+    data: torch.Tensor, batch: int, seq_len: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows of the byte stream: inputs (B, T) and next-byte targets (B, T)."""
     starts = torch.randint(0, data.numel() - seq_len - 1, (batch,), generator=gen)
     window = torch.stack([data[s : s + seq_len + 1] for s in starts.tolist()])
@@ -61,8 +62,15 @@ def train_briefly(cfg: ArchConfig, data: torch.Tensor, steps: int, batch: int, s
     elapsed = time.perf_counter() - start
     fpt = flops_per_token(cfg)
     name = cfg.residual + (f"+mod{cfg.mod_rate}" if cfg.mod_rate else "")
-    return DemoRow(name, count_parameters(model), fpt.nominal, model.last_executed_flops_per_token(),
-                   losses[0], sum(losses[-5:]) / min(5, len(losses)), steps * batch * cfg.seq_len / elapsed)
+    return DemoRow(
+        name,
+        count_parameters(model),
+        fpt.nominal,
+        model.last_executed_flops_per_token(),
+        losses[0],
+        sum(losses[-5:]) / min(5, len(losses)),
+        steps * batch * cfg.seq_len / elapsed,
+    )
 
 
 def run_demo(steps: int = 40, batch: int = 8, seed: int = 0, console: Console | None = None) -> list[DemoRow]:
@@ -75,12 +83,21 @@ def run_demo(steps: int = 40, batch: int = 8, seed: int = 0, console: Console | 
         cfg = flavour("bench", n_layers=4, d_model=96, n_heads=4, seq_len=64, **variant)
         with console.status(f"training {variant} for {steps} steps"):
             rows.append(train_briefly(cfg, data, steps, batch, seed))
-    table = Table(title=f"residual_lm families, {steps} AdamW steps of {batch}x64 bytes",
-                  caption="FLOPs/tok: nominal forward FLOPs per token; executed: what the last forward pass ran")
+    table = Table(
+        title=f"residual_lm families, {steps} AdamW steps of {batch}x64 bytes",
+        caption="FLOPs/tok: nominal forward FLOPs per token; executed: what the last forward pass ran",
+    )
     for col in ("variant", "params", "FLOPs/tok", "executed", "loss@1", f"loss@{steps}", "tok/s"):
         table.add_column(col, justify="right", no_wrap=True, min_width=16 if col == "variant" else None)
     for r in rows:
-        table.add_row(r.name, f"{r.params:,}", f"{r.nominal_flops:,.0f}", f"{r.executed_flops:,.0f}",
-                      f"{r.first_loss:.3f}", f"{r.last_loss:.3f}", f"{r.tokens_per_s:,.0f}")
+        table.add_row(
+            r.name,
+            f"{r.params:,}",
+            f"{r.nominal_flops:,.0f}",
+            f"{r.executed_flops:,.0f}",
+            f"{r.first_loss:.3f}",
+            f"{r.last_loss:.3f}",
+            f"{r.tokens_per_s:,.0f}",
+        )
     console.print(table)
     return rows

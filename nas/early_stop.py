@@ -6,7 +6,7 @@ with trials whose executed forward FLOPs per token lie in the same band (a facto
 wide, on a log scale), at the same validation point (the trainer validates at fixed shares of
 each trial's own token budget, numbered by `eval_index`), and stopped when its validation loss
 is worse than the median of at least `min_peers` peers there. Executed FLOPs are known from the config, so only the
-loss needs training to be compared (DESIGN.md §5).
+loss needs training to be compared (docs/design.md §6).
 
 A stopped trial never reaches the Pareto front: its last report carries +inf objectives, and the
 store records it as `stopped` with its partial curve.

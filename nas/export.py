@@ -50,8 +50,9 @@ def _fields_of(model: type[BaseModel], *sources: dict) -> dict:
     return out
 
 
-def exported_config(store: Store, search, row: TrialRow, *, target_flops: float | None,
-                    freeze_ancre: bool) -> ExportedConfig:
+def exported_config(
+    store: Store, search, row: TrialRow, *, target_flops: float | None, freeze_ancre: bool
+) -> ExportedConfig:
     """The validated export of completed trial `row` of `search` (a SearchRow)."""
     fixed = (search.space.get("fixed") if isinstance(search.space, dict) else None) or {}
     flat = {k: v for k, v in row.config.items() if k not in ("arch", "optim")}
@@ -72,12 +73,21 @@ def exported_config(store: Store, search, row: TrialRow, *, target_flops: float 
         ancre = {"p": p, "freeze": freeze_ancre}
     thresholds = {k: v for k, v in (diagnostics.get("mod_threshold") or {}).items() if v is not None}
     data = {
-        "arch": arch, "optim": optim_raw, "run": run, "ancre": ancre, "mod_thresholds": thresholds or None,
+        "arch": arch,
+        "optim": optim_raw,
+        "run": run,
+        "ancre": ancre,
+        "mod_thresholds": thresholds or None,
         "recommended": None if target_flops is None else recommend(arch, target_flops),
         "provenance": {
-            "search": search.name, "trial": row.number, "proxy_val_loss": row.val_loss,
-            "executed_flops_per_token": row.executed_flops_per_token, "proxy_budget_flops": row.budget_flops,
-            "tokens_seen": row.tokens_seen, "code_version": search.code_version, "exported_by": code_version(),
+            "search": search.name,
+            "trial": row.number,
+            "proxy_val_loss": row.val_loss,
+            "executed_flops_per_token": row.executed_flops_per_token,
+            "proxy_budget_flops": row.budget_flops,
+            "tokens_seen": row.tokens_seen,
+            "code_version": search.code_version,
+            "exported_by": code_version(),
             "exported_at": datetime.now(timezone.utc).replace(microsecond=0),
         },
     }
@@ -98,8 +108,10 @@ def chosen_trials(store: Store, name: str, *, pareto: bool, trial: int | None) -
         row = found[0]
         if row.status != TrialStatus.COMPLETED:
             reason = f" ({row.failure_reason})" if row.failure_reason else ""
-            raise ExportError(f"--trial: trial {trial} of search {name!r} is {row.status}{reason}; "
-                              "only completed trials can be exported")
+            raise ExportError(
+                f"--trial: trial {trial} of search {name!r} is {row.status}{reason}; "
+                "only completed trials can be exported"
+            )
         return [row]
     if not pareto:
         raise ExportError("choose the trials: --pareto or --trial N")
@@ -109,8 +121,16 @@ def chosen_trials(store: Store, name: str, *, pareto: bool, trial: int | None) -
     return front
 
 
-def export_configs(store: Store, name: str, out_dir: str | Path, *, pareto: bool = True, trial: int | None = None,
-                   target_flops: float | None = None, freeze_ancre: bool = False) -> list[Path]:
+def export_configs(
+    store: Store,
+    name: str,
+    out_dir: str | Path,
+    *,
+    pareto: bool = True,
+    trial: int | None = None,
+    target_flops: float | None = None,
+    freeze_ancre: bool = False,
+) -> list[Path]:
     """Write one YAML per chosen trial and `index.json` into `out_dir`; return the YAML paths.
 
     `trial` (if given) exports that trial, else `pareto` exports the completed non-dominated trials
@@ -126,11 +146,13 @@ def export_configs(store: Store, name: str, out_dir: str | Path, *, pareto: bool
         check_target_flops(target_flops)  # the flag's own check, before touching the store
     search = store.get_search(name)
     rows = chosen_trials(store, name, pareto=pareto, trial=trial)
-    exports = [exported_config(store, search, row, target_flops=target_flops, freeze_ancre=freeze_ancre)
-               for row in rows]
+    exports = [
+        exported_config(store, search, row, target_flops=target_flops, freeze_ancre=freeze_ancre) for row in rows
+    ]
     if freeze_ancre and trial is not None and exports[0].ancre is None:
-        raise ExportError(f"--freeze-ancre: trial {trial} of search {name!r} is {exports[0].arch.residual}, "
-                          "not an ANCRe architecture")
+        raise ExportError(
+            f"--freeze-ancre: trial {trial} of search {name!r} is {exports[0].arch.residual}, not an ANCRe architecture"
+        )
     # Everything is valid: write.
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [_write_yaml(out_dir / export_file_name(name, e.provenance.trial), e) for e in exports]
@@ -141,10 +163,16 @@ def export_configs(store: Store, name: str, out_dir: str | Path, *, pareto: bool
 def _write_yaml(path: Path, exported: ExportedConfig) -> Path:
     rec = exported.recommended
     header = HEADER.format(
-        search=exported.provenance.search, trial=exported.provenance.trial, residual=exported.arch.residual,
-        n_layers=exported.arch.n_layers, d_model=exported.arch.d_model, loss=exported.provenance.proxy_val_loss,
-        flops=flops_per_token(exported.arch).executed, file=path.name,
-        rec=f"; recommended: {rec.tokens} tokens for {rec.target_flops:.3g} FLOPs" if rec else "")
+        search=exported.provenance.search,
+        trial=exported.provenance.trial,
+        residual=exported.arch.residual,
+        n_layers=exported.arch.n_layers,
+        d_model=exported.arch.d_model,
+        loss=exported.provenance.proxy_val_loss,
+        flops=flops_per_token(exported.arch).executed,
+        file=path.name,
+        rec=f"; recommended: {rec.tokens} tokens for {rec.target_flops:.3g} FLOPs" if rec else "",
+    )
     body = yaml.safe_dump(exported.to_yaml_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
     _write_atomic(path, header + body)
     return path
@@ -162,11 +190,18 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
         "target_flops": target_flops,
         "exported_at": exports[0].provenance.exported_at.isoformat(),
         "configs": [
-            {"file": p.name, "trial": e.provenance.trial, "residual": e.arch.residual, "n_layers": e.arch.n_layers,
-             "d_model": e.arch.d_model, "mod_rate": e.arch.mod_rate, "val_loss": e.provenance.proxy_val_loss,
-             "executed_flops_per_token": flops_per_token(e.arch).executed,
-             "recommended_tokens": e.recommended.tokens if e.recommended else None,
-             "ancre_frozen": bool(e.ancre and e.ancre.freeze)}
-            for e, p in zip(exports, paths)
+            {
+                "file": p.name,
+                "trial": e.provenance.trial,
+                "residual": e.arch.residual,
+                "n_layers": e.arch.n_layers,
+                "d_model": e.arch.d_model,
+                "mod_rate": e.arch.mod_rate,
+                "val_loss": e.provenance.proxy_val_loss,
+                "executed_flops_per_token": flops_per_token(e.arch).executed,
+                "recommended_tokens": e.recommended.tokens if e.recommended else None,
+                "ancre_frozen": bool(e.ancre and e.ancre.freeze),
+            }
+            for e, p in zip(exports, paths, strict=False)
         ],
     }

@@ -43,8 +43,10 @@ def raise_errors(errors: list[tuple[tuple, str, Any]], title: str = "SearchSpace
     if errors:
         raise ValidationError.from_exception_data(
             title,
-            [InitErrorDetails(type=PydanticCustomError(_CUSTOM, msg), loc=loc, input=value)
-             for loc, msg, value in errors],
+            [
+                InitErrorDetails(type=PydanticCustomError(_CUSTOM, msg), loc=loc, input=value)
+                for loc, msg, value in errors
+            ],
         )
 
 

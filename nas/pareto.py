@@ -9,7 +9,7 @@ beats it) and FLOPs = 1.1 x the largest executed FLOPs per token among the trial
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import moocore
 import numpy as np
@@ -42,13 +42,17 @@ def pareto_rows(rows: Sequence) -> list:
     if not candidates:
         return []
     keep = moocore.is_nondominated(objectives(candidates), maximise=False, keep_weakly=False)
-    front = [r for r, k in zip(candidates, keep) if k]
+    front = [r for r, k in zip(candidates, keep, strict=False) if k]
     return sorted(front, key=lambda r: r.executed_flops_per_token)
 
 
 def reference_point(rows: Sequence, vocab_size: int = 256) -> tuple[float, float]:
     """(ln vocab, 1.1 x max executed FLOPs/token): stated with every hypervolume we print."""
-    flops = [r.executed_flops_per_token for r in rows if r.executed_flops_per_token and math.isfinite(r.executed_flops_per_token)]
+    flops = [
+        r.executed_flops_per_token
+        for r in rows
+        if r.executed_flops_per_token and math.isfinite(r.executed_flops_per_token)
+    ]
     return math.log(vocab_size), 1.1 * max(flops, default=1.0)
 
 

@@ -47,11 +47,20 @@ def init_ray(settings: SearchSettings) -> None:
         ray.init(address=settings.ray_address, log_to_driver=False, logging_level=logging.WARNING)
         nodes = sum(node["Alive"] for node in ray.nodes())
         if nodes > 1 and not settings.ray_dir:
-            log.warning("the Ray cluster has %d nodes but --ray-dir is not set: Tune's trial files stay on the disk "
-                        "of the node that ran each trial; pass a folder every node shares, or an s3:// URI", nodes)
+            log.warning(
+                "the Ray cluster has %d nodes but --ray-dir is not set: Tune's trial files stay on the disk "
+                "of the node that ran each trial; pass a folder every node shares, or an s3:// URI",
+                nodes,
+            )
     else:
-        ray.init(num_cpus=settings.workers, num_gpus=None, include_dashboard=False, log_to_driver=False,
-                 logging_level=logging.WARNING, _node_ip_address="127.0.0.1")
+        ray.init(
+            num_cpus=settings.workers,
+            num_gpus=None,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            _node_ip_address="127.0.0.1",
+        )
     configure_ray_env()  # again: ray.init configured its loggers
 
 
@@ -68,8 +77,9 @@ def trial_resources(settings: SearchSettings) -> dict:
     if gpus is None:
         gpus = available / max(1, settings.workers)
     elif gpus > available:  # not an error: a GPU node may still be joining the cluster
-        log.warning("each trial asks for %g GPU but the Ray cluster has %g now: trials wait for a GPU node",
-                    gpus, available)
+        log.warning(
+            "each trial asks for %g GPU but the Ray cluster has %g now: trials wait for a GPU node", gpus, available
+        )
     return {"cpu": 1, "gpu": gpus} if gpus else {"cpu": 1}
 
 

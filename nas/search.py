@@ -45,8 +45,9 @@ def finished_trial_numbers(store: Store, name: str) -> set[int]:
     return {row.number for row in store.trials(name, statuses=FINAL)}
 
 
-def launch_search(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings,
-                  show_progress: bool = True) -> SearchReport:
+def launch_search(
+    store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings, show_progress: bool = True
+) -> SearchReport:
     """Create search `name` (inputs already validated) and run all its trials."""
     create_search(store, name, space, budget, settings)
     return _run_remaining(store, name, show_progress)
@@ -55,9 +56,15 @@ def launch_search(store: Store, name: str, space: SearchSpace, budget: Budget, s
 def create_search(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> str:
     """Record search `name` with everything `resume` needs; returns its Optuna study's name."""
     study = new_study_name(name)
-    store.create_search(name, requested_trials=budget.n_trials, budget=budget.model_dump(),
-                        space=space.model_dump(), settings=asdict(settings), optuna_study_name=study,
-                        code_version=code_version())
+    store.create_search(
+        name,
+        requested_trials=budget.n_trials,
+        budget=budget.model_dump(),
+        space=space.model_dump(),
+        settings=asdict(settings),
+        optuna_study_name=study,
+        code_version=code_version(),
+    )
     return study
 
 

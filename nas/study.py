@@ -20,8 +20,7 @@ from .budget import Budget, trial_is_feasible
 from .space import SearchSpace, suggest, to_configs
 from .store import schema_lock
 
-__all__ = ["SAMPLERS", "DefineByRun", "fail_stale_optuna_trials", "make_sampler", "new_study_name",
-           "optuna_storage"]
+__all__ = ["SAMPLERS", "DefineByRun", "fail_stale_optuna_trials", "make_sampler", "new_study_name", "optuna_storage"]
 
 SAMPLERS = ("tpe", "nsga2", "random", "gp")
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import ray  # callers run nas.ray_env.configure_ray_env() before importing this module
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -39,7 +38,7 @@ def error_line(trial) -> str:
     text = ""
     if getattr(trial, "error_file", None) and Path(trial.error_file).exists():
         text = Path(trial.error_file).read_text(errors="replace")
-    lines = [l.strip() for l in text.splitlines() if l.strip() and not l.startswith(("File ", "  "))]
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(("File ", "  "))]
     return (lines[-1] if lines else "trial process failed (no error text)")[:500]
 
 
@@ -66,8 +65,12 @@ class StoreCallback(tune.Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         params = {k: v for k, v in trial.config.items()}
         self.counts.rows[trial.trial_id] = self.store.start_trial(
-            self.name, number=int(params["optuna_number"]), attempt=int(trial.num_failures),
-            config=params, optuna_trial_number=int(params["optuna_number"]))
+            self.name,
+            number=int(params["optuna_number"]),
+            attempt=int(trial.num_failures),
+            config=params,
+            optuna_trial_number=int(params["optuna_number"]),
+        )
         self.counts.running += 1
         self._refresh()
 
@@ -75,11 +78,15 @@ class StoreCallback(tune.Callback):
         result = (trial.last_result or {}).get("trial_result")
         if result is None:  # cut short (time limit, early stopping): never a partial loss on the front
             progress = (trial.last_result or {}).get("progress") or {}
-            result = {"status": TrialStatus.STOPPED, "val_loss": math.inf, "tokens_seen": progress.get("tokens"),
-                      "failure_reason": f"stopped at step {progress.get('step')} of {progress.get('planned_steps')} "
-                                        "(time limit or losing to its FLOP band)",
-                      "executed_flops_per_token": trial.config.get("executed_flops_per_token"),
-                      "curve": [progress] if progress else []}
+            result = {
+                "status": TrialStatus.STOPPED,
+                "val_loss": math.inf,
+                "tokens_seen": progress.get("tokens"),
+                "failure_reason": f"stopped at step {progress.get('step')} of {progress.get('planned_steps')} "
+                "(time limit or losing to its FLOP band)",
+                "executed_flops_per_token": trial.config.get("executed_flops_per_token"),
+                "curve": [progress] if progress else [],
+            }
         self._close(trial, result)
         self.counts.done += 1
         if result.get("status") == TrialStatus.COMPLETED:
@@ -88,8 +95,7 @@ class StoreCallback(tune.Callback):
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         """The attempt's process died and Tune will start it again: `retrying` until then."""
-        self._close(trial, {"status": TrialStatus.RETRYING, "val_loss": math.inf,
-                            "failure_reason": error_line(trial)})
+        self._close(trial, {"status": TrialStatus.RETRYING, "val_loss": math.inf, "failure_reason": error_line(trial)})
         self.counts.failed += 1
         self._refresh()
 
@@ -109,14 +115,18 @@ class StoreCallback(tune.Callback):
         if self.progress is not None:
             c = self.counts
             best = f"{c.best:.4f}" if math.isfinite(c.best) else "-"
-            self.progress.update(self.task, advance=advance,
-                                 description=f"done {c.done} | failed {c.failed} | running {c.running} | best loss {best}")
+            self.progress.update(
+                self.task,
+                advance=advance,
+                description=f"done {c.done} | failed {c.failed} | running {c.running} | best loss {best}",
+            )
 
 
 def stoppers(budget: Budget, settings: SearchSettings):
     """Per-trial time limit and FLOP-band early stopping, as configured (None if neither)."""
     chosen = ([TrialTimeLimit(budget.max_trial_seconds)] if budget.max_trial_seconds else []) + (
-        [FlopBandStopper()] if settings.early_stopping else [])
+        [FlopBandStopper()] if settings.early_stopping else []
+    )
     return tune.stopper.CombinedStopper(*chosen) if chosen else None
 
 
@@ -124,31 +134,57 @@ def configs_from(space: SearchSpace, params: dict):
     return to_configs(space, {k: v for k, v in params.items() if k in space.params})
 
 
-def run_tuner(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings,
-              study_name: str, n_trials: int, show_progress: bool = True, trainable=proxy_trainable) -> Counts:
+def run_tuner(
+    store: Store,
+    name: str,
+    space: SearchSpace,
+    budget: Budget,
+    settings: SearchSettings,
+    study_name: str,
+    n_trials: int,
+    show_progress: bool = True,
+    trainable=proxy_trainable,
+) -> Counts:
     """Run `n_trials` more trials of search `name` and return the counts.
 
     `trainable(params, context)` is the proxy trial; benchmarks swap in one that does no work.
     """
     init_ray(settings)
-    searcher = OptunaSearch(space=DefineByRun(space, budget), metric=list(OBJECTIVES), mode=["min", "min"],
-                            sampler=make_sampler(settings.sampler, settings.seed), study_name=study_name,
-                            storage=optuna_storage(store.url))
-    context = {"budget_flops": budget.trial_flops, "seed": settings.seed,
-               "data": data_config(settings).model_dump(), "configs": partial(configs_from, space)}
+    searcher = OptunaSearch(
+        space=DefineByRun(space, budget),
+        metric=list(OBJECTIVES),
+        mode=["min", "min"],
+        sampler=make_sampler(settings.sampler, settings.seed),
+        study_name=study_name,
+        storage=optuna_storage(store.url),
+    )
+    context = {
+        "budget_flops": budget.trial_flops,
+        "seed": settings.seed,
+        "data": data_config(settings).model_dump(),
+        "configs": partial(configs_from, space),
+    }
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
     with _progress(show_progress, n_trials) as (progress, task):
         callback = StoreCallback(store, name, settings.retries, progress, task)
         tuner = tune.Tuner(
             trainable,
-            tune_config=tune.TuneConfig(search_alg=searcher, num_samples=n_trials,
-                                        max_concurrent_trials=settings.workers, reuse_actors=True,
-                                        time_budget_s=budget.max_search_seconds),
+            tune_config=tune.TuneConfig(
+                search_alg=searcher,
+                num_samples=n_trials,
+                max_concurrent_trials=settings.workers,
+                reuse_actors=True,
+                time_budget_s=budget.max_search_seconds,
+            ),
             run_config=tune.RunConfig(
-                name=f"{name}-{study_name[-8:]}", storage_path=ray_results_dir(settings, store.url), verbose=0,
-                callbacks=[callback], failure_config=tune.FailureConfig(max_failures=settings.retries),
+                name=f"{name}-{study_name[-8:]}",
+                storage_path=ray_results_dir(settings, store.url),
+                verbose=0,
+                callbacks=[callback],
+                failure_config=tune.FailureConfig(max_failures=settings.retries),
                 stop=stoppers(budget, settings),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            ),
         )
         tuner.fit()
     return callback.counts
@@ -163,8 +199,13 @@ class _progress:
     def __enter__(self):
         if not self.show:
             return None, None
-        self.progress = Progress(TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.description}"), TimeElapsedColumn())
+        self.progress = Progress(
+            TextColumn("[bold]trials"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+        )
         self.progress.start()
         return self.progress, self.progress.add_task("starting Ray", total=self.total)
 

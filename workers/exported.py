@@ -34,8 +34,18 @@ from search_spaces.residual_lm import ArchConfig, config_error_message, flops_pe
 
 from .train import OptimConfig, RunConfig
 
-__all__ = ["RUN_FIELDS_NOT_EXPORTED", "AncreCoefficients", "ExportError", "ExportedConfig", "Provenance",
-           "Recommendation", "check_target_flops", "load_exported", "recommend", "routed_sublayers"]
+__all__ = [
+    "RUN_FIELDS_NOT_EXPORTED",
+    "AncreCoefficients",
+    "ExportError",
+    "ExportedConfig",
+    "Provenance",
+    "Recommendation",
+    "check_target_flops",
+    "load_exported",
+    "recommend",
+    "routed_sublayers",
+]
 
 RUN_FIELDS_NOT_EXPORTED = ("checkpoint_dir", "checkpoint_every", "precision")  # chosen where it pretrains
 P_SUM_TOLERANCE = 1e-3  # each column of p sums to one (softmax); stored as float64 from float32
@@ -87,7 +97,7 @@ class ExportedConfig(_Frozen):
     provenance: Provenance | None = None  # always written by export_configs; optional in a hand-written file
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ExportedConfig":
+    def _consistent(self) -> ExportedConfig:
         _check_run(self.run)
         if self.ancre is not None:
             _check_ancre(self.ancre, self.arch)
@@ -107,6 +117,7 @@ class ExportedConfig(_Frozen):
 
 
 # ---- validation of the parts that pydantic's field types cannot express ------------------------
+
 
 def _check_run(run: dict) -> None:
     unknown = [k for k in run if k not in RunConfig.model_fields or k in ("checkpoint_dir", "checkpoint_every")]
@@ -132,8 +143,9 @@ def _check_ancre(ancre: AncreCoefficients, arch: ArchConfig) -> None:
         if not all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in into):
             raise ValueError(f"ancre.p: column {j - 1} (into block {j}) must hold values in [0, 1] (got {into})")
         if abs(sum(into) - 1.0) > P_SUM_TOLERANCE:
-            raise ValueError(f"ancre.p: column {j - 1} (into block {j}) must sum to 1 over rows 0..{j - 1} "
-                             f"(got {sum(into):.6g})")
+            raise ValueError(
+                f"ancre.p: column {j - 1} (into block {j}) must sum to 1 over rows 0..{j - 1} (got {sum(into):.6g})"
+            )
         if any(x != 0.0 for x in column[j:]):
             raise ValueError(f"ancre.p: column {j - 1} must be 0 in rows {j}..{n} (no shortcut from block i >= j)")
 
@@ -156,15 +168,19 @@ def _check_thresholds(thresholds: dict[str, float], arch: ArchConfig) -> None:
 def _check_recommendation(rec: Recommendation, arch: ArchConfig) -> None:
     executed = flops_per_token(arch).executed
     if not math.isclose(rec.executed_flops_per_token, executed, rel_tol=1e-9):
-        raise ValueError(f"recommended.executed_flops_per_token: {rec.executed_flops_per_token:.6g} is not this "
-                         f"architecture's {executed:.6g} (arch edited? re-export, or delete 'recommended')")
+        raise ValueError(
+            f"recommended.executed_flops_per_token: {rec.executed_flops_per_token:.6g} is not this "
+            f"architecture's {executed:.6g} (arch edited? re-export, or delete 'recommended')"
+        )
     bought = tokens_for(arch, rec.target_flops)
     if abs(rec.tokens - bought) > 1.0:
-        raise ValueError(f"recommended.tokens: {rec.tokens} is not target_flops / (3 x executed_flops_per_token) "
-                         f"= {bought:.6g}")
+        raise ValueError(
+            f"recommended.tokens: {rec.tokens} is not target_flops / (3 x executed_flops_per_token) = {bought:.6g}"
+        )
 
 
 # ---- building and reading ----------------------------------------------------------------------
+
 
 def recommend(arch: ArchConfig, target_flops: float) -> Recommendation:
     """The iso-FLOP token count D = F / (3 x executed forward FLOPs per token), rounded."""
@@ -172,15 +188,20 @@ def recommend(arch: ArchConfig, target_flops: float) -> Recommendation:
     executed = flops_per_token(arch).executed
     tokens = round(tokens_for(arch, target_flops))
     if tokens < 1:
-        raise ExportError(f"--target-flops: {target_flops:.3g} FLOPs buy less than one token "
-                          f"(3 x {executed:.3g} FLOPs per token)")
+        raise ExportError(
+            f"--target-flops: {target_flops:.3g} FLOPs buy less than one token (3 x {executed:.3g} FLOPs per token)"
+        )
     return Recommendation(target_flops=float(target_flops), tokens=tokens, executed_flops_per_token=executed)
 
 
 def check_target_flops(target_flops: float) -> None:
     """`--target-flops` must be a finite number > 0; ExportError otherwise."""
-    if isinstance(target_flops, bool) or not isinstance(target_flops, (int, float)) \
-            or not math.isfinite(target_flops) or target_flops <= 0:
+    if (
+        isinstance(target_flops, bool)
+        or not isinstance(target_flops, (int, float))
+        or not math.isfinite(target_flops)
+        or target_flops <= 0
+    ):
         raise ExportError(f"--target-flops: must be a finite number > 0 (got {target_flops!r})")
 
 

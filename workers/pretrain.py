@@ -50,15 +50,17 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from pydantic import ValidationError
 
 from search_spaces.residual_lm import ResidualLM, config_error_message, forward_flops_per_token, training_flops
+from search_spaces.residual_lm.ancre import AncreConnectivity
 
 from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
 from .exported import ExportedConfig
@@ -85,6 +87,7 @@ class PretrainError(ValueError):
 
 # ---- the budget ----------------------------------------------------------------------------------
 
+
 def budget_for(exported: ExportedConfig, tokens: int | None = None, target_flops: float | None = None) -> float:
     """Training FLOPs: 3 x F x tokens, or target_flops, or the export's recommendation."""
     if tokens is not None and target_flops is not None:
@@ -105,6 +108,7 @@ def budget_for(exported: ExportedConfig, tokens: int | None = None, target_flops
 
 # ---- what the export adds to a freshly built model -----------------------------------------------
 
+
 def frozen_logits(p: list[list[float]], n_layers: int, tau: float) -> torch.Tensor:
     """Flat logits c with softmax_i(c_ij / tau) = p_ij: c_ij = tau log p_ij, block j's from j(j-1)/2."""
     parts = []
@@ -119,6 +123,7 @@ def apply_export(model: ResidualLM, exported: ExportedConfig) -> None:
     """Frozen ANCRe logits (if `ancre.freeze`) and MoD thresholds from `exported`, in place."""
     if exported.ancre is not None and exported.ancre.freeze:
         conn = model.connectivity
+        assert isinstance(conn, AncreConnectivity), "the export's arch is ANCRe (checked when it was loaded)"
         conn.logits.copy_(frozen_logits(exported.ancre.p, conn.n_layers, conn.tau))
         conn.logits.requires_grad_(False)
     routers = {f"{kind}{j}": r for (kind, j), r in model.routers().items()}
@@ -127,7 +132,7 @@ def apply_export(model: ResidualLM, exported: ExportedConfig) -> None:
         routers[name].eval_threshold.fill_(value)
 
 
-def model_hook(exported: ExportedConfig, device: torch.device, parallel: "Parallel") -> Callable[[ResidualLM], None]:
+def model_hook(exported: ExportedConfig, device: torch.device, parallel: Parallel) -> Callable[[ResidualLM], None]:
     """What `train(model_hook=...)` runs on the new model: device, export, data-parallel hooks."""
 
     def hook(model: ResidualLM) -> None:
@@ -141,9 +146,18 @@ def model_hook(exported: ExportedConfig, device: torch.device, parallel: "Parall
 
 # ---- pretraining -----------------------------------------------------------------------------------
 
-def pretrain(exported: ExportedConfig, *, tokens: int | None = None, target_flops: float | None = None,
-             data: DataConfig = DataConfig(), out_dir: str | Path, seed: int = 0, report: Report | None = None,
-             run_overrides: dict[str, Any] | None = None) -> dict:
+
+def pretrain(
+    exported: ExportedConfig,
+    *,
+    tokens: int | None = None,
+    target_flops: float | None = None,
+    data: DataConfig = DataConfig(),
+    out_dir: str | Path,
+    seed: int = 0,
+    report: Report | None = None,
+    run_overrides: dict[str, Any] | None = None,
+) -> dict:
     """Train `exported` at full scale; return a summary (see `_summary`). Resumes from `out_dir`.
 
     Raises `PretrainError` (one line) for a bad budget, bad `run_overrides` or an `out_dir` that
@@ -158,50 +172,81 @@ def pretrain(exported: ExportedConfig, *, tokens: int | None = None, target_flop
         parallel.close()
 
 
-def _pretrain(exported: ExportedConfig, budget: float, data: DataConfig, out_dir: Path, seed: int,
-              report: Report | None, overrides: dict, parallel: "Parallel", start: float) -> dict:
+def _pretrain(
+    exported: ExportedConfig,
+    budget: float,
+    data: DataConfig,
+    out_dir: Path,
+    seed: int,
+    report: Report | None,
+    overrides: dict,
+    parallel: Parallel,
+    start: float,
+) -> dict:
     cfg = exported.arch
     device = parallel.device()
-    run = _run_config(exported, overrides, budget / parallel.world_size, parallel.checkpoint_dir(out_dir), device)
+    checkpoint_dir = parallel.checkpoint_dir(out_dir)
+    run = _run_config(exported, overrides, budget / parallel.world_size, checkpoint_dir, device)
     corpus = parallel.shard(load_corpus(data))
     manifest = _manifest(exported, budget, seed, run, corpus, parallel)
-    ckpt = Path(run.checkpoint_dir) / "last.pt"
+    ckpt = checkpoint_dir / "last.pt"
     done, refused = None, None
     try:
-        done = _check_out_dir(Path(run.checkpoint_dir), manifest, ckpt)
+        done = _check_out_dir(checkpoint_dir, manifest, ckpt)
     except PretrainError as err:
         refused = err
     if parallel.any(refused is not None):  # every rank stops, or none does
         raise refused or PretrainError("another rank refused its checkpoint directory (see rank 0's error)")
-    if not parallel.any(done is None):
+    all_done = not parallel.any(done is None)  # a collective: every rank calls it
+    if all_done and done is not None:
         return done
     resumed_from = parallel.agree_on_step(_checkpoint_step(ckpt))
     try:
-        outcome = train(cfg, budget / parallel.world_size, corpus, optim=exported.optim, run=run, seed=seed,
-                        report=parallel.report(report), model_hook=model_hook(exported, device, parallel))
+        outcome = train(
+            cfg,
+            budget / parallel.world_size,
+            corpus,
+            optim=exported.optim,
+            run=run,
+            seed=seed,
+            report=parallel.report(report),
+            model_hook=model_hook(exported, device, parallel),
+        )
     except InfeasibleBudget as err:
         raise PretrainError(f"budget too small: {err}") from None
     summary = _summary(outcome, exported, budget, run, parallel, resumed_from, ckpt, out_dir, start)
     if parallel.rank == 0 and outcome.status == TrialStatus.COMPLETED:
-        torch.save({"arch": cfg.model_dump(), "export": exported.model_dump(mode="json"),
-                    "model": {k: v.cpu() for k, v in outcome.model.state_dict().items()}}, out_dir / FINAL)
-    _write_json(Path(run.checkpoint_dir) / SUMMARY, summary)  # every rank: a completed re-run returns at once
+        torch.save(
+            {
+                "arch": cfg.model_dump(),
+                "export": exported.model_dump(mode="json"),
+                "model": {k: v.cpu() for k, v in outcome.model.state_dict().items()},
+            },
+            out_dir / FINAL,
+        )
+    _write_json(checkpoint_dir / SUMMARY, summary)  # every rank: a completed re-run returns at once
     return summary
 
 
-def _run_config(exported: ExportedConfig, overrides: dict, rank_budget: float, checkpoint_dir: Path,
-                device: torch.device) -> RunConfig:
+def _run_config(
+    exported: ExportedConfig, overrides: dict, rank_budget: float, checkpoint_dir: Path, device: torch.device
+) -> RunConfig:
     """Device precision < exported run fields < `overrides` (validated); checkpoints in out_dir."""
     if "checkpoint_dir" in overrides:
         raise PretrainError("run.checkpoint_dir: set by out_dir, not by run overrides")
-    fields = {"precision": "bf16" if device.type == "cuda" else "fp32", **exported.run, **overrides,
-              "checkpoint_dir": str(checkpoint_dir)}
+    fields = {
+        "precision": "bf16" if device.type == "cuda" else "fp32",
+        **exported.run,
+        **overrides,
+        "checkpoint_dir": str(checkpoint_dir),
+    }
     try:
         run = RunConfig(**fields)
         if "checkpoint_every" not in overrides:
             steps = plan_budget(exported.arch, rank_budget, run.batch_size).steps
-            run = run.model_copy(update={"checkpoint_every": min(MAX_CHECKPOINT_EVERY,
-                                                                 max(1, steps // CHECKPOINTS_PER_RUN))})
+            run = run.model_copy(
+                update={"checkpoint_every": min(MAX_CHECKPOINT_EVERY, max(1, steps // CHECKPOINTS_PER_RUN))}
+            )
     except ValidationError as err:
         raise PretrainError(config_error_message(err, prefix="run.")) from None
     except InfeasibleBudget as err:
@@ -209,11 +254,19 @@ def _run_config(exported: ExportedConfig, overrides: dict, rank_budget: float, c
     return run
 
 
-def _manifest(exported: ExportedConfig, budget: float, seed: int, run: RunConfig, corpus: TokenizedCorpus,
-              parallel: "Parallel") -> dict:
+def _manifest(
+    exported: ExportedConfig, budget: float, seed: int, run: RunConfig, corpus: TokenizedCorpus, parallel: Parallel
+) -> dict:
     export = exported.model_dump(mode="json", exclude={"provenance", "recommended"})
-    return {"export": export, "budget_flops": budget, "seed": seed, "batch_size": run.batch_size,
-            "precision": run.precision, "data": corpus.fingerprint, "world_size": parallel.world_size}
+    return {
+        "export": export,
+        "budget_flops": budget,
+        "seed": seed,
+        "batch_size": run.batch_size,
+        "precision": run.precision,
+        "data": corpus.fingerprint,
+        "world_size": parallel.world_size,
+    }
 
 
 def _check_out_dir(directory: Path, manifest: dict, ckpt: Path) -> dict | None:
@@ -227,8 +280,10 @@ def _check_out_dir(directory: Path, manifest: dict, ckpt: Path) -> dict | None:
         stored = json.loads(path.read_text())
         differ = [k for k in MANIFEST_KEYS if stored.get(k) != manifest[k]]
         if differ:
-            raise PretrainError(f"--out {directory} holds a run with a different {', '.join(differ)}: "
-                                "use a fresh --out, or the same settings to resume")
+            raise PretrainError(
+                f"--out {directory} holds a run with a different {', '.join(differ)}: "
+                "use a fresh --out, or the same settings to resume"
+            )
         done = json.loads(summary.read_text()) if summary.exists() else {}
         return {**done, "already_complete": True} if done.get("status") == TrialStatus.COMPLETED else None
     if ckpt.exists():
@@ -245,24 +300,45 @@ def _checkpoint_step(ckpt: Path) -> int:
     return int(torch.load(ckpt, weights_only=True, mmap=True, map_location="cpu")["state"]["step"])
 
 
-def _summary(outcome, exported: ExportedConfig, budget: float, run: RunConfig, parallel: "Parallel",
-             resumed_from: int, ckpt: Path, out_dir: Path, start: float) -> dict:
+def _summary(
+    outcome,
+    exported: ExportedConfig,
+    budget: float,
+    run: RunConfig,
+    parallel: Parallel,
+    resumed_from: int,
+    ckpt: Path,
+    out_dir: Path,
+    start: float,
+) -> dict:
     state = outcome.state
     tokens, flops = parallel.sum(state.tokens_seen), parallel.sum(state.training_flops)
     completed = outcome.status == TrialStatus.COMPLETED
     loss = state.val_loss if completed else math.inf
     return {
-        "status": outcome.status, "failure_reason": outcome.failure_reason,
-        "val_loss": loss, "val_bpb": bits_per_byte(loss), "last_val_loss": state.val_loss,
-        "tokens_seen": int(tokens), "planned_tokens": outcome.plan.tokens * parallel.world_size, "steps": state.step,
-        "planned_steps": outcome.plan.steps, "training_flops": flops, "budget_flops": budget,
+        "status": outcome.status,
+        "failure_reason": outcome.failure_reason,
+        "val_loss": loss,
+        "val_bpb": bits_per_byte(loss),
+        "last_val_loss": state.val_loss,
+        "tokens_seen": int(tokens),
+        "planned_tokens": outcome.plan.tokens * parallel.world_size,
+        "steps": state.step,
+        "planned_steps": outcome.plan.steps,
+        "training_flops": flops,
+        "budget_flops": budget,
         "executed_flops_per_token": outcome.plan.executed_flops_per_token,
         "realised_flops_per_token": forward_flops_per_token(flops, tokens) if tokens else None,
-        "wall_time_s": time.perf_counter() - start, "step_seconds": state.step_seconds,
-        "resumed_from_step": resumed_from, "precision": run.precision, "batch_size": run.batch_size,
-        "world_size": parallel.world_size, "device": str(next(outcome.model.parameters()).device),
+        "wall_time_s": time.perf_counter() - start,
+        "step_seconds": state.step_seconds,
+        "resumed_from_step": resumed_from,
+        "precision": run.precision,
+        "batch_size": run.batch_size,
+        "world_size": parallel.world_size,
+        "device": str(next(outcome.model.parameters()).device),
         "ancre_frozen": bool(exported.ancre and exported.ancre.freeze),
-        "checkpoint": str(ckpt), "final_model": str(out_dir / FINAL) if completed else None,
+        "checkpoint": str(ckpt),
+        "final_model": str(out_dir / FINAL) if completed else None,
         "out_dir": str(out_dir),
     }
 
@@ -276,6 +352,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 # ---- data parallel (torchrun); a no-op for one process -------------------------------------------
 
+
 @dataclass
 class Parallel:
     """This process's place in a torchrun job (rank 0 of 1 without torchrun). See the module docstring."""
@@ -286,7 +363,7 @@ class Parallel:
     owns_group: bool = False  # this module initialised the process group (and destroys it)
 
     @classmethod
-    def from_env(cls) -> "Parallel":
+    def from_env(cls) -> Parallel:
         world = int(os.environ.get("WORLD_SIZE", "1"))
         if world <= 1:
             return cls()
@@ -316,7 +393,7 @@ class Parallel:
         if self.world_size == 1:
             return corpus
         n = corpus.train.numel()
-        part = corpus.train[self.rank * n // self.world_size: (self.rank + 1) * n // self.world_size]
+        part = corpus.train[self.rank * n // self.world_size : (self.rank + 1) * n // self.world_size]
         return replace(corpus, train=part, fingerprint=f"{corpus.fingerprint}/shard{self.rank}of{self.world_size}")
 
     def _all_reduce(self, values: list[float], op=None) -> list[float]:
@@ -368,8 +445,8 @@ class Parallel:
             flat = torch.cat([g.reshape(-1).float() for g in grads] + [flags])
             dist.all_reduce(flat)
             offset = 0
-            for p, g, n_used in zip(params, grads, flat[-len(params):].tolist()):
-                p.grad = g.copy_(flat[offset: offset + g.numel()].view_as(g) / self.world_size) if n_used else None
+            for p, g, n_used in zip(params, grads, flat[-len(params) :].tolist(), strict=False):
+                p.grad = g.copy_(flat[offset : offset + g.numel()].view_as(g) / self.world_size) if n_used else None
                 offset += g.numel()
 
         def sync_after_forward(module, _args, output: torch.Tensor):
@@ -378,13 +455,14 @@ class Parallel:
             buffers = [b for r in module.routers().values() for b in (r.threshold, r.level, r.eval_threshold)]
             flat = torch.stack([b.float() for b in buffers] + [(~torch.isfinite(output).all()).float()])
             dist.all_reduce(flat)
-            for b, v in zip(buffers, flat[:-1] / self.world_size):
+            for b, v in zip(buffers, flat[:-1] / self.world_size, strict=False):
                 b.copy_(v)
             if flat[-1] > 0:  # non-finite somewhere: every rank sees NaN and ends the run as diverged
                 output = output * math.nan
             if output.requires_grad:
-                output.register_hook(lambda grad: torch.autograd.Variable._execution_engine.queue_callback(
-                    average_gradients))
+                output.register_hook(
+                    lambda grad: torch.autograd.Variable._execution_engine.queue_callback(average_gradients)
+                )
             return output
 
         model.register_forward_hook(sync_after_forward)

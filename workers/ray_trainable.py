@@ -49,8 +49,16 @@ def proxy_trainable(params: dict, context: dict) -> None:
     torch.set_num_threads(_threads_for_this_trial())
     reason = params.get("infeasible_reason")
     if reason:
-        tune.report(_final({"status": TrialStatus.INFEASIBLE, "failure_reason": reason, "val_loss": math.inf,
-                            "executed_flops_per_token": params.get("executed_flops_per_token", math.inf)}))
+        tune.report(
+            _final(
+                {
+                    "status": TrialStatus.INFEASIBLE,
+                    "failure_reason": reason,
+                    "val_loss": math.inf,
+                    "executed_flops_per_token": params.get("executed_flops_per_token", math.inf),
+                }
+            )
+        )
         return
     arch, optim, run = context["configs"](params)
     corpus = load_corpus(DataConfig(**context["data"]))
@@ -58,15 +66,15 @@ def proxy_trainable(params: dict, context: dict) -> None:
     def progress(point: dict) -> None:
         tune.report({"val_loss": math.inf, "executed_flops_per_token": math.inf, "progress": point})
 
-    result = run_trial(arch, context["budget_flops"], corpus, seed=context["seed"], report=progress,
-                       optim=optim, run=run)
+    result = run_trial(
+        arch, context["budget_flops"], corpus, seed=context["seed"], report=progress, optim=optim, run=run
+    )
     tune.report(_final(result.to_dict()))
 
 
 def _final(record: dict) -> dict:
     """The last report: objectives (never NaN) plus the whole record under `trial_result`."""
-    out = {key: finite_or_inf(record.get(key)) for key in OBJECTIVES}
+    out: dict[str, Any] = {key: finite_or_inf(record.get(key)) for key in OBJECTIVES}
     out["trial_result"] = record
     out["status"] = record.get("status")
     return out
-

@@ -1,4 +1,4 @@
-"""Iso-FLOP proxy training (DESIGN.md §3.6): every trial gets the same training compute C.
+"""Iso-FLOP proxy training (docs/design.md §3.6): every trial gets the same training compute C.
 
 A config whose executed forward pass costs F FLOPs per token trains on D = C / (3 F) tokens,
 rounded to whole batches (so within half a batch of D). F is the expected executed count at the
@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -181,8 +182,12 @@ def save_checkpoint(path: Path, cfg: ArchConfig, optim: OptimConfig, model, opt,
     """Config as plain dicts, never pickled objects; written atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {
-        "arch": cfg.model_dump(), "optim": optim.model_dump(), "model": model.state_dict(),
-        "optimizer": opt.state_dict(), "batches": batches.state_dict(), "rng": torch.get_rng_state(),
+        "arch": cfg.model_dump(),
+        "optim": optim.model_dump(),
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "batches": batches.state_dict(),
+        "rng": torch.get_rng_state(),
         "state": {k: v for k, v in vars(state).items()},
     }
     tmp = path.with_suffix(".tmp")
@@ -206,9 +211,17 @@ def _eval_steps(steps: int, evals: int) -> set[int]:
     return {max(1, round(steps * (i + 1) / evals)) for i in range(evals)}
 
 
-def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, optim: OptimConfig = OptimConfig(),
-          run: RunConfig = RunConfig(), seed: int = 0, report: Report | None = None,
-          model_hook: Callable[[ResidualLM], None] | None = None) -> TrainOutcome:
+def train(
+    cfg: ArchConfig,
+    budget_flops: float,
+    corpus: TokenizedCorpus,
+    *,
+    optim: OptimConfig = OptimConfig(),
+    run: RunConfig = RunConfig(),
+    seed: int = 0,
+    report: Report | None = None,
+    model_hook: Callable[[ResidualLM], object] | None = None,
+) -> TrainOutcome:
     """Train `cfg` on `corpus` for the iso-FLOP token budget of `budget_flops`. Raises InfeasibleBudget.
 
     `model_hook(model)` runs right after the model is built, before the optimiser is built and
@@ -226,8 +239,10 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
     opt = build_optimizer(model, optim)
     batches = TrainBatches(corpus.train, cfg.seq_len, run.batch_size, seed)
     device = next(model.parameters()).device  # where model_hook put the model
-    val = [(x.to(device), y.to(device))
-           for x, y in validation_batches(corpus.val, cfg.seq_len, run.eval_sequences, run.batch_size)]
+    val = [
+        (x.to(device), y.to(device))
+        for x, y in validation_batches(corpus.val, cfg.seq_len, run.eval_sequences, run.batch_size)
+    ]
     # 2. Resume from the last checkpoint, if any.
     ckpt = _checkpoint_path(run)
     state = load_checkpoint(ckpt, cfg, model, opt, batches) if ckpt and ckpt.exists() else TrainState()
@@ -236,12 +251,16 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
         # 3. One optimisation step; a non-finite loss ends the run.
         loss = _train_step(model, opt, next(batches), optim, run.precision, device, state, plan)
         if not math.isfinite(loss):
-            return TrainOutcome(TrialStatus.DIVERGED, model, state, plan, val, f"non-finite training loss at step {state.step}")
+            return TrainOutcome(
+                TrialStatus.DIVERGED, model, state, plan, val, f"non-finite training loss at step {state.step}"
+            )
         # 4. Validate, report, checkpoint.
         if state.step in eval_at:
             state.val_loss = evaluate(model, val, run.precision)
             if not math.isfinite(state.val_loss):
-                return TrainOutcome(TrialStatus.DIVERGED, model, state, plan, val, f"non-finite validation loss at step {state.step}")
+                return TrainOutcome(
+                    TrialStatus.DIVERGED, model, state, plan, val, f"non-finite validation loss at step {state.step}"
+                )
         eval_point = (eval_at.index(state.step) + 1, len(eval_at)) if state.step in eval_at else None
         stop = _record_progress(state, plan, run, report, eval_point)
         if ckpt and run.checkpoint_every and state.step % run.checkpoint_every == 0:
@@ -251,8 +270,9 @@ def train(cfg: ArchConfig, budget_flops: float, corpus: TokenizedCorpus, *, opti
     return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
 
 
-def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, device, state: TrainState,
-                plan: BudgetPlan) -> float:
+def _train_step(
+    model, opt, batch, optim: OptimConfig, precision: Precision, device, state: TrainState, plan: BudgetPlan
+) -> float:
     """Schedule, forward, backward, clip, update. Returns the batch loss (nats/token)."""
     start = time.perf_counter()
     lr = learning_rate(state.step, plan.steps, optim)
@@ -277,8 +297,9 @@ def _train_step(model, opt, batch, optim: OptimConfig, precision: Precision, dev
     return value
 
 
-def _record_progress(state: TrainState, plan: BudgetPlan, run: RunConfig, report: Report | None,
-                     eval_point: tuple[int, int] | None) -> bool:
+def _record_progress(
+    state: TrainState, plan: BudgetPlan, run: RunConfig, report: Report | None, eval_point: tuple[int, int] | None
+) -> bool:
     """Append to the loss curve and call `report`; True if the caller asked to stop.
 
     Validation points carry `eval_index` k of `evals` (at fixed shares of the budget), so trials
@@ -287,9 +308,15 @@ def _record_progress(state: TrainState, plan: BudgetPlan, run: RunConfig, report
     evaluated = eval_point is not None
     if not (evaluated or state.step % run.report_every == 0 or state.step == plan.steps):
         return False
-    point = {"step": state.step, "tokens": state.tokens_seen, "train_loss": state.train_loss,
-             "val_loss": state.val_loss if evaluated else None, "training_flops": state.training_flops,
-             "planned_steps": plan.steps, "eval_index": eval_point[0] if evaluated else None,
-             "evals": eval_point[1] if evaluated else None}
+    point = {
+        "step": state.step,
+        "tokens": state.tokens_seen,
+        "train_loss": state.train_loss,
+        "val_loss": state.val_loss if evaluated else None,
+        "training_flops": state.training_flops,
+        "planned_steps": plan.steps,
+        "eval_index": eval_point[0] if eval_point is not None else None,
+        "evals": eval_point[1] if eval_point is not None else None,
+    }
     state.curve.append(point)
     return bool(report(point)) if report else False

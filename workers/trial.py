@@ -84,21 +84,43 @@ def _diagnostics(outcome: TrainOutcome) -> dict:
     return model.diagnostics()
 
 
-def run_trial(cfg: ArchConfig, budget_flops: float, data: TokenizedCorpus | DataConfig | None = None, seed: int = 0,
-              report: Report | None = None, *, optim: OptimConfig = OptimConfig(), run: RunConfig = RunConfig(),
-              width_probe: bool = True) -> TrialResult:
+def run_trial(
+    cfg: ArchConfig,
+    budget_flops: float,
+    data: TokenizedCorpus | DataConfig | None = None,
+    seed: int = 0,
+    report: Report | None = None,
+    *,
+    optim: OptimConfig = OptimConfig(),
+    run: RunConfig = RunConfig(),
+    width_probe: bool = True,
+) -> TrialResult:
     """Train `cfg` under `budget_flops` training FLOPs on `data` (default: the shipped corpus)."""
     start = time.perf_counter()
     fpt = flops_per_token(cfg)
-    base = dict(nominal_flops_per_token=fpt.nominal, executed_flops_per_token=fpt.executed,
-                budget_flops=budget_flops, arch=cfg.model_dump(), optim=optim.model_dump(), seed=seed)
+    base = dict(
+        nominal_flops_per_token=fpt.nominal,
+        executed_flops_per_token=fpt.executed,
+        budget_flops=budget_flops,
+        arch=cfg.model_dump(),
+        optim=optim.model_dump(),
+        seed=seed,
+    )
     device = trial_device()
     try:
         corpus = data if isinstance(data, TokenizedCorpus) else load_corpus(data or DataConfig())
         if device.type == "cuda":
             run = run.model_copy(update={"precision": "bf16"})
-        outcome = train(cfg, budget_flops, corpus, optim=optim, run=run, seed=seed, report=report,
-                        model_hook=lambda model: model.to(device))
+        outcome = train(
+            cfg,
+            budget_flops,
+            corpus,
+            optim=optim,
+            run=run,
+            seed=seed,
+            report=report,
+            model_hook=lambda model: model.to(device),
+        )
     except InfeasibleBudget as err:
         return _failed(TrialStatus.INFEASIBLE, f"infeasible: {err}", base, start)
     except Exception as err:  # a crashing trial is recorded, never raised into the search
@@ -107,10 +129,22 @@ def run_trial(cfg: ArchConfig, budget_flops: float, data: TokenizedCorpus | Data
 
 
 def _failed(status: TrialStatus, reason: str, base: dict, start: float) -> TrialResult:
-    return TrialResult(status=status, failure_reason=reason, val_loss=math.inf, val_bpb=math.inf,
-                       realised_flops_per_token=None, training_flops=0.0, tokens_seen=0, planned_tokens=0, steps=0,
-                       wall_time_s=time.perf_counter() - start, tokens_per_s=0.0, step_time_share=None,
-                       peak_memory_mb=peak_memory_mb(), **base)
+    return TrialResult(
+        status=status,
+        failure_reason=reason,
+        val_loss=math.inf,
+        val_bpb=math.inf,
+        realised_flops_per_token=None,
+        training_flops=0.0,
+        tokens_seen=0,
+        planned_tokens=0,
+        steps=0,
+        wall_time_s=time.perf_counter() - start,
+        tokens_per_s=0.0,
+        step_time_share=None,
+        peak_memory_mb=peak_memory_mb(),
+        **base,
+    )
 
 
 def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) -> TrialResult:
@@ -119,15 +153,28 @@ def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) 
     if outcome.status != TrialStatus.DIVERGED:
         diagnostics = _diagnostics(outcome)
         if width_probe and completed:
-            x, y = (torch.cat(t) for t in zip(*outcome.val_batches))
+            x, y = (torch.cat(t) for t in zip(*outcome.val_batches, strict=False))
             width = width_certificate(outcome.model, x, y).to_dict()
     wall = time.perf_counter() - start
     loss = state.val_loss if completed else math.inf
     return TrialResult(
-        status=outcome.status, failure_reason=outcome.failure_reason, val_loss=loss, val_bpb=bits_per_byte(loss),
+        status=outcome.status,
+        failure_reason=outcome.failure_reason,
+        val_loss=loss,
+        val_bpb=bits_per_byte(loss),
         realised_flops_per_token=forward_flops_per_token(state.training_flops, state.tokens_seen)
-        if state.tokens_seen else None,
-        training_flops=state.training_flops, tokens_seen=state.tokens_seen, planned_tokens=outcome.plan.tokens,
-        steps=state.step, wall_time_s=wall, tokens_per_s=state.tokens_seen / wall if wall > 0 else 0.0,
-        step_time_share=state.step_seconds / wall if wall > 0 else None, peak_memory_mb=peak_memory_mb(),
-        diagnostics=diagnostics, width=width, curve=state.curve, **base)
+        if state.tokens_seen
+        else None,
+        training_flops=state.training_flops,
+        tokens_seen=state.tokens_seen,
+        planned_tokens=outcome.plan.tokens,
+        steps=state.step,
+        wall_time_s=wall,
+        tokens_per_s=state.tokens_seen / wall if wall > 0 else 0.0,
+        step_time_share=state.step_seconds / wall if wall > 0 else None,
+        peak_memory_mb=peak_memory_mb(),
+        diagnostics=diagnostics,
+        width=width,
+        curve=state.curve,
+        **base,
+    )

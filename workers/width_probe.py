@@ -1,4 +1,4 @@
-"""Width certificate: the effective alignment dimension of a trained proxy (DESIGN.md §4).
+"""Width certificate: the effective alignment dimension of a trained proxy (docs/design.md §4).
 
 Source: Zhang et al., "Mechanisms of Width Scaling in Normalized Residual Networks: The
 Effective Alignment Dimension", arXiv 2607.24887 (shared/papers/effective_alignment_dimension_*).
@@ -16,7 +16,7 @@ and statement they appear in:
 * "Direct Residual-Expansion Intervention": the signal of a token-shared bias z_t(b) = z_t + b is
   grad_b loss = sum_t grad_{z_t} loss, measured after the final block and before the final norm.
 
-DESIGN.md §4 and the paper agree on every formula used here (checked).
+docs/design.md §4 and the paper agree on every formula used here (checked).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def empirical_misalignment(q: Tensor, m: int = 8, k: int = 8, draws: int = 2000,
 
 @dataclass
 class WidthCertificate:
-    """What a trial stores about its width geometry (DESIGN.md §4), all plain Python numbers."""
+    """What a trial stores about its width geometry (docs/design.md §4), all plain Python numbers."""
 
     n_sequences: int
     d_model: int

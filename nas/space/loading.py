@@ -31,8 +31,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -57,8 +56,7 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
         detail = f"{context}: {problem}" if context else problem
         raise SpaceError(f"{where}: invalid YAML: {' '.join(str(detail).split())}") from None
     if not isinstance(raw, dict):
-        raise SpaceError(f"{source}: must be a mapping with keys family, fixed, params "
-                         f"(got {type(raw).__name__})")
+        raise SpaceError(f"{source}: must be a mapping with keys family, fixed, params (got {type(raw).__name__})")
     return space_from_dict(raw, source)
 
 

@@ -63,10 +63,12 @@ def to_configs(space: SearchSpace, params: dict[str, Any]) -> tuple[ArchConfig, 
     `params` must give exactly the searched knobs. Raises `pydantic.ValidationError` for missing or
     unknown knobs, or for values/combinations the configs reject (d_model not divisible by n_heads...).
     """
-    errors = [((name,), f"not a searched knob of this space (searched: {', '.join(space.params)})", value)
-              for name, value in params.items() if name not in space.params]
-    errors += [((name,), "searched but missing", None)
-               for name in space.params if name not in params]
+    errors = [
+        ((name,), f"not a searched knob of this space (searched: {', '.join(space.params)})", value)
+        for name, value in params.items()
+        if name not in space.params
+    ]
+    errors += [((name,), "searched but missing", None) for name in space.params if name not in params]
     raise_errors(errors, "params")
     values = {**space.fixed, **params}
     by_owner: dict[str, dict] = {owner: {} for owner in CONFIG_MODELS}

@@ -20,7 +20,7 @@ problem into ONE line naming the field path (`params.ancre_tau.low: must be > 0 
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
@@ -113,7 +113,6 @@ def space_error_message(err: ValidationError, source: str | None = None) -> str:
     return f"{source}: {body}" if source else body
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The spec models
 
@@ -132,13 +131,18 @@ class IntParam(_Frozen):
     log: bool = False
 
     @model_validator(mode="after")
-    def _check(self) -> "IntParam":
+    def _check(self) -> IntParam:
         errors = []
         if self.low >= self.high:
             errors.append((("high",), f"must be > low (got low={self.low}, high={self.high})", self.high))
         elif (self.high - self.low) % self.step:
-            errors.append((("high",), f"high - low must be a multiple of step={self.step} "
-                                      f"(got low={self.low}, high={self.high})", self.high))
+            errors.append(
+                (
+                    ("high",),
+                    f"high - low must be a multiple of step={self.step} (got low={self.low}, high={self.high})",
+                    self.high,
+                )
+            )
         if self.log and self.low <= 0:
             errors.append((("low",), f"must be > 0 for a log scale (got {self.low})", self.low))
         if self.log and self.step != 1:
@@ -159,7 +163,7 @@ class FloatParam(_Frozen):
     log: bool = False
 
     @model_validator(mode="after")
-    def _check(self) -> "FloatParam":
+    def _check(self) -> FloatParam:
         errors = []
         if self.low >= self.high:
             errors.append((("high",), f"must be > low (got low={self.low}, high={self.high})", self.high))
@@ -169,7 +173,7 @@ class FloatParam(_Frozen):
         return self
 
 
-Choice = Union[None, bool, int, float, str]  # what Optuna's CategoricalDistribution accepts
+Choice = None | bool | int | float | str  # what Optuna's CategoricalDistribution accepts
 
 
 class CategoricalParam(_Frozen):
@@ -189,7 +193,7 @@ class CategoricalParam(_Frozen):
         return choices
 
 
-Param = Annotated[Union[IntParam, FloatParam, CategoricalParam], Field(discriminator="kind")]
+Param = Annotated[IntParam | FloatParam | CategoricalParam, Field(discriminator="kind")]
 
 
 def _field_info(name: str):
@@ -204,8 +208,9 @@ def _field_adapter(name: str) -> TypeAdapter:
 
 
 def _unknown(name: str, where: str) -> tuple[tuple, str, Any]:
-    known = "; ".join(f"{owner} ({model.__name__}): {', '.join(model.model_fields)}"
-                      for owner, model in CONFIG_MODELS.items())
+    known = "; ".join(
+        f"{owner} ({model.__name__}): {', '.join(model.model_fields)}" for owner, model in CONFIG_MODELS.items()
+    )
     return (name,), f"unknown {where} {name!r}; known fields are {known}", name
 
 
@@ -260,7 +265,9 @@ class SearchSpace(_Frozen):
                 elif isinstance(body, dict):
                     out[name] = {"kind": kind, **body}
                 else:
-                    errors.append(((name, kind), f"must be a mapping like {{low: ..., high: ...}} (got {body!r})", body))
+                    errors.append(
+                        ((name, kind), f"must be a mapping like {{low: ..., high: ...}} (got {body!r})", body)
+                    )
             else:
                 errors.append(((name,), f"must be one of {_ENTRY_FORMS} (got {entry!r})", entry))
         raise_errors(errors)
@@ -277,16 +284,22 @@ class SearchSpace(_Frozen):
                 errors.append(_unknown(name, "searched field"))
                 continue
             if isinstance(p, CategoricalParam):
-                choices = tuple(_check_value(name, c, (name, "categorical", "choices", i), errors)
-                                for i, c in enumerate(p.choices))
+                choices = tuple(
+                    _check_value(name, c, (name, "categorical", "choices", i), errors) for i, c in enumerate(p.choices)
+                )
                 try:
                     p = CategoricalParam(choices=choices)
                 except ValidationError as err:
                     errors.append(((name, "categorical", "choices"), pretty_message(err.errors()[0]), choices))
             else:
                 if isinstance(p, FloatParam) and _field_info(name).annotation is int:
-                    errors.append(((name,), f"{name} is a whole number: use {{int: {{low, high}}}} "
-                                            f"or {{categorical: [...]}}", None))
+                    errors.append(
+                        (
+                            (name,),
+                            f"{name} is a whole number: use {{int: {{low, high}}}} or {{categorical: [...]}}",
+                            None,
+                        )
+                    )
                     continue
                 for bound in ("low", "high"):
                     _check_value(name, getattr(p, bound), (name, p.kind, bound), errors)
@@ -295,9 +308,12 @@ class SearchSpace(_Frozen):
         return out
 
     @model_validator(mode="after")
-    def _check_space(self) -> "SearchSpace":
-        errors = [(("params", name), f"{name} is also in fixed: a knob is either fixed or searched", None)
-                  for name in self.params if name in self.fixed]
+    def _check_space(self) -> SearchSpace:
+        errors = [
+            (("params", name), f"{name} is also in fixed: a knob is either fixed or searched", None)
+            for name in self.params
+            if name in self.fixed
+        ]
         raise_errors(errors)
         try:
             _cheapest(self)
@@ -347,8 +363,10 @@ def smallest_config(space: SearchSpace) -> ArchConfig:
 
 def describe(cfg: ArchConfig) -> str:
     """A short one-line description of the knobs that matter for cost."""
-    text = (f"n_layers={cfg.n_layers} d_model={cfg.d_model} n_heads={cfg.n_heads} "
-            f"mlp_ratio={cfg.mlp_ratio:g} residual={cfg.residual}")
+    text = (
+        f"n_layers={cfg.n_layers} d_model={cfg.d_model} n_heads={cfg.n_heads} "
+        f"mlp_ratio={cfg.mlp_ratio:g} residual={cfg.residual}"
+    )
     if cfg.mod_rate:
         text += f" mod_rate={cfg.mod_rate:g} mod_every={cfg.mod_every}"
     return text + f" seq_len={cfg.seq_len} vocab_size={cfg.vocab_size}"

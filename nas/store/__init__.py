@@ -1,9 +1,25 @@
 """The resnas database: searches, trials and their results (see `Store`)."""
 
-from .access import (SearchExists, SearchRow, SearchSummary, Store, StoreError, TrialRow, UnknownSearch, UnknownTrial,
-                     default_url)
-from .migrations import (MIGRATIONS, SCHEMA_LOCK_KEY, SCHEMA_VERSION, Migration, SchemaVersionError, ensure_schema,
-                         schema_lock)
+from .access import (
+    SearchExists,
+    SearchRow,
+    SearchSummary,
+    Store,
+    StoreError,
+    TrialRow,
+    UnknownSearch,
+    UnknownTrial,
+    default_url,
+)
+from .migrations import (
+    MIGRATIONS,
+    SCHEMA_LOCK_KEY,
+    SCHEMA_VERSION,
+    Migration,
+    SchemaVersionError,
+    ensure_schema,
+    schema_lock,
+)
 from .schema import SEARCH_STATUSES, TRIAL_STATUSES, SearchStatus, sanitise_json
 
 STORAGE_ENV = "RESNAS_STORAGE"  # the store URL when none is given, ahead of default_url (CLI and dashboard)

@@ -20,12 +20,13 @@ import json
 import os
 import re
 import weakref
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from sqlalchemy import Engine, case, create_engine, delete, event, func, insert, make_url, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -34,8 +35,20 @@ from sqlalchemy.orm import Session, sessionmaker
 from workers.status import TrialStatus
 
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
-from .schema import (ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS, CurvePointModel,
-                     DiagnosticsModel, SearchModel, SearchStatus, TrialModel, WidthCertificateModel, utcnow)
+from .schema import (
+    ARCH_FIELDS,
+    CURVE_FIELDS,
+    RESULT_FLOAT_FIELDS,
+    RESULT_INT_FIELDS,
+    WIDTH_FIELDS,
+    CurvePointModel,
+    DiagnosticsModel,
+    SearchModel,
+    SearchStatus,
+    TrialModel,
+    WidthCertificateModel,
+    utcnow,
+)
 
 
 class StoreError(Exception):
@@ -196,7 +209,8 @@ def _make_engine(url: str) -> Engine:
 
 def _arch_columns(config: dict) -> dict:
     """The denormalised architecture columns, from config["arch"] (or a flat config)."""
-    arch = config.get("arch") if isinstance(config.get("arch"), dict) else config
+    nested = config.get("arch")
+    arch = nested if isinstance(nested, dict) else config
     return {name: arch.get(name) for name in ARCH_FIELDS}
 
 
@@ -210,7 +224,8 @@ def _merged_curve(points: Iterable[dict]) -> list[dict]:
     for point in points:
         step = _int_or_none(point.get("step"))
         rows.setdefault(step, dict.fromkeys(CURVE_FIELDS)).update(
-            {k: point[k] for k in CURVE_FIELDS if point.get(k) is not None})
+            {k: point[k] for k in CURVE_FIELDS if point.get(k) is not None}
+        )
     return [{**row, "step": step, "tokens": _int_or_none(row["tokens"])} for step, row in rows.items()]
 
 
@@ -289,17 +304,33 @@ class Store:
 
     # ---- writes -------------------------------------------------------------------------------
 
-    def create_search(self, name: str, *, requested_trials: int, budget: dict, space: dict, settings: dict,
-                      optuna_study_name: str | None, code_version: str | None) -> SearchRow:
+    def create_search(
+        self,
+        name: str,
+        *,
+        requested_trials: int,
+        budget: dict,
+        space: dict,
+        settings: dict,
+        optuna_study_name: str | None,
+        code_version: str | None,
+    ) -> SearchRow:
         """A new search, status "running". Raises `SearchExists` if `name` is taken."""
         if not name:
             raise ValueError("a search needs a non-empty name")
         with self._session() as s:
             if SearchModel.find(s, name) is not None:
                 raise SearchExists(f"a search named {name!r} already exists")
-            search = SearchModel(name=name, status=SearchStatus.RUNNING, requested_trials=requested_trials, budget=budget,
-                                 space=space, settings=settings, optuna_study_name=optuna_study_name,
-                                 code_version=code_version)
+            search = SearchModel(
+                name=name,
+                status=SearchStatus.RUNNING,
+                requested_trials=requested_trials,
+                budget=budget,
+                space=space,
+                settings=settings,
+                optuna_study_name=optuna_study_name,
+                code_version=code_version,
+            )
             s.add(search)
             try:
                 s.flush()
@@ -311,7 +342,7 @@ class Store:
     def set_search_status(self, name: str, status: SearchStatus | str) -> None:
         _check_status(status, SearchStatus, "search")
         with self._session() as s:
-            self._search(s, name).status = status
+            self._search(s, name).status = SearchStatus(status)
 
     def set_requested_trials(self, name: str, n: int) -> None:
         if n < 0:
@@ -319,8 +350,9 @@ class Store:
         with self._session() as s:
             self._search(s, name).requested_trials = n
 
-    def start_trial(self, search_name: str, *, number: int, attempt: int = 0, config: dict,
-                    optuna_trial_number: int | None = None) -> int:
+    def start_trial(
+        self, search_name: str, *, number: int, attempt: int = 0, config: dict, optuna_trial_number: int | None = None
+    ) -> int:
         """Record trial `number` as running; return its id.
 
         A retry (same number, higher `attempt`, earlier try not completed) reuses the row: the
@@ -338,11 +370,19 @@ class Store:
             elif attempt > trial.attempt and trial.status != TrialStatus.COMPLETED:
                 _clear_for_retry(s, trial)
             else:
-                raise StoreError(f"trial {number} of search {search_name!r} already exists "
-                                 f"(attempt {trial.attempt}, {trial.status})")
-            for key, value in dict(attempt=attempt, optuna_trial_number=optuna_trial_number, config=config,
-                                   status=TrialStatus.RUNNING, failure_reason=None, started_at=utcnow(), finished_at=None,
-                                   **_arch_columns(config)).items():
+                raise StoreError(
+                    f"trial {number} of search {search_name!r} already exists (attempt {trial.attempt}, {trial.status})"
+                )
+            for key, value in dict(
+                attempt=attempt,
+                optuna_trial_number=optuna_trial_number,
+                config=config,
+                status=TrialStatus.RUNNING,
+                failure_reason=None,
+                started_at=utcnow(),
+                finished_at=None,
+                **_arch_columns(config),
+            ).items():
                 setattr(trial, key, value)
             s.flush()
             return trial.id
@@ -370,11 +410,13 @@ class Store:
         pending = (TrialStatus.RUNNING, TrialStatus.RETRYING)
         with self._session() as s:
             search = self._search(s, search_name)
-            done = s.execute(update(TrialModel)
-                             .where(TrialModel.search_id == search.id, TrialModel.status.in_(pending))
-                             .values(status=status, failure_reason=reason, finished_at=utcnow())
-                             .execution_options(synchronize_session=False))
-            return done.rowcount
+            done = s.execute(
+                update(TrialModel)
+                .where(TrialModel.search_id == search.id, TrialModel.status.in_(pending))
+                .values(status=status, failure_reason=reason, finished_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            return int(done.rowcount)  # type: ignore[attr-defined]  # a CursorResult: an UPDATE
 
     # ---- reads (the dashboard's API: plain rows, never ORM objects) ----------------------------
 
@@ -389,18 +431,30 @@ class Store:
     def list_searches(self) -> list[SearchSummary]:
         """Every search, oldest first, with its trial counts and best completed val_loss."""
         t, S = TrialModel, TrialStatus
-        groups = ((S.COMPLETED,), (S.FAILED,), (S.RUNNING, S.RETRYING), (S.DIVERGED, S.STOPPED, S.INFEASIBLE),
-                  (S.INTERRUPTED,))
+        groups = (
+            (S.COMPLETED,),
+            (S.FAILED,),
+            (S.RUNNING, S.RETRYING),
+            (S.DIVERGED, S.STOPPED, S.INFEASIBLE),
+            (S.INTERRUPTED,),
+        )
         counts = [func.count(case((t.status.in_(group), 1))) for group in groups]
         best = func.min(case((t.status == S.COMPLETED, t.val_loss)))
-        query = (select(SearchModel.name, SearchModel.status, SearchModel.created_at, SearchModel.requested_trials,
-                        *counts, best)
-                 .outerjoin(t, t.search_id == SearchModel.id)
-                 .group_by(SearchModel.id)
-                 .order_by(SearchModel.created_at, SearchModel.id))
+        query = (
+            select(
+                SearchModel.name,
+                SearchModel.status,
+                SearchModel.created_at,
+                SearchModel.requested_trials,
+                *counts,
+                best,
+            )
+            .outerjoin(t, t.search_id == SearchModel.id)
+            .group_by(SearchModel.id)
+            .order_by(SearchModel.created_at, SearchModel.id)
+        )
         with self._session(write=False) as s:
-            return [SearchSummary(*row[:-1], best_val_loss=None if row[-1] is None else float(row[-1]))
-                    for row in s.execute(query)]
+            return [_search_summary(*row) for row in s.execute(query)]
 
     def trials(self, search_name: str, statuses: Iterable[str] | None = None) -> list[TrialRow]:
         """The search's trials by number, optionally only those with one of `statuses`."""
@@ -421,7 +475,7 @@ class Store:
             query = select(func.count()).select_from(TrialModel).where(TrialModel.search_id == search.id)
             if statuses is not None:
                 query = query.where(TrialModel.status.in_(list(statuses)))
-            return s.scalar(query)
+            return int(s.scalar(query) or 0)
 
     def curve(self, trial_id: int) -> list[dict]:
         """The trial's curve points by step: {step, tokens, train_loss, val_loss, training_flops}."""
@@ -440,6 +494,26 @@ class Store:
         with self._session(write=False) as s:
             row = s.get(WidthCertificateModel, trial_id)
             return None if row is None else {name: getattr(row, name) for name in WIDTH_FIELDS}
+
+
+def _search_summary(
+    name: str, status: str, created_at: datetime, requested: int, *counts_and_best: Any
+) -> SearchSummary:
+    """A `list_searches` row: the search's columns, its five status counts, then its best loss."""
+    *counts, best = counts_and_best
+    completed, failed, running, other, interrupted = (int(c) for c in counts)
+    return SearchSummary(
+        name,
+        SearchStatus(status),
+        created_at,
+        requested,
+        completed,
+        failed,
+        running,
+        other,
+        interrupted,
+        best_val_loss=None if best is None else float(best),
+    )
 
 
 def _search_row(search: SearchModel) -> SearchRow:

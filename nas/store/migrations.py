@@ -21,12 +21,13 @@ same way across processes.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import cast
 
-from sqlalchemy import Connection, Engine, create_engine, inspect, make_url, select, text
+from sqlalchemy import Connection, Engine, Table, create_engine, inspect, make_url, select, text
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateTable
 
@@ -48,6 +49,11 @@ class Migration:
     apply: Callable[[Connection], None]
 
 
+def _table(model: type[Base]) -> Table:
+    """The model's table, typed as one (SQLAlchemy types `__table__` as any FROM clause)."""
+    return cast(Table, model.__table__)
+
+
 def _create_all(connection: Connection) -> None:
     Base.metadata.create_all(connection)
 
@@ -67,7 +73,7 @@ def _rebuild_sqlite_trials(connection: Connection) -> None:
     """Recreate `resnas_trials` as the ORM defines it and copy every row over, in SQLite's documented
     order (new table, copy, drop, rename, indexes); foreign keys are off (see `ensure_schema`), so the
     drop does not cascade and the child tables' references, by name, hold again after the rename."""
-    table = TrialModel.__table__
+    table = _table(TrialModel)
     new = f"_{table.name}_new"
     create = str(CreateTable(table).compile(dialect=connection.dialect))
     columns = ", ".join(f'"{c["name"]}"' for c in inspect(connection).get_columns(table.name) if c["name"] in table.c)
@@ -86,20 +92,30 @@ def _statuses_for_retries_and_interruptions(connection: Connection) -> None:
         else:
             connection.exec_driver_sql("ALTER TABLE resnas_trials DROP CONSTRAINT ck_trials_status")
             values = ", ".join(f"'{s}'" for s in TRIAL_STATUSES)
-            connection.exec_driver_sql(f"ALTER TABLE resnas_trials ADD CONSTRAINT ck_trials_status "
-                                       f"CHECK (status IN ({values}))")
-    trials = TrialModel.__table__
+            connection.exec_driver_sql(
+                f"ALTER TABLE resnas_trials ADD CONSTRAINT ck_trials_status CHECK (status IN ({values}))"
+            )
+    trials = _table(TrialModel)
     failed = trials.c.status == TrialStatus.FAILED
-    connection.execute(trials.update().where(failed, trials.c.failure_reason.contains(V1_RETRYING_MARKER))
-                       .values(status=TrialStatus.RETRYING))
-    connection.execute(trials.update().where(failed, trials.c.failure_reason.startswith(V1_INTERRUPTED_PREFIX))
-                       .values(status=TrialStatus.INTERRUPTED))
+    connection.execute(
+        trials.update()
+        .where(failed, trials.c.failure_reason.contains(V1_RETRYING_MARKER))
+        .values(status=TrialStatus.RETRYING)
+    )
+    connection.execute(
+        trials.update()
+        .where(failed, trials.c.failure_reason.startswith(V1_INTERRUPTED_PREFIX))
+        .values(status=TrialStatus.INTERRUPTED)
+    )
 
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "searches, trials, curve points, diagnostics, width certificates", _create_all),
-    Migration(2, "trial statuses retrying and interrupted (were text markers in failure_reason)",
-              _statuses_for_retries_and_interruptions),
+    Migration(
+        2,
+        "trial statuses retrying and interrupted (were text markers in failure_reason)",
+        _statuses_for_retries_and_interruptions,
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -114,8 +130,10 @@ def recorded_version(connection: Connection) -> int:
 
 def _check_not_newer(version: int) -> None:
     if version > SCHEMA_VERSION:
-        raise SchemaVersionError(f"database schema is at version {version}, newer than this code "
-                                 f"(version {SCHEMA_VERSION}): upgrade resnas to use it")
+        raise SchemaVersionError(
+            f"database schema is at version {version}, newer than this code "
+            f"(version {SCHEMA_VERSION}): upgrade resnas to use it"
+        )
 
 
 def _take_write_lock(connection: Connection) -> None:
@@ -129,7 +147,7 @@ def _take_write_lock(connection: Connection) -> None:
 
 
 def _record(connection: Connection, version: int) -> None:
-    table = SchemaVersionModel.__table__
+    table = _table(SchemaVersionModel)
     if connection.execute(select(table.c.id)).first() is None:
         connection.execute(table.insert().values(id=1, version=version, updated_at=utcnow()))
     else:
@@ -152,7 +170,9 @@ def schema_lock(url: str) -> Iterator[None]:
     if parsed.get_backend_name() == "postgresql":
         with _advisory_lock(url):
             yield
-    elif parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
+    elif (
+        parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:")
+    ):
         with _directory_lock(Path(database).expanduser().resolve().parent):
             yield
     else:
@@ -228,6 +248,7 @@ def _sqlite_foreign_keys_off(connection: Connection) -> Iterator[None]:
         yield
         return
     raw = connection.connection.driver_connection
+    assert raw is not None, "an open SQLite connection"
     raw.execute("PRAGMA foreign_keys = OFF")
     try:
         yield

@@ -14,13 +14,23 @@ can open it) and Optuna's RDB storage owns unprefixed names such as `studies` an
 from __future__ import annotations
 
 import math
-import numbers
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
 
-from sqlalchemy import (JSON, BigInteger, CheckConstraint, DateTime, Double, ForeignKey, Index, Integer, String, Text,
-                        UniqueConstraint, select)
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    select,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -44,15 +54,34 @@ SEARCH_STATUSES = tuple(s.value for s in SearchStatus)
 TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
 
 # The scalar fields of `workers.trial.TrialResult`, one column each on `trials`.
-RESULT_FLOAT_FIELDS = ("val_loss", "val_bpb", "nominal_flops_per_token", "executed_flops_per_token",
-                       "realised_flops_per_token", "budget_flops", "training_flops", "wall_time_s", "tokens_per_s",
-                       "step_time_share", "peak_memory_mb")
+RESULT_FLOAT_FIELDS = (
+    "val_loss",
+    "val_bpb",
+    "nominal_flops_per_token",
+    "executed_flops_per_token",
+    "realised_flops_per_token",
+    "budget_flops",
+    "training_flops",
+    "wall_time_s",
+    "tokens_per_s",
+    "step_time_share",
+    "peak_memory_mb",
+)
 RESULT_INT_FIELDS = ("tokens_seen", "planned_tokens", "steps", "seed")
 # Architecture fields copied out of the config for filtering.
 ARCH_FIELDS = ("residual", "n_layers", "d_model", "n_heads", "mod_rate")
 # `workers.width_probe.WidthCertificate`, one column each on `width_certificates`.
-WIDTH_FIELDS = ("n_sequences", "d_model", "mu_norm", "d_par", "d_2", "d_align", "b_exact_8_8", "b_align_8_8",
-                "p_hat_8_8")
+WIDTH_FIELDS = (
+    "n_sequences",
+    "d_model",
+    "mu_norm",
+    "d_par",
+    "d_2",
+    "d_align",
+    "b_exact_8_8",
+    "b_align_8_8",
+    "p_hat_8_8",
+)
 CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "training_flops")
 
 

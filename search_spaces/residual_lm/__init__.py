@@ -1,8 +1,8 @@
 """`residual_lm`: a LLaMA-style decoder with cascaded, NAG or ANCRe residuals and Mixture-of-Depths."""
 
 from .base import ResidualLM
-from .config import FLAVOURS, ArchConfig, config_error_message, flavour
 from .cheapest import cheapest_config
+from .config import FLAVOURS, ArchConfig, config_error_message, flavour
 from .flops import (
     TRAINING_FLOPS_PER_FORWARD_FLOP,
     FlopsPerToken,

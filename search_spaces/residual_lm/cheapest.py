@@ -44,15 +44,18 @@ def cheapest_config(fixed: Mapping[str, Any], candidates: Mapping[str, Sequence[
     `NoValidConfig` when no combination is valid.
     """
     ascending = {name: sorted(values) for name, values in candidates.items()}
-    chosen = {name: values[0] for name, values in ascending.items()
-              if name in MONOTONE + FLOP_FREE and name not in ("d_model", "n_heads")}
+    chosen = {
+        name: values[0]
+        for name, values in ascending.items()
+        if name in MONOTONE + FLOP_FREE and name not in ("d_model", "n_heads")
+    }
     widths = ascending.get("d_model", [None])
     heads = ascending.get("n_heads", [None])
     enumerated = {name: list(values) for name, values in candidates.items() if name not in MONOTONE + FLOP_FREE}
     best: tuple[float, ArchConfig] | None = None
     last_error = "no candidate"
     for combo in itertools.product(*enumerated.values()):
-        base = {**fixed, **chosen, **dict(zip(enumerated, combo))}
+        base = {**fixed, **chosen, **dict(zip(enumerated, combo, strict=False))}
         try:
             cfg = _narrowest_valid(base, widths, heads)
         except NoValidConfig as err:

@@ -1,4 +1,4 @@
-"""Forward FLOPs of a `residual_lm` model, factor by factor (DESIGN.md §3.5).
+"""Forward FLOPs of a `residual_lm` model, factor by factor (docs/design.md §3.5).
 
 Convention: matmul FLOPs only, 2 per multiply-add; norms, softmax, RoPE and elementwise
 updates are not counted. Training costs 3x the forward pass. Per sequence of T tokens:
@@ -26,8 +26,8 @@ minus the `attn_core` and `ancre_mix` terms; the tests check that equality and t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Union
 
 from torch import Tensor
 
@@ -37,7 +37,7 @@ from .config import ArchConfig
 #: respect to activations and to weights), so a training step costs 3x its forward pass.
 TRAINING_FLOPS_PER_FORWARD_FLOP = 3.0
 
-Count = Union[float, Tensor]  # executed tokens per sequence: a number, or a (B,) tensor
+Count = float | Tensor  # executed tokens per sequence: a number, or a (B,) tensor
 SublayerKey = tuple[str, int]  # ("attn" | "mlp", 1-based block index)
 
 
@@ -65,7 +65,9 @@ def forward_flops(cfg: ArchConfig, seq_len: int, counts: Mapping[SublayerKey, Co
     """
     d, T, n = cfg.d_model, seq_len, batch
     routed = set(cfg.routed_blocks)
-    parts = dict.fromkeys(("attn_proj", "attn_core", "mlp", "router", "nag_gate", "ancre_mix", "unembed"), 0)
+    parts: dict[str, Count] = dict.fromkeys(
+        ("attn_proj", "attn_core", "mlp", "router", "nag_gate", "ancre_mix", "unembed"), 0
+    )
     for j in range(1, cfg.n_layers + 1):
         attn_tokens, key_pairs = _tokens_and_key_pairs(counts.get(("attn", j), T), n)
         mlp_tokens, _ = _tokens_and_key_pairs(counts.get(("mlp", j), T), n)
