@@ -26,7 +26,8 @@ def pytest_collection_modifyitems(items):
     `postgresql` case of fixtures parametrised over both backends (they request it at run time)."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if "postgres_url" in item.fixturenames or "postgresql" in params.values():
+        uses_server = {"postgres_url", "_postgres_admin_url"} & set(item.fixturenames)
+        if uses_server or "postgresql" in params.values():
             item.add_marker(pytest.mark.postgres)
 
 

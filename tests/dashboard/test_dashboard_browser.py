@@ -32,6 +32,7 @@ CHROMIUM_FLAGS = [
 ]
 
 pytestmark = [
+    pytest.mark.browser,
     pytest.mark.timeout(300),
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian chromium is not installed (.ci/run installs it)"),
 ]

@@ -39,7 +39,7 @@ from test_search import DATA, assert_listening_on_loopback_only, wait_for
 
 from nas.store import Store, UnknownSearch
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.cluster, pytest.mark.slow]
 RAY = Path(sys.executable).with_name("ray")
 SEARCH = "cluster1"
 TRIALS = 6

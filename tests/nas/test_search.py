@@ -25,7 +25,7 @@ from nas.study import optuna_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # real Ray searches: 30-100 s each
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -438,6 +438,7 @@ def run_at_once(n_procs: int, target, args_of) -> None:
     assert [p.exitcode for p in procs] == [0] * n_procs
 
 
+@pytest.mark.slow
 def test_concurrent_writers_on_a_fresh_store(store_url):
     """Four processes create the schema at once (SQLite: write lock; PostgreSQL: advisory lock), then write."""
     n_procs, n_trials = 4, 40
@@ -524,6 +525,7 @@ class SchemaLockHolder:
         ("sqlite", "optuna", "studies"),
     ],
 )
+@pytest.mark.slow
 def test_schema_creation_waits_for_the_schema_lock(backend, opener, table, request, tmp_path):
     """While the test holds the schema lock, a process creating tables waits and creates nothing.
 
@@ -557,6 +559,7 @@ def _open_optuna_storage(url: str, start, errors) -> None:
         errors.put(traceback.format_exc())
 
 
+@pytest.mark.slow
 def test_concurrent_drivers_create_optunas_tables_once(store_url):
     """Four processes open Optuna's storage on a fresh database at once: none collides."""
     Store(store_url).close()

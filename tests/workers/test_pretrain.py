@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import nas.pretrain as pretrain_module
+import workers.pretrain as pretrain_module
 from nas.export import export_configs
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
@@ -190,6 +190,7 @@ def test_unfrozen_export_learns_connectivity_from_equal_logits(exported):
 # ---- end to end ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_pretrain_end_to_end_keeps_frozen_coefficients(uninterrupted, exported):
     out, summary, spy = uninterrupted
     assert summary["status"] == "completed" and math.isfinite(summary["val_loss"])
@@ -213,6 +214,7 @@ def test_pretrain_end_to_end_keeps_frozen_coefficients(uninterrupted, exported):
     assert torch.equal(final["model"]["connectivity.logits"], expected)
 
 
+@pytest.mark.slow
 def test_stopped_run_resumes_to_the_uninterrupted_result(uninterrupted, exported, data, tmp_path):
     full_out, full, full_spy = uninterrupted
     out = tmp_path / "resumed"
@@ -234,6 +236,7 @@ def test_stopped_run_resumes_to_the_uninterrupted_result(uninterrupted, exported
     assert again["already_complete"] and again["val_loss"] == full["val_loss"] and not spy_again.outcomes
 
 
+@pytest.mark.slow
 def test_out_dir_holding_another_run_is_refused(uninterrupted, exported, data):
     out, full, _ = uninterrupted
     with pytest.raises(PretrainError, match="different budget_flops") as err:
@@ -275,6 +278,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="torch.distributed with gloo")
 def test_two_process_data_parallel_keeps_replicas_identical(exported_file, data, tmp_path):
     """The environment torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), two CPU processes."""
