@@ -19,7 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
-from workers.train import BudgetPlan, InfeasibleBudget, RunConfig, plan_budget
+from workers.budget import BudgetPlan, InfeasibleBudget, plan_budget
+from workers.train import RunConfig
 
 from .messages import pretty_message
 from .space import IntParam, SearchSpace, describe, smallest_config

@@ -1,5 +1,6 @@
 """One proxy trial: data, iso-FLOP training, evaluation and the width certificate."""
 
+from .budget import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from .data import (
     DataConfig,
     TokenizedCorpus,
@@ -10,13 +11,14 @@ from .data import (
     shipped_corpus_path,
     validation_batches,
 )
-from .train import InfeasibleBudget, OptimConfig, RunConfig, plan_budget, train
+from .train import OptimConfig, RunConfig, train
 from .trial import TrialResult, run_trial
 from .width_probe import WidthCertificate, width_certificate
 
 __all__ = [
     "DataConfig",
     "InfeasibleBudget",
+    "LadderConfig",
     "OptimConfig",
     "RunConfig",
     "TokenizedCorpus",
@@ -26,6 +28,7 @@ __all__ = [
     "byte_tokens",
     "load_corpus",
     "plan_budget",
+    "plan_ladder",
     "read_shipped_texts",
     "run_trial",
     "shipped_corpus_path",

@@ -62,11 +62,12 @@ from pydantic import ValidationError
 from search_spaces.residual_lm import ResidualLM, config_error_message, forward_flops_per_token, training_flops
 from search_spaces.residual_lm.ancre import AncreConnectivity
 
+from .budget import InfeasibleBudget, plan_budget
 from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
 from .exported import ExportedConfig
 from .status import TrialStatus
 from .strict_json import sanitise_json
-from .train import InfeasibleBudget, Report, RunConfig, plan_budget, train
+from .train import Report, RunConfig, train
 
 __all__ = ["P_FLOOR", "Parallel", "apply_export", "budget_for", "model_hook", "pretrain"]
 

@@ -12,6 +12,7 @@ report, checkpoint. A NaN or inf loss ends the run as `diverged`; it never raise
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -29,11 +30,9 @@ from search_spaces.residual_lm import (
     ArchConfig,
     ResidualLM,
     build_model,
-    flops_per_token,
-    tokens_for,
-    training_flops,
 )
 
+from .budget import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder, wsd_learning_rate
 from .data import TokenizedCorpus, TrainBatches, validation_batches
 from .status import TrialStatus
 
@@ -69,34 +68,6 @@ class RunConfig(BaseModel):
     report_every: int = Field(10, ge=1, description="steps between progress reports")
     checkpoint_dir: str | None = None
     checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0 = never")
-
-
-class InfeasibleBudget(ValueError):
-    """The budget cannot pay for a single training step of this config."""
-
-
-@dataclass(frozen=True)
-class BudgetPlan:
-    executed_flops_per_token: float
-    tokens_per_step: int
-    steps: int
-
-    @property
-    def tokens(self) -> int:
-        return self.steps * self.tokens_per_step
-
-
-def plan_budget(cfg: ArchConfig, budget_flops: float, batch_size: int) -> BudgetPlan:
-    """Steps that spend `budget_flops` at 3x the expected executed forward FLOPs per token."""
-    per_token = flops_per_token(cfg).executed
-    tokens_per_step = batch_size * cfg.seq_len
-    tokens = tokens_for(cfg, budget_flops)
-    if tokens < tokens_per_step:
-        raise InfeasibleBudget(
-            f"budget {budget_flops:.3g} FLOPs < one step ({training_flops(cfg, tokens_per_step):.3g} FLOPs "
-            f"= 3 x {per_token:.3g} FLOPs/token x {tokens_per_step} tokens)"
-        )
-    return BudgetPlan(per_token, tokens_per_step, max(1, round(tokens / tokens_per_step)))
 
 
 def learning_rate(step: int, steps: int, optim: OptimConfig) -> float:
@@ -140,6 +111,8 @@ class TrainState:
     val_loss: float = math.nan
     curve: list[dict] = field(default_factory=list)
     step_seconds: float = 0.0  # inside schedule/forward/backward/optimizer only
+    rungs: list[dict] = field(default_factory=list)  # one `RungResult` dict per rung measured (ladder runs)
+    branch_flops: float = 0.0  # training FLOPs spent in cooldown branches (ladder runs), beside the main run's
 
 
 @dataclass
@@ -153,6 +126,7 @@ class TrainOutcome:
 
 
 Report = Callable[[dict], "bool | None"]  # return True to stop the run early
+OnRung = Callable[[dict], bool]  # told each rung's result; return False to end the run at that rung
 
 
 def autocast(precision: Precision, device: torch.device):
@@ -221,17 +195,26 @@ def train(
     seed: int = 0,
     report: Report | None = None,
     model_hook: Callable[[ResidualLM], object] | None = None,
+    ladder: LadderConfig | None = None,
+    on_rung: OnRung | None = None,
 ) -> TrainOutcome:
     """Train `cfg` on `corpus` for the iso-FLOP token budget of `budget_flops`. Raises InfeasibleBudget.
 
     `model_hook(model)` runs right after the model is built, before the optimiser is built and
     before any checkpoint is loaded (pretraining uses it to load frozen ANCRe coefficients). Training
     and validation batches go to the device the model is on after the hook.
+
+    Without `ladder` the learning rate warms up, then decays by a cosine over the whole run. With
+    it the run is a budget ladder (`workers.budget`): warmup-stable-decay, `budget_flops` is the top
+    rung, each lower rung is measured on a cooldown branch, and `on_rung(result)` is told every
+    rung's result in order; returning False ends the run there (status completed, the rung's loss).
     """
     # 1. Plan the budget and build everything under the seed.
     if cfg.vocab_size < corpus.vocab_size:
         raise ValueError(f"vocab_size={cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})")
-    plan = plan_budget(cfg, budget_flops, run.batch_size)
+    rungs = plan_ladder(cfg, budget_flops, ladder, run.batch_size) if ladder else []
+    plan = rungs[-1].plan if rungs else plan_budget(cfg, budget_flops, run.batch_size)
+    schedule = Schedule(optim, plan.steps, rungs, ladder.cooldown if ladder else 0.0)
     torch.manual_seed(seed)
     model = build_model(cfg).train()
     if model_hook is not None:
@@ -248,13 +231,19 @@ def train(
     state = load_checkpoint(ckpt, cfg, model, opt, batches) if ckpt and ckpt.exists() else TrainState()
     eval_at = sorted(_eval_steps(plan.steps, run.evals))
     while state.step < plan.steps:
-        # 3. One optimisation step; a non-finite loss ends the run.
-        loss = _train_step(model, opt, next(batches), optim, run.precision, device, state, plan)
+        # 3. At a lower rung's branch point: measure that rung on a cooldown branch.
+        rung = schedule.rung_branching_at(state.step, done=len(state.rungs))
+        if rung is not None:
+            result = _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, state, schedule, rung)
+            if not _rung_continues(result, state, on_rung):
+                return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
+        # 4. One optimisation step; a non-finite loss ends the run.
+        loss = _train_step(model, opt, next(batches), schedule.lr(state.step), optim, run.precision, device, state)
         if not math.isfinite(loss):
             return TrainOutcome(
                 TrialStatus.DIVERGED, model, state, plan, val, f"non-finite training loss at step {state.step}"
             )
-        # 4. Validate, report, checkpoint.
+        # 5. Validate, report, checkpoint.
         if state.step in eval_at:
             state.val_loss = evaluate(model, val, run.precision)
             if not math.isfinite(state.val_loss):
@@ -267,15 +256,101 @@ def train(
             save_checkpoint(ckpt, cfg, optim, model, opt, batches, state)
         if stop and state.step < plan.steps:
             return TrainOutcome(TrialStatus.STOPPED, model, state, plan, val, f"stopped early at step {state.step}")
+    # 6. The top rung is the main run itself.
+    if rungs and len(state.rungs) < len(rungs):
+        _rung_continues(_rung_result(rungs[-1], state.val_loss, state, state.training_flops), state, on_rung)
     return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """The learning rate of the main run: cosine over `steps`, or on a ladder warmup-stable-decay with
+    the warm-up sized by the lowest rung and the decay at the top rung's end."""
+
+    optim: OptimConfig
+    steps: int
+    rungs: list[Rung]
+    cooldown: float
+
+    @property
+    def warmup_steps(self) -> int:
+        return max(1, round(self.optim.warmup * self.rungs[0].steps)) if self.optim.warmup > 0 else 0
+
+    def lr(self, step: int, rung: Rung | None = None) -> float:
+        """At `step` of the main run, or of the cooldown branch of `rung`."""
+        if not self.rungs:
+            return learning_rate(step, self.steps, self.optim)
+        rung = rung or self.rungs[-1]
+        return wsd_learning_rate(
+            step, self.optim.lr, self.optim.min_lr_ratio, self.warmup_steps, rung.decay_start(self.cooldown), rung.steps
+        )
+
+    def rung_branching_at(self, step: int, done: int) -> Rung | None:
+        """The next lower rung not yet measured, if its cooldown branches off the main run at `step`."""
+        if done >= len(self.rungs) - 1:
+            return None
+        rung = self.rungs[done]
+        return rung if rung.decay_start(self.cooldown) == step else None
+
+
+def _rung_result(rung: Rung, val_loss: float, state: TrainState, training_flops: float) -> dict:
+    """What a rung measured: its budget, tokens (D_r), loss after its cooldown, the FLOPs that bought it, and the
+    seconds spent training so far (the main run and every branch up to this rung)."""
+    return {
+        "rung": rung.index,
+        "budget_flops": rung.budget_flops,
+        "steps": rung.steps,
+        "tokens": rung.plan.tokens,
+        "val_loss": val_loss,
+        "training_flops": training_flops,
+        "train_seconds": state.step_seconds,
+    }
+
+
+def _rung_continues(result: dict, state: TrainState, on_rung: OnRung | None) -> bool:
+    """Record `result`; False if the run ends at this rung (told so, or the rung's loss is not finite)."""
+    state.rungs.append(result)
+    go_on = on_rung(result) if on_rung is not None else True
+    if not (go_on and math.isfinite(result["val_loss"])):
+        state.val_loss = result["val_loss"]
+        return False
+    return True
+
+
+def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, state, schedule, rung) -> dict:
+    """Copy the main run's model, optimiser and data position, decay the copy over `rung`'s cooldown,
+    evaluate it, and put the data position and RNG back: the main run goes on bit-exactly as without."""
+    rng, position = torch.get_rng_state(), batches.state_dict()
+    branch = copy.deepcopy(model)
+    branch_opt = build_optimizer(branch, optim)
+    branch_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict alone would share tensors
+    branch_state = TrainState(step=state.step, tokens_seen=state.tokens_seen, training_flops=state.training_flops)
+    loss = 0.0
+    while branch_state.step < rung.steps and math.isfinite(loss):
+        loss = _train_step(
+            branch,
+            branch_opt,
+            next(batches),
+            schedule.lr(branch_state.step, rung),
+            optim,
+            run.precision,
+            device,
+            branch_state,
+        )
+    val_loss = evaluate(branch, val, run.precision) if math.isfinite(loss) else math.inf
+    batches.load_state_dict(position)
+    torch.set_rng_state(rng)
+    spent = branch_state.training_flops - state.training_flops
+    state.branch_flops += spent
+    state.step_seconds += branch_state.step_seconds
+    return _rung_result(rung, val_loss, state, branch_state.training_flops)
+
+
 def _train_step(
-    model, opt, batch, optim: OptimConfig, precision: Precision, device, state: TrainState, plan: BudgetPlan
+    model, opt, batch, lr: float, optim: OptimConfig, precision: Precision, device, state: TrainState
 ) -> float:
-    """Schedule, forward, backward, clip, update. Returns the batch loss (nats/token)."""
+    """Forward, backward, clip, update at learning rate `lr`. Returns the batch loss (nats/token)."""
     start = time.perf_counter()
-    lr = learning_rate(state.step, plan.steps, optim)
     for group in opt.param_groups:
         group["lr"] = lr * group["lr_scale"]
     x, y = (t.to(device, non_blocking=True) for t in batch)

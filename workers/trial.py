@@ -19,9 +19,10 @@ import torch
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, forward_flops_per_token
 
+from .budget import InfeasibleBudget, LadderConfig
 from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
 from .status import TrialStatus
-from .train import InfeasibleBudget, OptimConfig, Report, RunConfig, TrainOutcome, train
+from .train import OnRung, OptimConfig, Report, RunConfig, TrainOutcome, train
 from .width_probe import width_certificate
 
 
@@ -48,6 +49,8 @@ class TrialResult:
     diagnostics: dict = field(default_factory=dict)
     width: dict | None = None
     curve: list[dict] = field(default_factory=list)
+    rungs: list[dict] = field(default_factory=list)  # ladder runs: each rung's budget, tokens, loss, FLOPs
+    branch_flops: float = 0.0  # ladder runs: training FLOPs of the cooldown branches, beside training_flops
     arch: dict = field(default_factory=dict)
     optim: dict = field(default_factory=dict)
     seed: int = 0
@@ -94,8 +97,14 @@ def run_trial(
     optim: OptimConfig = OptimConfig(),
     run: RunConfig = RunConfig(),
     width_probe: bool = True,
+    ladder: LadderConfig | None = None,
+    on_rung: OnRung | None = None,
 ) -> TrialResult:
-    """Train `cfg` under `budget_flops` training FLOPs on `data` (default: the shipped corpus)."""
+    """Train `cfg` under `budget_flops` training FLOPs on `data` (default: the shipped corpus).
+
+    With `ladder`, `budget_flops` is the top rung's budget and `on_rung` decides after each rung
+    whether the run goes on (`workers.train.train`); `val_loss` is then the last rung's loss.
+    """
     start = time.perf_counter()
     fpt = flops_per_token(cfg)
     base = dict(
@@ -120,6 +129,8 @@ def run_trial(
             seed=seed,
             report=report,
             model_hook=lambda model: model.to(device),
+            ladder=ladder,
+            on_rung=on_rung,
         )
     except InfeasibleBudget as err:
         return _failed(TrialStatus.INFEASIBLE, f"infeasible: {err}", base, start)
@@ -176,5 +187,7 @@ def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) 
         diagnostics=diagnostics,
         width=width,
         curve=state.curve,
+        rungs=state.rungs,
+        branch_flops=state.branch_flops,
         **base,
     )

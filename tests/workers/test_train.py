@@ -5,8 +5,9 @@ import math
 import pytest
 
 from search_spaces.residual_lm import flavour, flops_per_token
+from workers.budget import InfeasibleBudget, plan_budget
 from workers.data import DataConfig, load_corpus
-from workers.train import InfeasibleBudget, OptimConfig, RunConfig, learning_rate, plan_budget, train
+from workers.train import OptimConfig, RunConfig, learning_rate, train
 
 # Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
 ABSURD = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})

@@ -1,0 +1,108 @@
+"""Iso-FLOP budget plans: the steps one training budget buys (`plan_budget`), and a ladder (`plan_ladder`).
+
+A config whose executed forward pass costs F FLOPs per token trains on D = C / (3 F) tokens for a
+training budget C, rounded to whole batches (within half a batch of D).
+
+A ladder measures one run at several iso-FLOP budgets (rungs). Rung r of k has the training
+budget C_r = C_top / eta^(k-1-r) (geometric, C_top the trial's budget) and trains on
+D_r = C_r / (3 F) tokens, rounded to whole batches: s_r steps. The learning rate follows
+warmup-stable-decay (Hagele et al., arXiv 2405.18392): a linear warm-up over `warmup` x s_0
+steps (the lowest rung's share, so every rung has the same warm-up), then constant, then a
+linear decay to lr x min_lr_ratio over the last `cooldown` x s_r steps of rung r's own schedule.
+The main run decays at the top rung; for every lower rung the trainer branches a copy of the
+stable state at step s_r - round(cooldown x s_r), decays the copy over its cooldown, evaluates
+it and discards it (`workers.train`), so the losses of all rungs come from equal fractions of
+their own schedules, and the main run continues unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from search_spaces.residual_lm import ArchConfig, flops_per_token, tokens_for, training_flops
+
+__all__ = ["BudgetPlan", "InfeasibleBudget", "LadderConfig", "Rung", "plan_budget", "plan_ladder", "wsd_learning_rate"]
+
+
+class LadderConfig(BaseModel):
+    """How many rungs, their budget ratio, and the cooldown share of each rung's own schedule."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rungs: int = Field(3, ge=1, le=8, description="budgets measured per trial, the top one the trial budget")
+    eta: float = Field(3.0, ge=1.5, le=10, description="budget ratio between successive rungs")
+    cooldown: float = Field(0.2, gt=0, le=0.5, description="share of each rung's steps spent decaying the LR")
+
+
+class InfeasibleBudget(ValueError):
+    """The budget cannot pay for a single training step of this config."""
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    executed_flops_per_token: float
+    tokens_per_step: int
+    steps: int
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.tokens_per_step
+
+
+def plan_budget(cfg: ArchConfig, budget_flops: float, batch_size: int) -> BudgetPlan:
+    """Steps that spend `budget_flops` at 3x the expected executed forward FLOPs per token."""
+    per_token = flops_per_token(cfg).executed
+    tokens_per_step = batch_size * cfg.seq_len
+    tokens = tokens_for(cfg, budget_flops)
+    if tokens < tokens_per_step:
+        raise InfeasibleBudget(
+            f"budget {budget_flops:.3g} FLOPs < one step ({training_flops(cfg, tokens_per_step):.3g} FLOPs "
+            f"= 3 x {per_token:.3g} FLOPs/token x {tokens_per_step} tokens)"
+        )
+    return BudgetPlan(per_token, tokens_per_step, max(1, round(tokens / tokens_per_step)))
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: its index, training budget, and the steps that buy it."""
+
+    index: int
+    budget_flops: float
+    plan: BudgetPlan
+
+    @property
+    def steps(self) -> int:
+        return self.plan.steps
+
+    def decay_start(self, cooldown: float) -> int:
+        """The step at which this rung's cooldown begins (the branch point of a lower rung)."""
+        return self.steps - round(cooldown * self.steps)
+
+
+def plan_ladder(cfg: ArchConfig, top_flops: float, ladder: LadderConfig, batch_size: int) -> list[Rung]:
+    """The rungs of a trial whose top rung spends `top_flops`; InfeasibleBudget if the lowest cannot
+    pay for one step. A rung that rounds to no more steps than the rung below is dropped."""
+    rungs: list[Rung] = []
+    for index in range(ladder.rungs):
+        flops = top_flops / ladder.eta ** (ladder.rungs - 1 - index)
+        plan = plan_budget(cfg, flops, batch_size)
+        if rungs and plan.steps <= rungs[-1].steps:
+            continue
+        rungs.append(Rung(len(rungs), flops, plan))
+    return rungs
+
+
+def wsd_learning_rate(
+    step: int, lr: float, min_lr_ratio: float, warmup_steps: int, decay_start: int, decay_end: int
+) -> float:
+    """The learning rate of `step`: linear warm-up to lr over `warmup_steps`, then lr, then a linear
+    decay from `decay_start` reaching lr x min_lr_ratio at the last step before `decay_end` (the step
+    count of the rung whose schedule this is)."""
+    if step < warmup_steps:
+        return lr * (step + 1) / warmup_steps
+    if step < decay_start or decay_end <= decay_start:
+        return lr
+    progress = min(1.0, (step + 1 - decay_start) / (decay_end - decay_start))
+    return lr * (1 - (1 - min_lr_ratio) * progress)
