@@ -1,6 +1,7 @@
 """The resnas database: searches, trials and their results (see `Store`)."""
 
 from .access import (
+    RungRow,
     SearchExists,
     SearchRow,
     SearchSummary,
@@ -29,6 +30,7 @@ __all__ = [
     "Migration",
     "SCHEMA_LOCK_KEY",
     "SCHEMA_VERSION",
+    "RungRow",
     "SEARCH_STATUSES",
     "SearchStatus",
     "STORAGE_ENV",

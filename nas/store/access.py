@@ -40,9 +40,11 @@ from .schema import (
     CURVE_FIELDS,
     RESULT_FLOAT_FIELDS,
     RESULT_INT_FIELDS,
+    RUNG_FIELDS,
     WIDTH_FIELDS,
     CurvePointModel,
     DiagnosticsModel,
+    RungModel,
     SearchModel,
     SearchStatus,
     TrialModel,
@@ -132,6 +134,24 @@ class TrialRow:
     step_time_share: float | None
     peak_memory_mb: float | None
     seed: int | None
+    branch_flops: float | None
+
+
+@dataclass(frozen=True)
+class RungRow:
+    """One measured rung of a trial (with the trial's family and executed FLOPs per token, for fits)."""
+
+    number: int
+    rung: int
+    seed: int
+    budget_flops: float
+    steps: int
+    tokens: int
+    val_loss: float | None
+    training_flops: float
+    train_seconds: float | None
+    residual: str | None
+    executed_flops_per_token: float | None
 
 
 def default_url(cwd: str | Path) -> str:
@@ -399,7 +419,40 @@ class Store:
             finishing_again = trial.finished_at is not None  # else no child rows exist (a retry cleared them)
             _apply_result(trial, result)
             _replace_children(s, trial_id, result, finishing_again)
+            _add_missing_rungs(s, trial.search_id, trial.number, int(result.get("seed") or 0), result.get("rungs"))
             s.execute(update(SearchModel).where(SearchModel.id == trial.search_id).values(updated_at=utcnow()))
+
+    def record_rung(self, search_name: str, number: int, seed: int, result: dict) -> bool:
+        """Store one rung of trial `number` (a rung result of `workers.train`) unless that rung and seed
+        are stored already; True if this call wrote it. Rows are never replaced."""
+        with self._session() as s:
+            search = self._search(s, search_name)
+            try:
+                return _add_missing_rungs(s, search.id, number, seed, [result]) == 1
+            except IntegrityError:  # another writer stored it between the look-up and the insert
+                s.rollback()
+                return False
+
+    def rungs(self, search_name: str) -> list[RungRow]:
+        """Every measured rung of the search, by trial number, rung and seed."""
+        r, t = RungModel, TrialModel
+        columns = [
+            r.number,
+            r.rung,
+            r.seed,
+            *(getattr(r, name) for name in RUNG_FIELDS),
+            t.residual,
+            t.executed_flops_per_token,
+        ]
+        with self._session(write=False) as s:
+            search = self._search(s, search_name)
+            query = (
+                select(*columns)
+                .where(r.search_id == search.id)
+                .outerjoin(t, (t.search_id == r.search_id) & (t.number == r.number))
+                .order_by(r.number, r.rung, r.seed)
+            )
+            return [RungRow(*row) for row in s.execute(query)]
 
     def mark_running_trials(self, search_name: str, status: TrialStatus, reason: str) -> int:
         """Give the search's trials still running (or waiting to retry) `status` and `reason`; return how many.
@@ -557,6 +610,26 @@ def _replace_children(session: Session, trial_id: int, result: dict, replace_ear
     if result.get("width") is not None:
         width = result["width"]
         session.add(WidthCertificateModel(trial_id=trial_id, **{name: width.get(name) for name in WIDTH_FIELDS}))
+
+
+def _add_missing_rungs(session: Session, search_id: int, number: int, seed: int, rungs: list[dict] | None) -> int:
+    """Insert the rungs not stored yet (written once: an existing row is never replaced); how many."""
+    added = 0
+    for result in rungs or []:
+        key = (search_id, number, int(result["rung"]), seed)
+        if session.get(RungModel, key) is None:
+            session.add(
+                RungModel(
+                    search_id=search_id,
+                    number=number,
+                    rung=key[2],
+                    seed=seed,
+                    **{name: result.get(name) for name in RUNG_FIELDS},
+                )
+            )
+            added += 1
+    session.flush()
+    return added
 
 
 def _clear_for_retry(session: Session, trial: TrialModel) -> None:

@@ -4,6 +4,8 @@ Version 1 creates every table as `schema.py` defines it. A later migration is a 
 open connection; since version 1 always builds the *current* ORM, later migrations must check
 `sqlalchemy.inspect(connection)` before altering (a fresh database already has their change).
 
+Version 3 adds the budget ladder: the `resnas_rungs` table and `resnas_trials.branch_flops`.
+
 Version 2 gives retries and interrupted trials their own statuses (`workers.status.TrialStatus`):
 version 1 stored both as `failed` with a text marker in `failure_reason`, which this migration
 turns into `retrying` and `interrupted`. It widens the status CHECK constraint first: PostgreSQL
@@ -33,7 +35,7 @@ from sqlalchemy.schema import CreateTable
 
 from workers.status import TrialStatus
 
-from .schema import TRIAL_STATUSES, Base, SchemaVersionModel, TrialModel, utcnow
+from .schema import TRIAL_STATUSES, Base, RungModel, SchemaVersionModel, TrialModel, utcnow
 
 SCHEMA_LOCK_KEY = 0x7265736E6173  # "resnas": the PostgreSQL advisory-lock key for schema changes
 
@@ -109,6 +111,15 @@ def _statuses_for_retries_and_interruptions(connection: Connection) -> None:
     )
 
 
+def _budget_ladder(connection: Connection) -> None:
+    """The rungs table, and the trials' `branch_flops` column (a store from before either)."""
+    _table(RungModel).create(connection, checkfirst=True)
+    columns = {c["name"] for c in inspect(connection).get_columns(TrialModel.__tablename__)}
+    if "branch_flops" not in columns:
+        kind = _table(TrialModel).c.branch_flops.type.compile(dialect=connection.dialect)
+        connection.exec_driver_sql(f"ALTER TABLE {TrialModel.__tablename__} ADD COLUMN branch_flops {kind}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "searches, trials, curve points, diagnostics, width certificates", _create_all),
     Migration(
@@ -116,6 +127,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "trial statuses retrying and interrupted (were text markers in failure_reason)",
         _statuses_for_retries_and_interruptions,
     ),
+    Migration(3, "budget ladder: rungs table, trials.branch_flops", _budget_ladder),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

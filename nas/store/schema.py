@@ -66,6 +66,7 @@ RESULT_FLOAT_FIELDS = (
     "tokens_per_s",
     "step_time_share",
     "peak_memory_mb",
+    "branch_flops",
 )
 RESULT_INT_FIELDS = ("tokens_seen", "planned_tokens", "steps", "seed")
 # Architecture fields copied out of the config for filtering.
@@ -83,6 +84,8 @@ WIDTH_FIELDS = (
     "p_hat_8_8",
 )
 CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "training_flops")
+# One rung of a trial's budget ladder (`workers.train`'s rung result), one column each on `rungs`.
+RUNG_FIELDS = ("budget_flops", "steps", "tokens", "val_loss", "training_flops", "train_seconds")
 
 
 def utcnow() -> datetime:
@@ -241,6 +244,7 @@ class TrialModel(Base):
     tokens_per_s: Mapped[float | None] = mapped_column(SafeFloat)
     step_time_share: Mapped[float | None] = mapped_column(SafeFloat)
     peak_memory_mb: Mapped[float | None] = mapped_column(SafeFloat)
+    branch_flops: Mapped[float | None] = mapped_column(SafeFloat)  # ladder: FLOPs of the cooldown branches
     seed: Mapped[int | None] = mapped_column(BigInteger)
 
     @classmethod
@@ -285,3 +289,25 @@ class WidthCertificateModel(Base):
     b_exact_8_8: Mapped[float | None] = mapped_column(SafeFloat)
     b_align_8_8: Mapped[float | None] = mapped_column(SafeFloat)
     p_hat_8_8: Mapped[float | None] = mapped_column(SafeFloat)
+
+
+class RungModel(Base):
+    """One rung of a trial's budget ladder: written once, by the worker the moment the rung is measured.
+
+    Keyed by (search, trial number, rung, seed) rather than by trial row, so a row written before a
+    retry or a dead driver is kept, and a retried attempt that measures the rung again adds nothing.
+    """
+
+    __tablename__ = "resnas_rungs"
+
+    search_id: Mapped[int] = mapped_column(ForeignKey("resnas_searches.id", ondelete="CASCADE"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    rung: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    seed: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    budget_flops: Mapped[float] = mapped_column(SafeFloat)
+    steps: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(BigInteger)
+    val_loss: Mapped[float | None] = mapped_column(SafeFloat)  # inf (diverged in its cooldown) or NULL for NaN
+    training_flops: Mapped[float] = mapped_column(SafeFloat)
+    train_seconds: Mapped[float | None] = mapped_column(SafeFloat)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -90,6 +90,8 @@ def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
         tokens_per_s=6553.6,
         step_time_share=0.93,
         peak_memory_mb=812.5,
+        branch_flops=2.2e11,
+        rungs=RUNGS,
         diagnostics={
             "residual_rms": [1.0, 1.41, NAN, 2.2],
             "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
@@ -119,6 +121,20 @@ def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
     )
 
 
+RUNGS = [  # what `workers.train` reports for a 3-rung ladder whose top rung is this trial's budget
+    {
+        "rung": r,
+        "budget_flops": 4e12 / 3 ** (2 - r),
+        "steps": 11 * 3**r - r // 2,
+        "tokens": (11 * 3**r - r // 2) * 4096,
+        "val_loss": 2.6 - 0.3 * r,
+        "training_flops": 4e12 / 3 ** (2 - r) * 0.99,
+        "train_seconds": 7.0 * 3**r,
+    }
+    for r in range(3)
+]
+
+
 def failed_result(status: str = "failed") -> dict:
     """How `run_trial` reports a crash: inf loss, no curve, diagnostics or width."""
     return dict(
@@ -138,9 +154,11 @@ def failed_result(status: str = "failed") -> dict:
         tokens_per_s=0.0,
         step_time_share=None,
         peak_memory_mb=300.0,
+        branch_flops=0.0,
         diagnostics={},
         width=None,
         curve=[],
+        rungs=[],
         arch=ARCH,
         optim=OPTIM,
         seed=3,
@@ -186,6 +204,7 @@ def test_every_trial_result_and_certificate_field_is_stored():
         "diagnostics",
         "width",
         "curve",
+        "rungs",
         "arch",
         "optim",
     }
@@ -196,7 +215,7 @@ def test_every_trial_result_and_certificate_field_is_stored():
 
 def test_schema_is_created_once_and_versioned(store_url):
     with Store(store_url) as first:
-        assert first.schema_version() == SCHEMA_VERSION == 2
+        assert first.schema_version() == SCHEMA_VERSION == 3
         new_search(first)
     with Store(store_url) as again:  # reopening keeps the data and the version
         assert again.schema_version() == SCHEMA_VERSION and again.get_search("s1").name == "s1"
@@ -284,6 +303,8 @@ def test_round_trip_of_a_completed_and_a_failed_trial(store):
         "ancre_p": [[0.5, 0.5], [0.1, None]],
     }
     assert store.width(good) == result["width"]
+    stored_rungs = [{k: v for k, v in vars(r).items() if k in RUNGS[0]} for r in store.rungs("s1")]
+    assert stored_rungs == RUNGS and {(r.number, r.seed, r.residual) for r in store.rungs("s1")} == {(0, 7, "nag")}
 
     failed = store.trial(bad)
     assert failed.status == "failed" and failed.failure_reason.startswith("RuntimeError")
@@ -612,3 +633,19 @@ def test_a_forked_child_opens_its_own_connections(postgres_url):
         assert child.exitcode == 0 and name == "s1" and child_pid != parent_pid
         with store._engine.connect() as db:  # the parent's own session is intact
             assert db.execute(text("SELECT pg_backend_pid()")).scalar() == parent_pid
+
+
+def test_rungs_are_written_once_and_kept_across_retries(store):
+    new_search(store)
+    tid = store.start_trial("s1", number=4, config={"arch": ARCH})
+    assert store.record_rung("s1", 4, 7, RUNGS[0]) is True
+    assert store.record_rung("s1", 4, 7, {**RUNGS[0], "val_loss": 9.9}) is False  # never replaced
+    assert store.record_rung("s1", 4, 8, RUNGS[0]) is True  # another seed of the same rung
+    store.finish_trial(tid, failed_result("retrying"))
+    store.start_trial("s1", number=4, attempt=1, config={"arch": ARCH})  # the retry keeps the measured rung
+    assert [(r.rung, r.seed, r.val_loss) for r in store.rungs("s1")] == [(0, 7, 2.6), (0, 8, 2.6)]
+    store.finish_trial(tid, completed_result(seed=7))  # adds the rungs it did not have, keeps rung 0 as it was
+    assert [(r.rung, r.seed) for r in store.rungs("s1")] == [(0, 7), (0, 8), (1, 7), (2, 7)]
+    assert all(r.executed_flops_per_token == 3.6e6 for r in store.rungs("s1"))
+    with pytest.raises(UnknownSearch):
+        store.record_rung("nope", 0, 0, RUNGS[0])

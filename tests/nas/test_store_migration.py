@@ -42,7 +42,7 @@ def v1_url(request, tmp_path):
 
 def test_a_version_1_store_is_upgraded_on_open(v1_url):
     with Store(v1_url) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 2
+        assert store.schema_version() == SCHEMA_VERSION == 3
         rows = {r.number: r for r in store.trials("old")}
         assert [rows[n].status for n in range(4)] == [
             TrialStatus.COMPLETED,
@@ -56,6 +56,21 @@ def test_a_version_1_store_is_upgraded_on_open(v1_url):
         assert [p["step"] for p in store.curve(rows[0].id)] == [27, 54]
         assert store.diagnostics(rows[0].id) == {"residual_rms": [1.0, 1.2]}
         assert store.width(rows[0].id)["d_align"] == 2.0
+        assert store.rungs("old") == [] and rows[0].branch_flops is None  # version 3: the ladder's table and column
+        assert store.record_rung(
+            "old",
+            0,
+            0,
+            {
+                "rung": 0,
+                "budget_flops": 5e11,
+                "steps": 54,
+                "tokens": 110000,
+                "val_loss": 2.5,
+                "training_flops": 5e11,
+                "train_seconds": 9.0,
+            },
+        )
         # Only final trials count towards the search: the retry and the interrupted one do not.
         assert finished_trial_numbers(store, "old") == {0, 3}
         summary = store.list_searches()[0]
