@@ -69,10 +69,10 @@ def noop(params: dict, context: dict) -> None:
     v, f = noop_values(params)
     tune.report(
         {
-            "val_loss": v,
+            "target_loss": v,
             "executed_flops_per_token": f,
             "status": "completed",
-            "trial_result": {"status": "completed", "val_loss": v, "executed_flops_per_token": f},
+            "trial_result": {"status": "completed", "val_loss": v, "target_loss": v, "executed_flops_per_token": f},
         }
     )
 

@@ -1,8 +1,12 @@
 """Compute budgets of a search (docs/design.md §3.6): every trial gets the same training FLOPs.
 
-`Budget` holds what the user gives on the command line: `--trial-flops` (C, the iso-FLOP budget of
-one trial) and either `--trials` or `--search-flops` (C x trials; the number of trials is then
-floor(search / trial)), plus optional wall-clock caps. Bad values raise `BudgetError` with one
+`Budget` holds what the user gives on the command line: `--trial-flops` (C, the iso-FLOP budget every
+trial gets: the lowest rung of its budget ladder) and either `--trials` or `--search-flops`
+(C x trials; the number of trials is then floor(search / trial)), plus optional wall-clock caps.
+The ladder has `--rungs` budgets C, eta C, eta^2 C, ... (`--eta`, default 3); promoted trials climb
+it. `--target-flops` T is the training compute the user plans to pretrain with, the budget the
+search answers for: its default is `DEFAULT_TARGET_RATIO` (1000) x C, about a hundred times the top
+rung of the default 3-rung ladder. Bad values raise `BudgetError` with one
 line naming the CLI option, e.g. `--trial-flops: must be > 0 (got -1.0)`.
 
 `check_budget_fits` rejects, before anything runs, a trial budget below one training step of the
@@ -19,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
-from workers.budget import BudgetPlan, InfeasibleBudget, plan_budget
+from workers.budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
 from workers.train import RunConfig
 
 from .messages import pretty_message
@@ -32,10 +36,12 @@ __all__ = [
     "budget_error_message",
     "check_budget_fits",
     "space_batch_size",
+    "stored_budget",
     "trial_is_feasible",
 ]
 
 DEFAULT_TRIALS = 20  # when neither --trials nor --search-flops is given
+DEFAULT_TARGET_RATIO = 1000.0  # --target-flops defaults to this many times --trial-flops
 
 
 class BudgetError(ValueError):
@@ -79,6 +85,11 @@ class Budget(BaseModel):
     )
     max_trial_seconds: float | None = Field(None, gt=0, description="wall-clock cap of one trial")
     max_search_seconds: float | None = Field(None, gt=0, description="wall-clock cap of the search")
+    rungs: int = Field(3, ge=1, le=8, description="budgets per trial: C, eta C, ... (1 = no ladder)")
+    eta: float = Field(3.0, ge=1.5, le=10, allow_inf_nan=False, description="budget ratio between rungs")
+    target_flops: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="training FLOPs of the planned pretraining run (T)"
+    )
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -105,7 +116,26 @@ class Budget(BaseModel):
                 f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
                 f"{_num(self.trial_flops)}: not even one trial"
             )
+        if self.target_flops is not None and self.target_flops <= self.top_rung_flops:
+            raise ValueError(
+                f"--target-flops: {_num(self.target_flops)} must be above the top rung "
+                f"{_num(self.top_rung_flops)} (--trial-flops x --eta^(--rungs - 1)): the search predicts beyond it"
+            )
         return self
+
+    @property
+    def ladder(self) -> LadderConfig:
+        return LadderConfig(rungs=self.rungs, eta=self.eta)
+
+    @property
+    def top_rung_flops(self) -> float:
+        """The budget of the top rung: trial_flops x eta^(rungs - 1)."""
+        return self.trial_flops * self.eta ** (self.rungs - 1)
+
+    @property
+    def target(self) -> float:
+        """`target_flops`, or DEFAULT_TARGET_RATIO x trial_flops."""
+        return self.target_flops if self.target_flops is not None else DEFAULT_TARGET_RATIO * self.trial_flops
 
     @property
     def n_trials(self) -> int:
@@ -118,6 +148,11 @@ class Budget(BaseModel):
     def total_flops(self) -> float:
         """Training FLOPs the whole search may spend: n_trials x trial_flops."""
         return self.n_trials * self.trial_flops
+
+
+def stored_budget(raw: dict) -> Budget:
+    """The Budget a search was stored with; a search stored before budget ladders had a single budget."""
+    return Budget(**{"rungs": 1, **raw})
 
 
 def space_batch_size(space: SearchSpace) -> int:

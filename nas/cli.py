@@ -64,7 +64,9 @@ def configure_logging(verbose: bool = typer.Option(False, "--verbose", "-v", hel
 @app.command()
 def search(
     name: str = typer.Option(..., help="Name of the new search."),
-    trial_flops: float = typer.Option(..., help="Training FLOPs per trial (iso-FLOP budget C)."),
+    trial_flops: float = typer.Option(
+        ..., help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung."
+    ),
     trials: int | None = typer.Option(None, help="Number of trials (default 20 unless --search-flops)."),
     search_flops: float | None = typer.Option(None, help="Total training FLOPs; trials = search / trial FLOPs."),
     workers: int = typer.Option(2, help="Trials run in parallel."),
@@ -91,6 +93,13 @@ def search(
     max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial."),
     max_search_seconds: float | None = typer.Option(None, help="Wall-clock limit for the whole search."),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
+    rungs: int = typer.Option(3, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget)."),
+    eta: float = typer.Option(3.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on."),
+    target_flops: float | None = typer.Option(
+        None,
+        help="Training FLOPs of the pretraining run you plan: the budget the search answers for "
+        "(default: 1000 x --trial-flops).",
+    ),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
@@ -101,7 +110,17 @@ def search(
     from .store import SearchExists, StoreError
 
     space_spec, budget = _validated_inputs(
-        space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds
+        space,
+        dict(
+            trial_flops=trial_flops,
+            trials=trials,
+            search_flops=search_flops,
+            max_trial_seconds=max_trial_seconds,
+            max_search_seconds=max_search_seconds,
+            rungs=rungs,
+            eta=eta,
+            target_flops=target_flops,
+        ),
     )
     _check_choices(
         name=bool(name.strip()),
@@ -360,18 +379,12 @@ def demo(
     run_demo(steps=steps, batch=batch, seed=seed)
 
 
-def _validated_inputs(space, trial_flops, trials, search_flops, max_trial_seconds, max_search_seconds):
+def _validated_inputs(space, budget_options: dict):
     from .budget import Budget, BudgetError
     from .space import SpaceError, load_space
 
     try:
-        budget = Budget(
-            trial_flops=trial_flops,
-            trials=trials,
-            search_flops=search_flops,
-            max_trial_seconds=max_trial_seconds,
-            max_search_seconds=max_search_seconds,
-        )
+        budget = Budget(**budget_options)
     except BudgetError as err:
         fail(str(err))
     try:
@@ -444,14 +457,22 @@ def _flops(x) -> str:
 
 
 def _print_front(store, name: str, only_front: bool = True) -> None:
+    """The front at the search's target budget: predicted loss at T (with its band) vs executed FLOPs/token."""
     from workers.status import TrialStatus
 
+    from .budget import stored_budget
+    from .fidelity import at_target, predict_search
     from .pareto import hypervolume, pareto_rows, reference_point
 
     rows = store.trials(name)
-    front = pareto_rows(rows)
-    shown = front if only_front else [r for r in rows if r.status == TrialStatus.COMPLETED]
+    budget = stored_budget(store.get_search(name).budget)
+    predictions = predict_search(store.rungs(name), budget.target)
+    targeted = at_target(rows, predictions)
+    front = pareto_rows(targeted)
+    shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
+    measured = {r.number: r for r in rows}
     ref = reference_point(rows)
+    what = "Pareto front" if only_front else "completed trials"
     table = Table(
         "trial",
         "residual",
@@ -460,14 +481,16 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
         "heads",
         "mod",
         "lr",
-        "val loss",
-        "bits/byte",
+        "rungs",
+        "top-rung loss",
+        "loss at T",
+        "80% band",
+        "LOO err",
         "FLOPs/tok",
-        "tokens",
-        title=f"{name}: {'Pareto front' if only_front else 'completed trials'}",
+        title=f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs",
     )
     for r in shown:
-        lr = r.config.get("lr")
+        lr, p = r.config.get("lr"), predictions.get(r.number)
         table.add_row(
             str(r.number),
             r.residual,
@@ -476,15 +499,17 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
             str(r.n_heads),
             f"{r.mod_rate:g}",
             f"{lr:.2e}" if lr else "-",
+            str(p.rungs) if p else "-",
+            _loss(measured[r.number].val_loss),
             _loss(r.val_loss),
-            _loss(r.val_bpb),
+            f"{_loss(p.low)}-{_loss(p.high)}" if p else "-",
+            f"{p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
             _flops(r.executed_flops_per_token),
-            f"{r.tokens_seen:,}" if r.tokens_seen else "-",
         )
     console.print(table)
     console.print(
-        f"hypervolume {hypervolume(rows, ref):.4g} against the reference point "
-        f"(val loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
+        f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
+        f"(loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
         f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
         f"{len(rows)} trial rows"
     )

@@ -8,6 +8,7 @@ chosen trial before it writes anything.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -18,10 +19,19 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from search_spaces.residual_lm import ArchConfig, config_error_message, flops_per_token
-from workers.exported import RUN_FIELDS_NOT_EXPORTED, ExportedConfig, ExportError, check_target_flops, recommend
+from workers.exported import (
+    RUN_FIELDS_NOT_EXPORTED,
+    ExportedConfig,
+    ExportError,
+    Recommendation,
+    check_target_flops,
+    recommend,
+)
 from workers.status import TrialStatus
 from workers.train import OptimConfig, RunConfig
 
+from .budget import BudgetError, stored_budget
+from .fidelity import Prediction, at_target, predict_search
 from .pareto import pareto_rows
 from .store import Store, TrialRow
 from .version import code_version
@@ -31,8 +41,8 @@ __all__ = ["ExportError", "export_configs", "export_file_name"]
 HEADER = """\
 # resnas export: search {search!r}, trial {trial} ({residual}, {n_layers} layers, d_model {d_model})
 # proxy: val_loss {loss:.4f} nats/token at {flops:.4g} executed forward FLOPs/token
-# Pretrain at full scale with the same model code:
-#   nas pretrain {file} --tokens N        (or --target-flops F{rec})
+{rec}# Pretrain at full scale with the same model code:
+#   nas pretrain {file}        (the recommended budget; or --tokens N, or --target-flops F)
 # Every field is validated on load: edit with care (ArchConfig ranges, p shape, routed sublayers).
 """
 
@@ -51,7 +61,13 @@ def _fields_of(model: type[BaseModel], *sources: dict) -> dict:
 
 
 def exported_config(
-    store: Store, search, row: TrialRow, *, target_flops: float | None, freeze_ancre: bool
+    store: Store,
+    search,
+    row: TrialRow,
+    *,
+    target_flops: float | None,
+    freeze_ancre: bool,
+    prediction: Prediction | None = None,
 ) -> ExportedConfig:
     """The validated export of completed trial `row` of `search` (a SearchRow)."""
     fixed = (search.space.get("fixed") if isinstance(search.space, dict) else None) or {}
@@ -78,7 +94,7 @@ def exported_config(
         "run": run,
         "ancre": ancre,
         "mod_thresholds": thresholds or None,
-        "recommended": None if target_flops is None else recommend(arch, target_flops),
+        "recommended": None if target_flops is None else _recommendation(arch, target_flops, prediction),
         "provenance": {
             "search": search.name,
             "trial": row.number,
@@ -97,8 +113,27 @@ def exported_config(
         raise ExportError(f"{label}: cannot export: {config_error_message(err)}") from None
 
 
-def chosen_trials(store: Store, name: str, *, pareto: bool, trial: int | None) -> list[TrialRow]:
-    """Trial `trial` (which must be completed), else the completed Pareto front; ExportError if none."""
+def _search_target(search) -> float | None:
+    """The target budget the search was run for (None if its stored budget cannot be read)."""
+    try:
+        return stored_budget(search.budget).target
+    except BudgetError:
+        return None
+
+
+def _recommendation(arch: ArchConfig, target_flops: float, prediction: Prediction | None) -> Recommendation:
+    rec = recommend(arch, target_flops)
+    if prediction is None or not math.isfinite(prediction.loss):
+        return rec
+    band = (prediction.low, prediction.high)
+    return rec.model_copy(update={"predicted_loss": prediction.loss, "predicted_band": band})
+
+
+def chosen_trials(
+    store: Store, name: str, *, pareto: bool, trial: int | None, predictions: dict[int, Prediction] | None = None
+) -> list[TrialRow]:
+    """Trial `trial` (which must be completed), else the completed Pareto front at the target (by the
+    `predictions`; by the measured loss for a search without rungs); ExportError if none."""
     rows = store.trials(name)  # UnknownSearch (a StoreError naming it) if there is no such search
     if trial is not None:
         found = [r for r in rows if r.number == trial]
@@ -115,7 +150,11 @@ def chosen_trials(store: Store, name: str, *, pareto: bool, trial: int | None) -
         return [row]
     if not pareto:
         raise ExportError("choose the trials: --pareto or --trial N")
-    front = pareto_rows(rows)
+    if predictions:
+        by_number = {r.number: r for r in rows}
+        front = [by_number[r.number] for r in pareto_rows(at_target(rows, predictions))]
+    else:
+        front = pareto_rows(rows)
     if not front:
         raise ExportError(f"--pareto: search {name!r} has no completed trials with a finite loss")
     return front
@@ -145,10 +184,16 @@ def export_configs(
     if target_flops is not None:
         check_target_flops(target_flops)  # the flag's own check, before touching the store
     search = store.get_search(name)
-    rows = chosen_trials(store, name, pareto=pareto, trial=trial)
+    target = target_flops if target_flops is not None else _search_target(search)
+    predictions = predict_search(store.rungs(name), target) if target is not None else {}
+    rows = chosen_trials(store, name, pareto=pareto, trial=trial, predictions=predictions)
     exports = [
-        exported_config(store, search, row, target_flops=target_flops, freeze_ancre=freeze_ancre) for row in rows
+        exported_config(
+            store, search, row, target_flops=target, freeze_ancre=freeze_ancre, prediction=predictions.get(row.number)
+        )
+        for row in rows
     ]
+    target_flops = target
     if freeze_ancre and trial is not None and exports[0].ancre is None:
         raise ExportError(
             f"--freeze-ancre: trial {trial} of search {name!r} is {exports[0].arch.residual}, not an ANCRe architecture"
@@ -171,11 +216,21 @@ def _write_yaml(path: Path, exported: ExportedConfig) -> Path:
         loss=exported.provenance.proxy_val_loss,
         flops=flops_per_token(exported.arch).executed,
         file=path.name,
-        rec=f"; recommended: {rec.tokens} tokens for {rec.target_flops:.3g} FLOPs" if rec else "",
+        rec=_recommendation_note(rec),
     )
     body = yaml.safe_dump(exported.to_yaml_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
     _write_atomic(path, header + body)
     return path
+
+
+def _recommendation_note(rec: Recommendation | None) -> str:
+    if rec is None:
+        return ""
+    note = f"# target: {rec.target_flops:.3g} training FLOPs = {rec.tokens:,} tokens for this architecture"
+    if rec.predicted_loss is not None and rec.predicted_band is not None:
+        low, high = rec.predicted_band
+        note += f"; predicted loss {rec.predicted_loss:.4f} nats/token (80% band {low:.4f}-{high:.4f})"
+    return note + "\n"
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -200,6 +255,7 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
                 "val_loss": e.provenance.proxy_val_loss,
                 "executed_flops_per_token": flops_per_token(e.arch).executed,
                 "recommended_tokens": e.recommended.tokens if e.recommended else None,
+                "predicted_loss": e.recommended.predicted_loss if e.recommended else None,
                 "ancre_frozen": bool(e.ancre and e.ancre.freeze),
             }
             for e, p in zip(exports, paths, strict=False)

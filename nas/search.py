@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 
 from workers.status import FINAL, TrialStatus
 
-from .budget import Budget
+from .budget import Budget, stored_budget
 from .ray_env import configure_ray_env
 from .settings import SearchSettings
 from .space import SearchSpace, space_from_dict
@@ -82,7 +82,8 @@ def resume_search(store: Store, name: str, show_progress: bool = True, ray_addre
 
 def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: str | None = None) -> SearchReport:
     row = store.get_search(name)
-    space, budget, settings = space_from_dict(row.space), Budget(**row.budget), SearchSettings(**row.settings)
+    space, settings = space_from_dict(row.space), SearchSettings(**row.settings)
+    budget = stored_budget(row.budget)
     if ray_address:
         settings = replace(settings, ray_address=ray_address)
     missing = row.requested_trials - len(finished_trial_numbers(store, name))

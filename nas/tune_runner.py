@@ -24,6 +24,7 @@ from workers.status import TrialStatus
 
 from .budget import Budget
 from .early_stop import FlopBandStopper, TrialTimeLimit
+from .fidelity import RungDecider
 from .ray_env import init_ray, ray_results_dir, trial_resources
 from .settings import SearchSettings, data_config
 from .space import SearchSpace, to_configs
@@ -90,7 +91,7 @@ class StoreCallback(tune.Callback):
         self._close(trial, result)
         self.counts.done += 1
         if result.get("status") == TrialStatus.COMPLETED:
-            self.counts.best = min(self.counts.best, float(result["val_loss"]))
+            self.counts.best = min(self.counts.best, float(result.get("target_loss", result["val_loss"])))
         self._refresh(advance=1)
 
     def on_trial_recover(self, iteration, trials, trial, **info):
@@ -118,7 +119,7 @@ class StoreCallback(tune.Callback):
             self.progress.update(
                 self.task,
                 advance=advance,
-                description=f"done {c.done} | failed {c.failed} | running {c.running} | best loss {best}",
+                description=f"done {c.done} | failed {c.failed} | running {c.running} | best loss at target {best}",
             )
 
 
@@ -159,10 +160,12 @@ def run_tuner(
         storage=optuna_storage(store.url),
     )
     context = {
-        "budget_flops": budget.trial_flops,
+        "budget_flops": budget.top_rung_flops,
         "seed": settings.seed,
         "data": data_config(settings).model_dump(),
         "configs": partial(configs_from, space),
+        "ladder": budget.ladder.model_dump(),
+        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs),
     }
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
     with _progress(show_progress, n_trials) as (progress, task):

@@ -71,6 +71,8 @@ class Recommendation(_Frozen):
     target_flops: float = Field(gt=0, allow_inf_nan=False, description="training FLOPs of the full-scale run")
     tokens: int = Field(ge=1, description="target_flops / (3 x executed_flops_per_token)")
     executed_flops_per_token: float = Field(gt=0, allow_inf_nan=False)
+    predicted_loss: float | None = Field(None, description="the search's predicted loss at target_flops (nats/token)")
+    predicted_band: tuple[float, float] | None = Field(None, description="its central 80% band")
 
 
 class Provenance(_Frozen):

@@ -15,11 +15,14 @@ from typing import Any
 
 import torch
 
+from .budget import LadderConfig
 from .data import DataConfig, load_corpus
 from .status import TrialStatus
 from .trial import run_trial
 
-OBJECTIVES = ("val_loss", "executed_flops_per_token")  # both minimised
+# Both minimised: the loss predicted at the search's target budget (the last rung's loss when the
+# search gives no rung decider), and the executed forward FLOPs per token.
+OBJECTIVES = ("target_loss", "executed_flops_per_token")
 
 
 def finite_or_inf(value: Any) -> float:
@@ -42,8 +45,11 @@ def _threads_for_this_trial() -> int:
 
 
 def proxy_trainable(params: dict, context: dict) -> None:
-    """Ray Tune function trainable. `context`: budget_flops, seed, data (DataConfig dict), and
-    `configs`: a callable turning params into (ArchConfig, OptimConfig, RunConfig) or raising."""
+    """Ray Tune function trainable. `context`: budget_flops (the top rung's), seed, data (DataConfig
+    dict), `configs`: a callable turning params into (ArchConfig, OptimConfig, RunConfig) or raising,
+    `ladder` (LadderConfig fields, or None for a single budget) and `decide_rung`: a callable
+    (number, seed, executed FLOPs per token, rung result) -> decision with `.promote` and
+    `.predicted_loss`, which stores the rung and says whether the trial climbs on (nas.fidelity)."""
     from ray import tune
 
     torch.set_num_threads(_threads_for_this_trial())
@@ -64,12 +70,31 @@ def proxy_trainable(params: dict, context: dict) -> None:
     corpus = load_corpus(DataConfig(**context["data"]))
 
     def progress(point: dict) -> None:
-        tune.report({"val_loss": math.inf, "executed_flops_per_token": math.inf, "progress": point})
+        tune.report({**dict.fromkeys(OBJECTIVES, math.inf), "progress": point})
 
+    decide, predicted = context.get("decide_rung"), {"loss": math.inf}
+
+    def on_rung(rung: dict) -> bool:
+        assert decide is not None
+        decision = decide(params["optuna_number"], context["seed"], params["executed_flops_per_token"], rung)
+        predicted["loss"] = decision.predicted_loss
+        return decision.promote
+
+    ladder = context.get("ladder")
     result = run_trial(
-        arch, context["budget_flops"], corpus, seed=context["seed"], report=progress, optim=optim, run=run
+        arch,
+        context["budget_flops"],
+        corpus,
+        seed=context["seed"],
+        report=progress,
+        optim=optim,
+        run=run,
+        ladder=LadderConfig(**ladder) if ladder else None,
+        on_rung=on_rung if decide else None,
     )
-    tune.report(_final(result.to_dict()))
+    record = result.to_dict()
+    record["target_loss"] = predicted["loss"] if decide else record["val_loss"]
+    tune.report(_final(record))
 
 
 def _final(record: dict) -> dict:

@@ -189,5 +189,5 @@ def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) 
         curve=state.curve,
         rungs=state.rungs,
         branch_flops=state.branch_flops,
-        **base,
+        **{**base, "budget_flops": state.rungs[-1]["budget_flops"] if state.rungs else base["budget_flops"]},
     )

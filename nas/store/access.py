@@ -401,6 +401,9 @@ class Store:
                 failure_reason=None,
                 started_at=utcnow(),
                 finished_at=None,
+                # Known from the config before any training (the search samples it): rung promotion
+                # compares running trials on it.
+                executed_flops_per_token=config.get("executed_flops_per_token"),
                 **_arch_columns(config),
             ).items():
                 setattr(trial, key, value)

@@ -6,12 +6,14 @@ import pytest
 from pydantic import ValidationError
 
 from nas.budget import (
+    DEFAULT_TARGET_RATIO,
     DEFAULT_TRIALS,
     Budget,
     BudgetError,
     budget_error_message,
     check_budget_fits,
     space_batch_size,
+    stored_budget,
     trial_is_feasible,
 )
 from nas.space import load_space, smallest_config, space_from_dict
@@ -42,6 +44,11 @@ def space():
         ({"trial_flops": 2e12, "max_trial_seconds": 0}, "--max-trial-seconds: must be > 0"),
         ({"trial_flops": 2e12, "max_search_seconds": -1}, "--max-search-seconds: must be > 0"),
         ({"trial_flops": 2e12, "workers": 2}, "--workers: unknown key"),
+        ({"trial_flops": 2e12, "rungs": 0}, "--rungs: must be >= 1 (got 0)"),
+        ({"trial_flops": 2e12, "rungs": 9}, "--rungs: must be <= 8 (got 9)"),
+        ({"trial_flops": 2e12, "eta": 1.0}, "--eta: must be >= 1.5 (got 1.0)"),
+        ({"trial_flops": 2e12, "target_flops": -1.0}, "--target-flops: must be > 0"),
+        ({"trial_flops": 2e12, "target_flops": 1.8e13}, "--target-flops: 1.8e13 must be above the top rung 1.8e13"),
     ],
 )
 def test_bad_budgets_name_the_cli_option(kwargs, expected):
@@ -67,6 +74,16 @@ def test_number_of_trials():
     assert Budget(trial_flops=2e12, search_flops=8e13).total_flops == 8e13
     b = Budget(trial_flops=2e12, search_flops=8e13)
     assert b.trials is None and b.search_flops == 8e13
+
+
+def test_ladder_and_target_defaults():
+    b = Budget(trial_flops=2e12)
+    assert (b.rungs, b.eta, b.ladder.rungs, b.ladder.eta) == (3, 3.0, 3, 3.0)
+    assert b.top_rung_flops == pytest.approx(1.8e13) and b.target == DEFAULT_TARGET_RATIO * 2e12 == 2e15
+    assert Budget(trial_flops=2e12, rungs=1).top_rung_flops == 2e12
+    assert Budget(trial_flops=2e12, rungs=2, eta=2, target_flops=5e12).target == 5e12
+    assert stored_budget({"trial_flops": 2e12, "trials": 4}).rungs == 1  # stored before budget ladders
+    assert stored_budget(b.model_dump()) == b
 
 
 def test_budget_is_frozen():

@@ -120,7 +120,8 @@ def test_yaml_round_trips_to_the_trial_that_ran(store, pareto_export, tmp_path):
             assert len(exported.ancre.p) == exported.arch.n_layers + 1 and exported.mod_thresholds
         else:
             assert exported.ancre is None
-        assert exported.recommended is None
+        # The search's target (1000 x its trial budget by default); no rungs stored, so no prediction.
+        assert exported.recommended.target_flops == 1000 * BUDGET and exported.recommended.predicted_loss is None
         prov = exported.provenance
         assert (prov.search, prov.proxy_val_loss, prov.proxy_budget_flops, prov.tokens_seen, prov.code_version) == (
             "s",

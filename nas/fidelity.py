@@ -1,0 +1,144 @@
+"""Answering at the target budget: each trial's predicted loss at T from its rungs, and promotion between rungs.
+
+Every trial is measured on a budget ladder (`workers.budget`): the worker trains one run through the
+rungs and, at each, calls `RungDecider` (given to it by the search). The decider
+
+1. stores the rung's result (`Store.record_rung`: written once, at once, so it survives a killed
+   trial or driver),
+2. fits loss versus training compute over the search's rung rows (`nas.extrapolate`: L = E + A C^-alpha,
+   alpha and E shared by a family, A per trial) and predicts each trial's loss at the target T,
+3. promotes the trial to the next rung only if it is among the best ceil(n / eta) of the n trials
+   that reached this rung, by non-dominated sorting on (predicted loss at T, executed FLOPs per
+   token) (`nas.promotion`, MO-ASHA). Those predictions use only points up to this rung, so
+   trials that climbed higher are not favoured by their extra rungs.
+
+The prediction of the trial's last rung is what Optuna is told. `predict_search` recomputes every
+trial's prediction with a band and a leave-one-out error from all stored rungs (for `nas show`,
+export and the dashboard).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .extrapolate import RungPoint, StudyFit, fit_study, leave_one_out
+from .promotion import Candidate, should_promote
+from .store import RungRow, Store, TrialRow
+
+__all__ = ["Prediction", "RungDecider", "RungDecision", "at_target", "predict_search", "rung_points"]
+
+BAND_LEVEL = 0.8  # the central 80% interval
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A trial's predicted loss at the target with its band, the rungs it reached, and how well its
+    lower rungs predicted its top one (None below two rungs)."""
+
+    loss: float
+    low: float
+    high: float
+    rungs: int
+    group: str
+    loo_error: float | None
+
+
+@dataclass(frozen=True)
+class RungDecision:
+    promote: bool
+    predicted_loss: float
+
+
+def rung_points(rows: Sequence[RungRow], up_to_rung: int | None = None) -> list[RungPoint]:
+    """The fit's points: one per stored rung (and seed), at the rung's training budget."""
+    return [
+        RungPoint(
+            trial=r.number,
+            family=r.residual or "unknown",
+            flops=r.budget_flops,
+            loss=math.inf if r.val_loss is None else r.val_loss,
+            seed=r.seed,
+        )
+        for r in rows
+        if up_to_rung is None or r.rung <= up_to_rung
+    ]
+
+
+def _fit(points: list[RungPoint]) -> StudyFit | None:
+    try:
+        return fit_study(points)
+    except ValueError:  # no finite loss at all
+        return None
+
+
+def _predict(fit: StudyFit | None, trial: int, target: float) -> float:
+    if fit is None or trial not in fit.trials:
+        return math.inf
+    return fit.predict(trial, target)
+
+
+def predict_search(rows: Sequence[RungRow], target: float, *, band: bool = True) -> dict[int, Prediction]:
+    """Every trial's Prediction at `target` from all of the search's rung rows."""
+    points = rung_points(rows)
+    fit = _fit(points)
+    reached: dict[int, int] = {}
+    for r in rows:
+        reached[r.number] = max(reached.get(r.number, 0), r.rung + 1)
+    out = {}
+    for number in sorted(reached):
+        loss = _predict(fit, number, target)
+        low, high = fit.band(number, target, level=BAND_LEVEL) if band and fit and math.isfinite(loss) else (loss, loss)
+        loo = leave_one_out(points, number) if reached[number] >= 2 else None
+        group = fit.params(number)[3] if fit and number in fit.trials else "-"
+        out[number] = Prediction(loss, low, high, reached[number], group, loo.error if loo else None)
+    return out
+
+
+def at_target(rows: Sequence[TrialRow], predictions: dict[int, Prediction]) -> list[TrialRow]:
+    """The rows with `val_loss` replaced by the predicted loss at the target, for fronts and hypervolumes
+    at the target (`nas.pareto`); a row without a prediction keeps inf there and so never sits on them."""
+    return [replace(r, val_loss=predictions[r.number].loss if r.number in predictions else math.inf) for r in rows]
+
+
+@dataclass
+class RungDecider:
+    """What a worker calls at each rung (picklable: Ray ships it to the trial's process).
+
+    `__call__(number, seed, flops_per_token, result)` stores the rung, and says whether trial
+    `number` goes on to the next rung and what it predicts at the target now.
+    """
+
+    store_url: str
+    search: str
+    target_flops: float
+    eta: float
+    n_rungs: int
+
+    def __post_init__(self) -> None:
+        self._store: Store | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_store": None}  # each process opens its own connections
+
+    def __call__(self, number: int, seed: int, flops_per_token: float, result: dict) -> RungDecision:
+        if self._store is None:
+            self._store = Store(self.store_url)
+        self._store.record_rung(self.search, number, seed, result)
+        rung = int(result["rung"])
+        rows = self._store.rungs(self.search)
+        fit = _fit(rung_points(rows, up_to_rung=rung))
+        predicted = _predict(fit, number, self.target_flops)
+        if rung >= self.n_rungs - 1 or not math.isfinite(predicted):
+            return RungDecision(False, predicted)
+        at_rung = {r.number: r for r in rows if r.rung == rung}
+        candidates = [
+            Candidate(
+                n,
+                _predict(fit, n, self.target_flops),
+                flops_per_token if n == number else (row.executed_flops_per_token or math.inf),
+            )
+            for n, row in at_rung.items()
+        ]
+        return RungDecision(should_promote(number, candidates, self.eta), predicted)
