@@ -271,6 +271,8 @@ def test_search_survives_a_killed_worker_node(cluster, postgres_url):
             SEARCH,
             "--trial-flops",
             "3e10",
+            "--rungs",
+            "1",  # a single budget per trial, as before budget ladders: this test is about the lost node
             "--trials",
             str(TRIALS),
             "--workers",

@@ -39,7 +39,8 @@ def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'r.db'}"
 
 
-def nas_args(name: str, url: str, trials: int, flops: str = "2e10", space: str = "tiny_space.yaml") -> list[str]:
+def nas_args(name: str, url: str, trials: int, flops: str = "2e9", space: str = "tiny_space.yaml") -> list[str]:
+    """A search of the tiny space on a 3-rung ladder (the default): `flops` for the lowest rung."""
     return [
         sys.executable,
         "-m",
@@ -142,15 +143,24 @@ def optuna_study(url: str, store: Store, name: str) -> optuna.Study:
 
 def test_search_end_to_end_then_show_list_status(url, tmp_path):
     done = run(nas_args("e2e", url, trials=4), tmp_path)
-    assert "Pareto front" in done.stdout and "hypervolume" in done.stdout
+    assert "Pareto front at the target, T = 2e+12 training FLOPs" in done.stdout and "hypervolume" in done.stdout
     with Store(url) as store:
         rows = store.trials("e2e")
+        rungs = store.rungs("e2e")
         assert len(rows) == 4 and {r.status for r in rows} == {"completed"}
         assert all(math.isfinite(r.val_loss) and r.tokens_seen > 0 and r.executed_flops_per_token > 0 for r in rows)
         assert store.curve(rows[0].id) and store.diagnostics(rows[0].id)
         assert store.get_search("e2e").status == "completed"
         study = optuna_study(url, store, "e2e")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    # The ladder: every trial measured at the lowest rung, rungs climbed in order, the first trial promoted
+    # (it is the best of one), each rung at its iso-FLOP budget, and the trial's loss its last rung's.
+    reached = {r.number: [g.rung for g in rungs if g.number == r.number] for r in rows}
+    assert all(climbed == list(range(len(climbed))) and climbed for climbed in reached.values())
+    assert max(len(c) for c in reached.values()) >= 2
+    assert all(g.budget_flops == pytest.approx(2e9 * 3**g.rung) for g in rungs)
+    assert all(r.val_loss == [g.val_loss for g in rungs if g.number == r.number][-1] for r in rows)
+    assert all(math.isfinite(t.values[0]) for t in study.trials)  # told the predicted loss at the target
     assert sorted(t.number for t in study.trials) == sorted(r.optuna_trial_number for r in rows)
     shown = run([sys.executable, "-m", "nas.cli", "show", "e2e", "--pareto", "--storage", url], tmp_path)
     assert "Pareto front" in shown.stdout
@@ -169,7 +179,7 @@ def test_diverged_trials_are_stored_with_inf_and_told_to_optuna(sqlite_url, tmp_
 
 
 def test_a_killed_trial_process_is_recorded_failed_and_retried(url, tmp_path, started):
-    driver = started.popen(nas_args("kill1", url, trials=4, flops="8e10"), tmp_path)
+    driver = started.popen(nas_args("kill1", url, trials=4, flops="8e9"), tmp_path)
 
     def running_trial_worker():
         rows = [r for r in trial_rows(url, "kill1") if r.status == "running"]
@@ -191,10 +201,13 @@ def test_a_killed_trial_process_is_recorded_failed_and_retried(url, tmp_path, st
     assert failed_attempt["status"] == "failed" and failed_attempt["failure_reason"]
     assert retried[0].attempt == 1 and retried[0].status == "completed"
     assert len({r.number for r in rows if r.status == "completed"}) == 4
+    with Store(url) as store:  # rungs measured before the kill were kept; the retry added none twice
+        rungs = [(g.number, g.rung, g.seed) for g in store.rungs("kill1")]
+    assert len(rungs) == len(set(rungs)) and {n for n, _, _ in rungs} == {r.number for r in rows}
 
 
 def test_driver_killed_then_resume_completes_without_loss_or_duplicates(url, tmp_path, started):
-    driver = started.popen(nas_args("resume1", url, trials=6, flops="5e10"), tmp_path)
+    driver = started.popen(nas_args("resume1", url, trials=6, flops="5e9"), tmp_path)
     wait_for(lambda: len([r for r in final_rows(url, "resume1") if r.status == "completed"]) >= 2)
     started.remember_descendants(driver.pid)
     driver.send_signal(signal.SIGKILL)
@@ -203,14 +216,17 @@ def test_driver_killed_then_resume_completes_without_loss_or_duplicates(url, tmp
     before = {r.number: (r.val_loss, r.tokens_seen) for r in final_rows(url, "resume1") if r.status == "completed"}
     with Store(url) as store:
         assert store.get_search("resume1").status == "running"  # it never got to say otherwise
+        rungs_before = {(g.number, g.rung, g.seed): g.val_loss for g in store.rungs("resume1")}
 
     run([sys.executable, "-m", "nas.cli", "resume", "resume1", "--storage", url, "--no-progress"], tmp_path)
     with Store(url) as store:
         rows = store.trials("resume1")
         assert store.get_search("resume1").status == "completed"
         study = optuna_study(url, store, "resume1")
+        rungs_after = {(g.number, g.rung, g.seed): g.val_loss for g in store.rungs("resume1")}
     after = {r.number: (r.val_loss, r.tokens_seen) for r in rows if r.status == "completed"}
     assert all(after[n] == v for n, v in before.items())  # no completed result lost or rewritten
+    assert rungs_before and all(rungs_after[k] == v for k, v in rungs_before.items())  # nor any rung
     assert len(rows) == len({r.number for r in rows})  # no duplicates
     assert len(after) >= 6
     interrupted = [r for r in rows if r.status == "interrupted"]
