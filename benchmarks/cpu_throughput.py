@@ -25,7 +25,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
+from search_spaces.residual_lm import (
+    TRAINING_FLOPS_PER_FORWARD_FLOP,
+    ArchConfig,
+    build_model,
+    training_flops,
+)
 
 log = logging.getLogger("cpu_throughput")
 
@@ -164,10 +169,13 @@ def build_models() -> tuple[dict, dict]:
     models, train_flops = {}, {}
     torch.manual_seed(0)
     ref = ReferenceGPT(SIZE["vocab_size"], SIZE["seq_len"], SIZE["n_layers"], SIZE["d_model"], SIZE["n_heads"])
-    models["reference_gpt"], train_flops["reference_gpt"] = ref, 3 * ref.forward_flops_per_token(SIZE["seq_len"])
+    models["reference_gpt"], train_flops["reference_gpt"] = (
+        ref,
+        (TRAINING_FLOPS_PER_FORWARD_FLOP * ref.forward_flops_per_token(SIZE["seq_len"])),
+    )
     for name, knobs in VARIANTS.items():
         cfg = ArchConfig(**SIZE, **knobs)
-        models[name], train_flops[name] = build_model(cfg).train(), 3 * flops_per_token(cfg).executed
+        models[name], train_flops[name] = build_model(cfg).train(), training_flops(cfg, 1)
     return models, train_flops
 
 

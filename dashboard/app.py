@@ -1,4 +1,5 @@
-"""resnas dashboard (Streamlit, read-only): searches, Pareto fronts, trials, width certificates, export.
+"""resnas dashboard (Streamlit, read-only): searches, Pareto fronts, the front at the target budget, trials,
+width certificates, export.
 
     streamlit run dashboard/app.py --server.address 127.0.0.1 --server.headless true [-- --storage URL]
 

@@ -5,6 +5,9 @@ line, the environment variable `RESNAS_STORAGE`, or `sqlite:///resnas.db` in the
 directory (`nas.store.default_url`). Reads are cached for `TTL_S` seconds, keyed by URL and
 arguments, so a page refresh every `REFRESH_S` seconds sees new trials. Nothing here writes: a
 SQLite file that does not exist is reported, not created.
+
+The predictions at a search's target budget (`nas.fidelity.predict_search`) and its loss-vs-compute
+fit (`nas.extrapolate.fit_study`) are computed from the cached rungs and cached the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +19,10 @@ from pathlib import Path
 import streamlit as st
 from sqlalchemy.engine import make_url
 
-from nas.store import STORAGE_ENV, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
+from nas.budget import Budget, BudgetError, stored_budget
+from nas.extrapolate import fit_study
+from nas.fidelity import Prediction, predict_search, rung_points
+from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
 from workers.status import TrialStatus
 
 TTL_S = 3.0  # cache lifetime of store reads (seconds)
@@ -74,6 +80,36 @@ def get_search(url: str, name: str) -> SearchRow:
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def trials(url: str, name: str) -> list[TrialRow]:
     return store(url).trials(name)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def rungs(url: str, name: str) -> list[RungRow]:
+    """Every measured rung of the search (empty for a search stored before budget ladders)."""
+    return store(url).rungs(name)
+
+
+def budget(url: str, name: str) -> Budget | str:
+    """The search's stored Budget (its target T, rungs and eta), or why it cannot be read."""
+    try:
+        return stored_budget(get_search(url, name).budget or {})
+    except (BudgetError, TypeError) as err:
+        return f"its stored budget cannot be read ({err})"
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def predictions(url: str, name: str, target: float) -> dict[int, Prediction]:
+    """Each trial's predicted loss at `target` training FLOPs, band and leave-one-out error, from all its rungs."""
+    return predict_search(rungs(url, name), target)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def fit_params(url: str, name: str) -> dict[int, tuple[float, float, float, str]]:
+    """Each trial's (E, A, alpha, group) of L = E + A C^-alpha fitted over all the search's rungs ({} if none)."""
+    try:
+        fit = fit_study(rung_points(rungs(url, name)))
+    except ValueError:  # no rung with a finite loss
+        return {}
+    return {number: fit.params(number) for number in fit.trials}
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -7,19 +7,27 @@ Nothing here imports Streamlit or opens a store: every function takes the plain 
 Conventions shared by the Pareto and width plots: colour is the residual family
 (`FAMILY_COLOURS`), marker symbol is the Mixture-of-Depths rate (`mod_symbol`), and each search
 of an overlay gets its own outline colour and front line dash (`search_style`).
+
+At the target budget T (`nas.fidelity`): `target_front_figure` draws each trial's predicted loss at T
+with its 80% band beside the measured front of each rung, `rung_curve_figure` one trial's rungs and
+fitted curve L = E + A C^-alpha up to T, and `fidelity_figure` the leave-one-out errors.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from nas.extrapolate import NONE, STUDY
+from nas.fidelity import BAND_LEVEL, Prediction, at_target
 from nas.pareto import (
     hypervolume,
     hypervolume_curve,
@@ -27,6 +35,7 @@ from nas.pareto import (
     pareto_rows,
     reference_point,
 )
+from nas.store import RungRow
 from workers.status import PENDING, TrialStatus
 
 __all__ = [
@@ -34,6 +43,7 @@ __all__ = [
     "MOD_SYMBOLS",
     "ancre_heatmap",
     "family_colour",
+    "fidelity_figure",
     "format_number",
     "hypervolume_figure",
     "loss_curve_figure",
@@ -41,8 +51,12 @@ __all__ = [
     "nag_figure",
     "pareto_figure",
     "residual_norm_figure",
+    "rung_curve_figure",
+    "rung_means",
     "searches_frame",
     "skip_rate_figure",
+    "target_front_figure",
+    "target_frame",
     "trial_hover",
     "trial_lr",
     "trials_frame",
@@ -296,6 +310,353 @@ def hypervolume_figure(rows_by_search: Mapping[str, Sequence], ref: tuple[float,
         margin=dict(t=70),
     )
     return fig
+
+
+# ---- at the target budget --------------------------------------------------------------------
+
+
+def _group_label(group: str | None) -> str:
+    """A fit group in words (`nas.extrapolate`: a family, the whole study, or no fit)."""
+    return {STUDY: "shared by the study", NONE: "no fit", "-": "no fit", None: "-"}.get(group, f"family {group}")
+
+
+def _band_error(predictions: Sequence[Prediction]) -> dict:
+    """Asymmetric error bars from each prediction to the ends of its band."""
+    return dict(
+        type="data",
+        symmetric=False,
+        array=[p.high - p.loss for p in predictions],
+        arrayminus=[p.loss - p.low for p in predictions],
+        thickness=1.2,
+        width=4,
+    )
+
+
+def _prediction_hover(p: Prediction, target: float) -> str:
+    loo = "-" if p.loo_error is None else f"{p.loo_error:+.4f}"
+    return (
+        f"<br>predicted at T = {target:.3g}: {format_number(p.loss, '.4f')} "
+        f"({BAND_LEVEL:.0%} band {format_number(p.low, '.4f')}-{format_number(p.high, '.4f')})"
+        f"<br>rungs {p.rungs} · LOO error {loo} · fit {_group_label(p.group)}"
+    )
+
+
+def rung_means(rung_rows: Iterable[RungRow]) -> dict[int, dict[int, tuple[float, int]]]:
+    """rung -> trial number -> (mean of the finite losses over its seeds, how many): what each rung measured.
+
+    A (trial, rung) whose every seed has no finite loss (diverged there) is left out.
+    """
+    losses: dict[int, dict[int, list[float]]] = {}
+    for r in rung_rows:
+        if _finite(r.val_loss):
+            losses.setdefault(r.rung, {}).setdefault(r.number, []).append(r.val_loss)
+    return {
+        rung: {n: (sum(v) / len(v), len(v)) for n, v in sorted(by_trial.items())}
+        for rung, by_trial in sorted(losses.items())
+    }
+
+
+def _nondominated(points: Sequence[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
+    """The non-dominated (number, FLOPs/token, loss) of `points`, by FLOPs: the rule of `nas.pareto`."""
+    rows = [
+        SimpleNamespace(number=n, status=TrialStatus.COMPLETED, executed_flops_per_token=x, val_loss=y)
+        for n, x, y in points
+    ]
+    return [(r.number, r.executed_flops_per_token, r.val_loss) for r in pareto_rows(rows)]
+
+
+def _rung_colours(n: int) -> list[str]:
+    return sample_colorscale("Plasma", [0.85 * k / max(n - 1, 1) for k in range(n)])
+
+
+def _target_trace(
+    rows: Sequence, measured: Mapping[int, Any], predictions: Mapping[int, Prediction], target: float, name: str, **kw
+) -> go.Scatter:
+    """Markers at (executed FLOPs/token, predicted loss at T) with the band as error bars; encodings as the
+    Pareto plot (colour: family, symbol: MoD rate)."""
+    preds = [predictions[r.number] for r in rows]
+    return go.Scatter(
+        x=[r.executed_flops_per_token for r in rows],
+        y=[p.loss for p in preds],
+        error_y=_band_error(preds),
+        name=name,
+        customdata=[[r.number] for r in rows],
+        hovertext=[
+            trial_hover(measured[r.number]) + _prediction_hover(p, target) for r, p in zip(rows, preds, strict=True)
+        ],
+        hovertemplate="%{hovertext}<extra></extra>",
+        marker=dict(
+            color=[family_colour(r.residual) for r in rows],
+            symbol=[mod_symbol(r.mod_rate) for r in rows],
+            size=11,
+            line=dict(color="#222222", width=1.5),
+        ),
+        **kw,
+    )
+
+
+def target_front_figure(
+    rows: Sequence, predictions: Mapping[int, Prediction], target: float, rung_rows: Sequence[RungRow] = ()
+) -> go.Figure:
+    """Predicted loss at the target T vs executed FLOPs per token (left), beside the loss measured at each rung
+    (right); x axes log, y axis shared.
+
+    Left, from the trial rows and `nas.fidelity.predict_search`'s predictions: "front at T", the trials of
+    `nas.pareto.pareto_rows(at_target(rows, predictions))` (completed, non-dominated at their predicted loss)
+    joined by a step line, and "dominated at T", the other completed trials with a finite prediction; each
+    with its 80% band as error bars. Right, from the search's `RungRow`s, per stored rung r (0 = the lowest
+    budget C): "rung r measured", each trial's mean loss over its seeds at rung r (whatever the trial's status
+    now: a rung is a finished measurement), and "rung r front", their non-dominated points as a step line.
+    """
+    targeted = at_target(rows, predictions)
+    measured = {r.number: r for r in rows}
+    front = pareto_rows(targeted)
+    on_front = {r.number for r in front}
+    dominated = [r for r in targeted if is_front_candidate(r) and r.number not in on_front]
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        horizontal_spacing=0.05,
+        subplot_titles=(
+            f"predicted at T = {target:.3g} training FLOPs ({BAND_LEVEL:.0%} band)",
+            "measured at each rung",
+        ),
+    )
+    fig.add_trace(
+        _target_trace(
+            front,
+            measured,
+            predictions,
+            target,
+            "front at T",
+            mode="lines+markers",
+            line=dict(shape="hv", color="#222222", width=2),
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        _target_trace(dominated, measured, predictions, target, "dominated at T", mode="markers", opacity=0.55),
+        row=1,
+        col=1,
+    )
+    flops = {r.number: r.executed_flops_per_token for r in rung_rows if _finite(r.executed_flops_per_token)}
+    budgets = {r.rung: r.budget_flops for r in rung_rows}
+    means = rung_means(rung_rows)
+    for colour, (rung, by_trial) in zip(_rung_colours(len(means)), means.items(), strict=True):
+        pts = [(n, flops[n], loss) for n, (loss, _) in by_trial.items() if n in flops]
+        seeds = [by_trial[n][1] for n, _, _ in pts]
+        fig.add_trace(
+            go.Scatter(
+                x=[x for _, x, _ in pts],
+                y=[y for _, _, y in pts],
+                name=f"rung {rung} measured",
+                legendgroup=f"rung:{rung}",
+                legendgrouptitle_text="measured (budget)" if rung == min(means) else None,
+                mode="markers",
+                marker=dict(color=colour, size=9),
+                customdata=[[n, k] for (n, _, _), k in zip(pts, seeds, strict=True)],
+                hovertemplate=f"trial #%{{customdata[0]}} · rung {rung} ({budgets[rung]:.3g} training FLOPs)"
+                "<br>loss %{y:.4f} (mean of %{customdata[1]} seeds)<br>executed FLOPs/token %{x:.3g}<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+        edge = _nondominated(pts)
+        fig.add_trace(
+            go.Scatter(
+                x=[x for _, x, _ in edge],
+                y=[y for _, _, y in edge],
+                name=f"rung {rung} front",
+                legendgroup=f"rung:{rung}",
+                showlegend=False,
+                mode="lines",
+                line=dict(shape="hv", color=colour, width=1.5),
+                customdata=[[n] for n, _, _ in edge],
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=2,
+        )
+    for key in _legend_keys(r for r in rows if r.status not in PENDING):
+        fig.add_trace(key, row=1, col=1)
+    fig.update_xaxes(type="log", title_text="executed forward FLOPs per token")
+    fig.update_yaxes(title_text="validation loss (nats/token)", row=1, col=1)
+    fig.update_layout(
+        title="Front at the target budget, and the fronts measured at each rung",
+        legend=dict(groupclick="toggleitem"),
+        hovermode="closest",
+        margin=dict(t=80),
+    )
+    return fig
+
+
+def _fit_params(fit_or_params: Any, number: int) -> tuple[float, float, float, str | None]:
+    if hasattr(fit_or_params, "params"):  # a nas.extrapolate.StudyFit
+        return fit_or_params.params(number)
+    e, a, alpha, *group = fit_or_params
+    return float(e), float(a), float(alpha), group[0] if group else None
+
+
+def rung_curve_figure(
+    rung_rows: Sequence[RungRow],
+    fit_or_params: Any,
+    target: float,
+    prediction: Prediction | None = None,
+    n_points: int = 120,
+) -> go.Figure:
+    """One trial's rungs and fitted curve against training FLOPs (log x), out to the target T.
+
+    `rung_rows` are the trial's `RungRow`s (one per rung and seed: "measured", at each rung's budget);
+    `fit_or_params` the search's `nas.extrapolate.StudyFit` or the trial's (E, A, alpha[, group]) as
+    `StudyFit.params` gives them. "fit" draws L(C) = E + A C^-alpha at `n_points` budgets spaced evenly in
+    log C from the lowest rung's budget to exactly `target`; "predicted at T" marks the loss at T with the
+    80% band of `prediction` (`nas.fidelity.Prediction`) as error bars, or the curve's value there, without
+    a band, when no prediction is given.
+    """
+    numbers = {r.number for r in rung_rows}
+    if len(numbers) != 1:
+        raise ValueError(f"rung_curve_figure: needs the rungs of one trial (got trials {sorted(numbers)})")
+    number = numbers.pop()
+    e, a, alpha, group = _fit_params(fit_or_params, number)
+    rung_rows = sorted(rung_rows, key=lambda r: (r.rung, r.seed))
+    start = min(r.budget_flops for r in rung_rows)
+    xs = np.geomspace(start, target, n_points) if target > start else np.array([start])
+    xs[0], xs[-1] = start, target
+    shown = [r for r in rung_rows if _finite(r.val_loss)]
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=[r.budget_flops for r in shown],
+            y=[r.val_loss for r in shown],
+            name="measured",
+            mode="markers",
+            marker=dict(size=10, color="#1f77b4"),
+            customdata=[[r.rung, r.seed, r.steps, r.tokens, r.training_flops] for r in shown],
+            hovertemplate="rung %{customdata[0]} · seed %{customdata[1]}<br>budget %{x:.3g} training FLOPs"
+            "<br>val loss %{y:.4f}<br>%{customdata[2]} steps · %{customdata[3]:,} tokens"
+            " · %{customdata[4]:.3g} FLOPs trained<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=xs.tolist(),
+            y=(e + a * xs**-alpha).tolist(),
+            name="fit L = E + A C^-α",
+            mode="lines",
+            line=dict(color="#7f7f7f", dash="dash"),
+            hovertemplate="C %{x:.3g}<br>fitted loss %{y:.4f}<extra></extra>",
+        )
+    )
+    loss = prediction.loss if prediction is not None else float(e + a * target**-alpha)
+    fig.add_trace(
+        go.Scatter(
+            x=[target],
+            y=[loss],
+            name="predicted at T",
+            mode="markers+text",
+            text=["T"],
+            textposition="top center",
+            marker=dict(size=12, symbol="diamond", color="#d62728"),
+            error_y=_band_error([prediction]) if prediction is not None else None,
+            hovertemplate=f"T = {target:.3g} training FLOPs<br>predicted loss %{{y:.4f}}"
+            + (f" ({BAND_LEVEL:.0%} band {prediction.low:.4f}-{prediction.high:.4f})" if prediction is not None else "")
+            + "<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=f"Trial #{number}: loss vs training compute, out to the target"
+        f"<br><sup>L = E + A C^-α with E {e:.4f}, A {a:.4g}, α {alpha:.3f} (fit {_group_label(group)})</sup>",
+        xaxis=dict(type="log", title="training FLOPs (C)"),
+        yaxis_title="validation loss (nats/token)",
+        margin=dict(t=80),
+    )
+    return fig
+
+
+def fidelity_figure(predictions: Mapping[int, Prediction]) -> go.Figure:
+    """The leave-one-out error of each trial with two or more rungs, as bars, with a line at 0.
+
+    The error (`Prediction.loo_error`, nats/token) is the trial's top rung as predicted by a fit without that
+    rung, minus the loss measured there: above 0 the fit predicted too high a loss. When no trial has two
+    rungs the figure holds no bars, only a note saying so.
+    """
+    items = [(n, p) for n, p in sorted(predictions.items()) if p.loo_error is not None and _finite(p.loo_error)]
+    fig = go.Figure()
+    if not items:
+        fig.add_annotation(
+            text="no trial has two rungs yet: no leave-one-out error to show",
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+            showarrow=False,
+            font=dict(size=14),
+        )
+        fig.update_layout(title="Leave-one-out error of the top rung", xaxis_visible=False, yaxis_visible=False)
+        return fig
+    errors = [p.loo_error for _, p in items]
+    fig.add_trace(
+        go.Bar(
+            x=[f"#{n}" for n, _ in items],
+            y=errors,
+            name="leave-one-out error",
+            marker_color=["#d62728" if err > 0 else "#1f77b4" for err in errors],
+            customdata=[[n, p.rungs, _group_label(p.group)] for n, p in items],
+            hovertemplate="trial #%{customdata[0]} · %{customdata[1]} rungs · fit %{customdata[2]}"
+            "<br>top rung predicted - measured: %{y:+.4f} nats<extra></extra>",
+        )
+    )
+    fig.add_hline(y=0.0, line_color="#222222", line_width=1)
+    mae = sum(abs(err) for err in errors) / len(errors)
+    fig.update_layout(
+        title=f"Leave-one-out error of the top rung<br><sup>mean |error| {mae:.4f} nats over {len(items)} trials "
+        "with two or more rungs</sup>",
+        xaxis=dict(title="trial", type="category"),
+        yaxis_title="predicted - measured (nats/token)",
+        margin=dict(t=80),
+    )
+    return fig
+
+
+def target_frame(rows: Sequence, predictions: Mapping[int, Prediction]) -> pd.DataFrame:
+    """One row per trial with a prediction: its measured (top-rung) loss, the predicted loss at the target and
+    band, rungs, leave-one-out error and fit group, and whether it is on the front at T; by number."""
+    front = {r.number for r in pareto_rows(at_target(rows, predictions))}
+    columns = (
+        "number",
+        "status",
+        "residual",
+        "rungs",
+        "val_loss",
+        "loss_at_T",
+        "band_low",
+        "band_high",
+        "loo_error",
+        "executed_flops_per_token",
+        "fit",
+        "on_front_at_T",
+    )
+    records = [
+        dict(
+            number=r.number,
+            status=str(r.status),
+            residual=r.residual,
+            rungs=p.rungs,
+            val_loss=r.val_loss,
+            loss_at_T=p.loss,
+            band_low=p.low,
+            band_high=p.high,
+            loo_error=p.loo_error,
+            executed_flops_per_token=r.executed_flops_per_token,
+            fit=_group_label(p.group),
+            on_front_at_T=r.number in front,
+        )
+        for r in sorted(rows, key=lambda r: r.number)
+        if (p := predictions.get(r.number)) is not None
+    ]
+    return pd.DataFrame.from_records(records, columns=list(columns))
 
 
 # ---- one trial -------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 import streamlit as st
 
+from nas.budget import Budget
+from nas.extrapolate import NONE
+from nas.fidelity import BAND_LEVEL
 from nas.pareto import pareto_rows, reference_point
 from nas.store import SearchStatus
 from workers.status import PENDING, TrialStatus
@@ -22,14 +25,18 @@ from . import data
 from .export import export_bundle
 from .figures import (
     ancre_heatmap,
+    fidelity_figure,
     format_number,
     hypervolume_figure,
     loss_curve_figure,
     nag_figure,
     pareto_figure,
     residual_norm_figure,
+    rung_curve_figure,
     searches_frame,
     skip_rate_figure,
+    target_frame,
+    target_front_figure,
     trials_frame,
     width_figure,
     width_trend,
@@ -131,8 +138,81 @@ def pareto_page(url: str, summaries: Sequence) -> None:
             key="front_table",
             column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS},
         )
+        st.caption(
+            "these fronts use each trial's measured loss (at the top rung it reached); the front at the search's "
+            "target budget, predicted from the rungs, is on the Target budget page"
+        )
 
     live(render, _running(summaries, chosen))
+
+
+# ---- Target budget ---------------------------------------------------------------------------
+
+
+def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dict) -> str | None:
+    """Why the search has no front at its target budget, in one line; None when it has one.
+
+    No rung rows: a search stored before budget ladders. Rungs but no fitted trial (every prediction of
+    group NONE): too few trials measured at two or more rungs to fit loss vs compute (e.g. `--rungs 1`).
+    """
+    if isinstance(budget, str):
+        return f"no prediction at the target budget for this search: {budget}"
+    if not rung_rows:
+        return (
+            "no rungs stored for this search (it predates budget ladders): no prediction at the target budget; "
+            "the Pareto front page shows its measured front"
+        )
+    if not any(p.group not in (NONE, "-") for p in predictions.values()):
+        return (
+            f"too few rungs to fit loss vs compute ({len(rung_rows)} rung measurements, ladder of {budget.rungs}): "
+            "extrapolating to the target needs trials measured at two or more rungs (`nas search --rungs 3`)"
+        )
+    return None
+
+
+def ladder_caption(budget: Budget) -> str:
+    """The target T and the ladder (its rungs' budgets and eta) in one line."""
+    ladder = ", ".join(f"{budget.trial_flops * budget.eta**r:.3g}" for r in range(budget.rungs))
+    return (
+        f"target T = {budget.target:.3g} training FLOPs ({budget.target / budget.top_rung_flops:.3g} x the top rung) · "
+        f"ladder: {budget.rungs} rungs, eta = {budget.eta:g} ({ladder} training FLOPs) · each trial's loss at T "
+        f"predicted by L = E + A C^-alpha over its rungs (alpha, E shared by a family or the whole search); "
+        f"error bars: the {BAND_LEVEL:.0%} band"
+    )
+
+
+def target_page(url: str, summaries: Sequence) -> None:
+    st.header("Target budget")
+    name = _pick_search(summaries, "target_search")
+
+    def render() -> None:
+        budget = data.budget(url, name)
+        rung_rows = data.rungs(url, name)
+        predictions = data.predictions(url, name, budget.target) if rung_rows and isinstance(budget, Budget) else {}
+        reason = no_target_reason(budget, rung_rows, predictions)
+        if reason is not None:
+            st.info(reason)
+            return
+        rows = data.trials(url, name)
+        st.caption(ladder_caption(budget))
+        st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows), key="target_front")
+        st.subheader("Trials at the target")
+        st.dataframe(
+            target_frame(rows, predictions),
+            hide_index=True,
+            key="target_table",
+            column_config={col: LOSS for col in ("val_loss", "loss_at_T", "band_low", "band_high", "loo_error")}
+            | {"executed_flops_per_token": FLOPS},
+        )
+        st.caption("val_loss: measured at the top rung the trial reached; loss_at_T: predicted at the target")
+        st.subheader("Fidelity: leave-one-out")
+        st.plotly_chart(fidelity_figure(predictions), key="target_fidelity")
+        st.caption(
+            "for each trial with two or more rungs: its top rung predicted by a fit without that rung, minus the "
+            "loss measured there (how well lower rungs foretell a higher one)"
+        )
+
+    live(render, _running(summaries, [name]))
 
 
 # ---- Trial detail ----------------------------------------------------------------------------
@@ -154,6 +234,7 @@ def trial_page(url: str, summaries: Sequence) -> None:
             st.warning(f"trial {number} is gone")
             return
         _trial_summary(row)
+        _trial_rungs(url, name, row)
         _trial_results(url, row)
 
     live(render, next(r for r in rows if r.number == number).status in PENDING)
@@ -177,6 +258,35 @@ def _trial_summary(row) -> None:
     )
     with st.expander("config", expanded=False):
         st.json(row.config)
+
+
+def _trial_rungs(url: str, name: str, row) -> None:
+    """The trial's rungs and fitted curve out to the target, or one line saying why there is none."""
+    rung_rows = data.rungs(url, name)
+    mine = [r for r in rung_rows if r.number == row.number]
+    budget = data.budget(url, name)
+    if not rung_rows or isinstance(budget, str):
+        st.caption(no_target_reason(budget, rung_rows, {}))
+        return
+    if not mine:
+        st.caption("no rung measured for this trial: no prediction at the target budget")
+        return
+    predictions = data.predictions(url, name, budget.target)
+    p = predictions.get(row.number)
+    params = data.fit_params(url, name).get(row.number)
+    if p is None or params is None or p.group in (NONE, "-"):
+        st.caption(
+            f"measured at {len({r.rung for r in mine})} rung(s); "
+            + (no_target_reason(budget, rung_rows, predictions) or "no finite loss at any rung: nothing to fit")
+        )
+        return
+    st.subheader("loss vs compute, out to the target")
+    st.plotly_chart(rung_curve_figure(mine, params, budget.target, p), key=f"rung_curve_{row.id}")
+    loo = "-" if p.loo_error is None else f"{p.loo_error:+.4f}"
+    st.caption(
+        f"predicted at T = {budget.target:.3g} training FLOPs: {p.loss:.4f} nats ({BAND_LEVEL:.0%} band "
+        f"{p.low:.4f}-{p.high:.4f}) · {p.rungs} of {budget.rungs} rungs · leave-one-out error {loo}"
+    )
 
 
 def _trial_results(url: str, row) -> None:
@@ -321,6 +431,7 @@ def export_page(url: str, summaries: Sequence) -> None:
 PAGES = {
     "Searches": searches_page,
     "Pareto front": pareto_page,
+    "Target budget": target_page,
     "Trial detail": trial_page,
     "Width view": width_page,
     "Trial table": table_page,

@@ -116,9 +116,9 @@ class Budget(BaseModel):
                 f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
                 f"{_num(self.trial_flops)}: not even one trial"
             )
-        if self.target_flops is not None and self.target_flops <= self.top_rung_flops:
+        if self.target <= self.top_rung_flops:
             raise ValueError(
-                f"--target-flops: {_num(self.target_flops)} must be above the top rung "
+                f"--target-flops: {_num(self.target)} must be above the top rung "
                 f"{_num(self.top_rung_flops)} (--trial-flops x --eta^(--rungs - 1)): the search predicts beyond it"
             )
         return self
@@ -146,7 +146,8 @@ class Budget(BaseModel):
 
     @property
     def total_flops(self) -> float:
-        """Training FLOPs the whole search may spend: n_trials x trial_flops."""
+        """n_trials x trial_flops: the lowest rungs of all trials. Promoted trials spend more (a trial that
+        climbs the whole ladder trains eta^(rungs - 1) x trial_flops, plus its cooldown branches)."""
         return self.n_trials * self.trial_flops
 
 

@@ -68,7 +68,9 @@ def search(
         ..., help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung."
     ),
     trials: int | None = typer.Option(None, help="Number of trials (default 20 unless --search-flops)."),
-    search_flops: float | None = typer.Option(None, help="Total training FLOPs; trials = search / trial FLOPs."),
+    search_flops: float | None = typer.Option(
+        None, help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
+    ),
     workers: int = typer.Option(2, help="Trials run in parallel."),
     space: Path | None = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
     sampler: str = typer.Option("tpe", help="tpe | nsga2 | random | gp."),
@@ -467,7 +469,7 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
     rows = store.trials(name)
     budget = stored_budget(store.get_search(name).budget)
     predictions = predict_search(store.rungs(name), budget.target)
-    targeted = at_target(rows, predictions)
+    targeted = at_target(rows, predictions) if predictions else rows  # no rungs: a single-budget search
     front = pareto_rows(targeted)
     shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
     measured = {r.number: r for r in rows}

@@ -67,10 +67,10 @@ def rung_points(rows: Sequence[RungRow], up_to_rung: int | None = None) -> list[
 
 
 def _fit(points: list[RungPoint]) -> StudyFit | None:
-    try:
-        return fit_study(points)
-    except ValueError:  # no finite loss at all
+    """The study's fit, or None when there is nothing to fit (no finite loss yet)."""
+    if not any(math.isfinite(p.loss) for p in points):
         return None
+    return fit_study(points)
 
 
 def _predict(fit: StudyFit | None, trial: int, target: float) -> float:

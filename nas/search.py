@@ -94,6 +94,8 @@ def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: st
             from .tune_runner import run_tuner
 
             run_tuner(store, name, space, budget, settings, row.optuna_study_name, missing, show_progress)
+        # A retry Tune never started (its time budget ran out) is not left pending for ever.
+        store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
     except BaseException:
         store.set_search_status(name, SearchStatus.INTERRUPTED)
         raise

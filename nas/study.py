@@ -1,7 +1,8 @@
 """The Optuna side of a search: samplers, the define-by-run space, the RDB storage, stale-trial repair.
 
 The Optuna study lives in the store's own database (Optuna's RDB storage), so optuna-dashboard
-can open it too. Both objectives are minimised: `val_loss` and `executed_flops_per_token`.
+can open it too. Both objectives are minimised: `target_loss` (the loss predicted at the search's
+target budget; nas.fidelity) and `executed_flops_per_token`.
 Infeasible configs (an invalid head split, or a budget that cannot pay for one step) are marked
 with an Optuna constraint by `DefineByRun` and never trained.
 """

@@ -164,8 +164,11 @@ def run_tuner(
         "seed": settings.seed,
         "data": data_config(settings).model_dump(),
         "configs": partial(configs_from, space),
-        "ladder": budget.ladder.model_dump(),
-        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs),
+        # One rung is the single-budget search (cosine schedule, no rung rows, the measured loss told).
+        "ladder": budget.ladder.model_dump() if budget.rungs > 1 else None,
+        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs)
+        if budget.rungs > 1
+        else None,
     }
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
     with _progress(show_progress, n_trials) as (progress, task):

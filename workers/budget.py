@@ -83,15 +83,12 @@ class Rung:
 
 def plan_ladder(cfg: ArchConfig, top_flops: float, ladder: LadderConfig, batch_size: int) -> list[Rung]:
     """The rungs of a trial whose top rung spends `top_flops`; InfeasibleBudget if the lowest cannot
-    pay for one step. A rung that rounds to no more steps than the rung below is dropped."""
-    rungs: list[Rung] = []
-    for index in range(ladder.rungs):
-        flops = top_flops / ladder.eta ** (ladder.rungs - 1 - index)
-        plan = plan_budget(cfg, flops, batch_size)
-        if rungs and plan.steps <= rungs[-1].steps:
-            continue
-        rungs.append(Rung(len(rungs), flops, plan))
-    return rungs
+    pay for one step. (Rungs so small that two round to the same steps are both kept: measured twice.)"""
+    return [
+        Rung(index, flops, plan_budget(cfg, flops, batch_size))
+        for index in range(ladder.rungs)
+        for flops in [top_flops / ladder.eta ** (ladder.rungs - 1 - index)]
+    ]
 
 
 def wsd_learning_rate(

@@ -93,7 +93,10 @@ def proxy_trainable(params: dict, context: dict) -> None:
         on_rung=on_rung if decide else None,
     )
     record = result.to_dict()
-    record["target_loss"] = predicted["loss"] if decide else record["val_loss"]
+    if record["status"] != TrialStatus.COMPLETED:  # only a completed trial has a loss to tell Optuna
+        record["target_loss"] = math.inf
+    else:
+        record["target_loss"] = predicted["loss"] if decide and ladder else record["val_loss"]
     tune.report(_final(record))
 
 

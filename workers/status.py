@@ -31,11 +31,6 @@ class TrialStatus(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def is_final(self) -> bool:
-        """Counts towards the search's requested trials (see `FINAL`)."""
-        return self in FINAL
-
 
 #: Outcomes that count as a finished trial of the search.
 FINAL: frozenset[TrialStatus] = frozenset(
@@ -43,5 +38,3 @@ FINAL: frozenset[TrialStatus] = frozenset(
 )
 #: No result yet: the trial is running or about to run again.
 PENDING: frozenset[TrialStatus] = frozenset({TrialStatus.RUNNING, TrialStatus.RETRYING})
-#: What `train` can end with.
-TRAINING_OUTCOMES: tuple[TrialStatus, ...] = (TrialStatus.COMPLETED, TrialStatus.DIVERGED, TrialStatus.STOPPED)

@@ -17,7 +17,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -42,14 +42,15 @@ Precision = Literal["fp32", "bf16"]
 
 
 class OptimConfig(BaseModel):
-    """The optimiser knobs a search tunes (AdamW, linear warm-up then cosine decay)."""
+    """The optimiser knobs a search tunes (AdamW; linear warm-up, then a cosine decay, or on a budget
+    ladder constant then a linear decay over each rung's cooldown: `workers.budget`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     lr: float = Field(3e-3, gt=0)  # no upper bound: an absurd LR must be runnable (and diverge)
-    warmup: float = Field(0.1, ge=0, le=0.5, description="share of the steps spent warming up")
+    warmup: float = Field(0.1, ge=0, le=0.5, description="share of the (lowest rung's) steps spent warming up")
     weight_decay: float = Field(0.1, ge=0, le=1.0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1.0, description="cosine decays to lr * min_lr_ratio")
+    min_lr_ratio: float = Field(0.1, ge=0, le=1.0, description="the decay ends at lr * min_lr_ratio")
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)
     grad_clip: float = Field(1.0, gt=0)
@@ -117,7 +118,7 @@ class TrainState:
 
 @dataclass
 class TrainOutcome:
-    status: TrialStatus  # one of workers.status.TRAINING_OUTCOMES
+    status: TrialStatus  # completed, diverged or stopped
     model: ResidualLM
     state: TrainState
     plan: BudgetPlan
@@ -232,11 +233,16 @@ def train(
     eval_at = sorted(_eval_steps(plan.steps, run.evals))
     while state.step < plan.steps:
         # 3. At a lower rung's branch point: measure that rung on a cooldown branch.
-        rung = schedule.rung_branching_at(state.step, done=len(state.rungs))
-        if rung is not None:
-            result = _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, state, schedule, rung)
-            if not _rung_continues(result, state, on_rung):
-                return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
+        while (rung := schedule.rung_branching_at(state.step, done=len(state.rungs))) is not None:
+            branch, branch_state = _measure_rung_on_a_branch(
+                model, opt, batches, val, optim, run, device, state, schedule, rung
+            )
+            result = state.rungs[-1]
+            if not math.isfinite(result["val_loss"]):
+                reason = f"non-finite loss in the cooldown of rung {rung.index} (step {branch_state.step})"
+                return TrainOutcome(TrialStatus.DIVERGED, branch, branch_state, rung.plan, val, reason)
+            if on_rung is not None and not on_rung(result):  # the run ends at this rung: as its cooled branch
+                return TrainOutcome(TrialStatus.COMPLETED, branch, branch_state, rung.plan, val)
         # 4. One optimisation step; a non-finite loss ends the run.
         loss = _train_step(model, opt, next(batches), schedule.lr(state.step), optim, run.precision, device, state)
         if not math.isfinite(loss):
@@ -258,7 +264,9 @@ def train(
             return TrainOutcome(TrialStatus.STOPPED, model, state, plan, val, f"stopped early at step {state.step}")
     # 6. The top rung is the main run itself.
     if rungs and len(state.rungs) < len(rungs):
-        _rung_continues(_rung_result(rungs[-1], state.val_loss, state, state.training_flops), state, on_rung)
+        state.rungs.append(_rung_result(rungs[-1], state.val_loss, state, state.training_flops))
+        if on_rung is not None:
+            on_rung(state.rungs[-1])
     return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
 
 
@@ -286,11 +294,12 @@ class Schedule:
         )
 
     def rung_branching_at(self, step: int, done: int) -> Rung | None:
-        """The next lower rung not yet measured, if its cooldown branches off the main run at `step`."""
+        """The next lower rung not yet measured, if its cooldown branches off the main run at `step` (or
+        earlier: two rungs whose steps round to the same decay start branch at the same step)."""
         if done >= len(self.rungs) - 1:
             return None
         rung = self.rungs[done]
-        return rung if rung.decay_start(self.cooldown) == step else None
+        return rung if rung.decay_start(self.cooldown) <= step else None
 
 
 def _rung_result(rung: Rung, val_loss: float, state: TrainState, training_flops: float) -> dict:
@@ -307,20 +316,14 @@ def _rung_result(rung: Rung, val_loss: float, state: TrainState, training_flops:
     }
 
 
-def _rung_continues(result: dict, state: TrainState, on_rung: OnRung | None) -> bool:
-    """Record `result`; False if the run ends at this rung (told so, or the rung's loss is not finite)."""
-    state.rungs.append(result)
-    go_on = on_rung(result) if on_rung is not None else True
-    if not (go_on and math.isfinite(result["val_loss"])):
-        state.val_loss = result["val_loss"]
-        return False
-    return True
-
-
-def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, state, schedule, rung) -> dict:
+def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, state, schedule, rung):
     """Copy the main run's model, optimiser and data position, decay the copy over `rung`'s cooldown,
-    evaluate it, and put the data position and RNG back: the main run goes on bit-exactly as without."""
+    evaluate it, and put the data position and RNG back: the main run goes on bit-exactly as without.
+
+    Appends the rung's result to `state.rungs`; returns the branch's model and its state (what a run
+    ending at this rung ends as: the cooled model, the rung's tokens and FLOPs, the curve so far)."""
     rng, position = torch.get_rng_state(), batches.state_dict()
+    opt.zero_grad(set_to_none=True)  # the last step's gradients are never read again: not worth copying
     branch = copy.deepcopy(model)
     branch_opt = build_optimizer(branch, optim)
     branch_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict alone would share tensors
@@ -340,10 +343,18 @@ def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, stat
     val_loss = evaluate(branch, val, run.precision) if math.isfinite(loss) else math.inf
     batches.load_state_dict(position)
     torch.set_rng_state(rng)
-    spent = branch_state.training_flops - state.training_flops
-    state.branch_flops += spent
     state.step_seconds += branch_state.step_seconds
-    return _rung_result(rung, val_loss, state, branch_state.training_flops)
+    state.rungs.append(_rung_result(rung, val_loss, state, branch_state.training_flops))
+    ended = replace(
+        branch_state,
+        val_loss=val_loss,
+        curve=state.curve,
+        rungs=state.rungs,
+        step_seconds=state.step_seconds,
+        branch_flops=state.branch_flops,
+    )
+    state.branch_flops += branch_state.training_flops - state.training_flops
+    return branch, ended
 
 
 def _train_step(

@@ -32,7 +32,7 @@ class TrialResult:
 
     status: TrialStatus  # a final status: completed, diverged, stopped, infeasible or failed
     failure_reason: str | None
-    val_loss: float  # nats per token; inf unless completed
+    val_loss: float  # nats per token (a ladder's last rung); inf unless completed
     val_bpb: float  # bits per byte (byte tokens: val_loss / ln 2)
     nominal_flops_per_token: float
     executed_flops_per_token: float  # expected at the target skip rate: the search's objective

@@ -8,8 +8,9 @@ so callers never see an ORM object or a driver exception. URLs are generic SQLAl
 SQLite is made safe for several writer processes: WAL journal, a 30 s busy timeout, foreign keys
 on, and write transactions that start with `BEGIN IMMEDIATE` (they take the write lock up front,
 so a read-then-write transaction never fails on a lock upgrade; readers are never blocked).
-PostgreSQL runs its default READ COMMITTED transactions: each search has one writer (its driver),
-and unique constraints (search name; search and trial number) turn any other race into an error.
+PostgreSQL runs its default READ COMMITTED transactions: each search's trials are written by its
+driver and its rungs by the workers (`record_rung`, insert-once), and unique constraints (search
+name; search and trial number; rung keys) turn any other race into an error.
 On both, every process has its own connection pool (`pool_pre_ping`; never shared across fork).
 `Store.url` is the URL to connect with and may hold a password; print `display_url`.
 """
@@ -32,7 +33,7 @@ from sqlalchemy import Engine, case, create_engine, delete, event, func, insert,
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from workers.status import TrialStatus
+from workers.status import PENDING, TrialStatus
 
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
 from .schema import (
@@ -159,6 +160,18 @@ def default_url(cwd: str | Path) -> str:
     return f"sqlite:///{Path(cwd).resolve() / 'resnas.db'}"
 
 
+def _absolute_sqlite(url: str) -> str:
+    """`url`, with the path of a SQLite file made absolute (relative to the working directory now)."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return url  # _make_engine reports it
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return url
+    return parsed.set(database=str(Path(database).expanduser().resolve())).render_as_string(hide_password=False)
+
+
 def _display_url(url: str) -> str:
     """`url` with its password hidden."""
     try:
@@ -266,7 +279,9 @@ class Store:
     """
 
     def __init__(self, url: str):
-        self.url = str(url)  # what to connect with (Optuna's storage too): may hold a password, never print it
+        # What to connect with (Optuna's storage and the workers' rung writes too, from whatever working
+        # directory Ray gives them: a relative SQLite path is made absolute). May hold a password: never print it.
+        self.url = _absolute_sqlite(str(url))
         self.display_url = _display_url(url)  # safe to print: password hidden
         engine = None
         try:
@@ -463,7 +478,7 @@ class Store:
         `nas resume` marks what a dead driver left behind `interrupted` this way.
         """
         _check_status(status, FINISHED_TRIAL_STATUSES, "a finished trial's")
-        pending = (TrialStatus.RUNNING, TrialStatus.RETRYING)
+        pending = list(PENDING)
         with self._session() as s:
             search = self._search(s, search_name)
             done = s.execute(

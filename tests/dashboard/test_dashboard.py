@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+import json
 import math
 import sqlite3
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,18 +16,24 @@ import pytest
 from dashboard.figures import (
     FAMILY_COLOURS,
     ancre_heatmap,
+    fidelity_figure,
     hypervolume_figure,
     loss_curve_figure,
     mod_symbol,
     nag_figure,
     pareto_figure,
     residual_norm_figure,
+    rung_curve_figure,
     skip_rate_figure,
+    target_frame,
+    target_front_figure,
     trials_frame,
     width_figure,
     width_trend,
 )
-from nas.pareto import hypervolume_curve, reference_point
+from nas.extrapolate import fit_study
+from nas.fidelity import at_target, predict_search, rung_points
+from nas.pareto import hypervolume_curve, pareto_rows, reference_point
 from nas.store import Store, default_url
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
@@ -51,6 +59,57 @@ EXP2 = [
     (2, "nag", 4, 64, 2, 0.125, 6e-3, "completed", 2.40, 0.6e6),
     (3, "nag", 6, 192, 6, 0.0, 2e-3, "failed", INF, 4.0e6),
 ]
+
+
+# The budget ladder of exp1: C = 2e12, eta = 3, three rungs; the target is the default 1000 x C.
+C, ETA = 2e12, 3.0
+TARGET = 1000 * C
+LADDER = {"trial_flops": C, "search_flops": 2.4e13, "rungs": 3, "eta": ETA}
+# Every trial's rungs follow L(C) = E + A_i C^-ALPHA (one E and ALPHA for all), small noise below the top rung.
+E_TRUE, ALPHA_TRUE = 1.5, 0.35
+# exp1 trial -> (rungs reached, loss at its top rung = the trial's val loss); 7 diverged after rung 0 and 10 is
+# still running after it; 8 (infeasible) and 9 (failed) measured none
+RUNGS1 = {
+    0: (3, 2.10),
+    1: (3, 1.95),  # two seeds at its top rung
+    2: (3, 2.05),
+    3: (1, 2.60),
+    4: (2, 2.30),
+    5: (2, 2.00),
+    6: (1, 2.20),
+    7: (1, 2.50),
+    10: (1, 2.40),
+}
+
+
+def _true_loss(number: int, flops: float) -> float:
+    """The known curve of an exp1 trial: through its top-rung loss at its top rung's budget."""
+    k, top = RUNGS1[number]
+    return E_TRUE + (top - E_TRUE) * (flops / (C * ETA ** (k - 1))) ** -ALPHA_TRUE
+
+
+def _rung_loss(number: int, rung: int, seed: int) -> float:
+    noise = 0.0 if rung == RUNGS1[number][0] - 1 else 0.003 * ((3 * number + rung) % 3 - 1)
+    return _true_loss(number, C * ETA**rung) + noise + 0.004 * seed
+
+
+def _seed_rungs(store: Store, name: str, ladder: dict, curve=_rung_loss) -> None:
+    """`Store.record_rung` for each trial of `ladder` (number -> (rungs, top loss)) at budgets C eta^r."""
+    for number, (k, _) in ladder.items():
+        for rung in range(k):
+            budget = C * ETA**rung
+            for seed in (0, 1) if (number, rung) == (1, k - 1) else (0,):
+                steps = 10 * 3**rung
+                result = dict(
+                    rung=rung,
+                    budget_flops=budget,
+                    steps=steps,
+                    tokens=steps * 2048,
+                    val_loss=curve(number, rung, seed),
+                    training_flops=0.98 * budget,
+                    train_seconds=5.0 * 3**rung,
+                )
+                assert store.record_rung(name, number, seed, result)
 
 
 def _params(number, residual, n_layers, d_model, n_heads, mod_rate, lr, flops) -> dict:
@@ -191,11 +250,11 @@ def _result(spec) -> dict:
     }
 
 
-def _seed_search(store: Store, name: str, specs) -> None:
+def _seed_search(store: Store, name: str, specs, budget: dict | None = None) -> None:
     store.create_search(
         name,
         requested_trials=len(specs) + 1,
-        budget={"trial_flops": 2e12, "search_flops": 2.4e13},
+        budget=budget or {"trial_flops": 2e12, "search_flops": 2.4e13},
         space={"residual": ["cascaded", "nag", "ancre"]},
         settings={"sampler": "tpe", "seed": 0},
         optuna_study_name=name,
@@ -217,8 +276,9 @@ def _seed_search(store: Store, name: str, specs) -> None:
 def seeded(tmp_path_factory) -> str:
     url = default_url(tmp_path_factory.mktemp("dashboard"))
     with Store(url) as store:
-        _seed_search(store, "exp1", EXP1)  # stays "running": trial 10 is still running
-        _seed_search(store, "exp2", EXP2)
+        _seed_search(store, "exp1", EXP1, budget=LADDER)  # stays "running": trial 10 is still running
+        _seed_rungs(store, "exp1", RUNGS1)
+        _seed_search(store, "exp2", EXP2)  # as stored before budget ladders: no rungs
         store.set_search_status("exp2", "completed")
     return url
 
@@ -227,6 +287,18 @@ def seeded(tmp_path_factory) -> str:
 def rows(seeded) -> dict:
     with Store(seeded) as store:
         return {"exp1": store.trials("exp1"), "exp2": store.trials("exp2")}
+
+
+@pytest.fixture(scope="module")
+def rungs1(seeded) -> list:
+    with Store(seeded) as store:
+        assert store.rungs("exp2") == []
+        return store.rungs("exp1")
+
+
+@pytest.fixture(scope="module")
+def predictions1(rungs1) -> dict:
+    return predict_search(rungs1, TARGET)
 
 
 def _trace(fig, name: str):
@@ -362,6 +434,127 @@ def test_trials_frame_is_flat_and_sorted(rows):
     assert frame.loc[9, "failure_reason"] == "RuntimeError: worker died" and frame.loc[9, "attempt"] == 1
 
 
+# ---- at the target budget ------------------------------------------------------------------------
+
+
+def _mean_rung_losses(rung_rows, rung: int) -> dict[int, float]:
+    losses: dict[int, list[float]] = {}
+    for r in rung_rows:
+        if r.rung == rung:
+            losses.setdefault(r.number, []).append(r.val_loss)
+    return {n: sum(v) / len(v) for n, v in losses.items()}
+
+
+def test_the_seeded_rungs_predict_the_known_curve_at_the_target(rungs1, predictions1):
+    assert sorted(predictions1) == sorted(RUNGS1)
+    for number, p in predictions1.items():
+        assert p.rungs == RUNGS1[number][0] and p.group == "<study>"
+        assert p.loss == pytest.approx(_true_loss(number, TARGET), abs=0.02), number
+        assert p.low < p.loss < p.high  # a real band, not a point
+        assert (p.loo_error is None) == (p.rungs < 2)
+
+
+def test_target_front_is_the_front_at_the_predicted_losses_with_the_bands(rows, rungs1, predictions1):
+    fig = target_front_figure(rows["exp1"], predictions1, TARGET, rungs1)
+    front, dominated = _trace(fig, "front at T"), _trace(fig, "dominated at T")
+    expected = pareto_rows(at_target(rows["exp1"], predictions1))
+    assert [c[0] for c in front.customdata] == [r.number for r in expected]
+    assert list(front.x) == [r.executed_flops_per_token for r in expected]
+    assert list(front.y) == [predictions1[r.number].loss for r in expected]
+    # independently: on the known curves at T, trials 3 and 6 dominate the rest (the measured front is 0-4)
+    truth = _brute_force_front(
+        [
+            replace(r, val_loss=_true_loss(r.number, TARGET))
+            for r in rows["exp1"]
+            if r.status == "completed" and r.number in RUNGS1
+        ]
+    )
+    assert set(zip(front.x, front.y, strict=True)) != _brute_force_front(rows["exp1"])
+    assert {c[0] for c in front.customdata} == {3, 6} and {x for x, _ in truth} == set(front.x)
+    assert {c[0] for c in dominated.customdata} == {0, 1, 2, 4, 5}  # completed only: not 7 (diverged), 10 (running)
+    for trace in (front, dominated):
+        preds = [predictions1[c[0]] for c in trace.customdata]
+        assert list(trace.error_y.array) == [p.high - p.loss for p in preds]
+        assert list(trace.error_y.arrayminus) == [p.loss - p.low for p in preds]
+        assert not trace.error_y.symmetric and all(v > 0 for v in trace.error_y.array)
+    assert front.line.shape == "hv" and "lines" in front.mode
+    assert f"T = {TARGET:.3g}" in fig.layout.annotations[0].text
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis2.type == "log"
+    assert front.xaxis == "x" and _trace(fig, "rung 0 measured").xaxis == "x2"  # side by side
+
+
+def test_target_figure_draws_the_measured_front_of_each_rung(rows, rungs1, predictions1):
+    fig = target_front_figure(rows["exp1"], predictions1, TARGET, rungs1)
+    flops = {r.number: r.executed_flops_per_token for r in rows["exp1"]}
+    assert sorted(t.name for t in fig.data if (t.name or "").startswith("rung")) == [
+        f"rung {r} {kind}" for r in range(3) for kind in ("front", "measured")
+    ]
+    for rung in range(3):
+        trace = _trace(fig, f"rung {rung} measured")
+        got = {c[0]: (x, y) for c, x, y in zip(trace.customdata, trace.x, trace.y, strict=True)}
+        means = _mean_rung_losses(rungs1, rung)
+        # every trial measured at the rung whose FLOPs/token are known (running trial 10's are not)
+        assert set(got) == {n for n, (k, _) in RUNGS1.items() if k > rung and n != 10}
+        for number, (x, y) in got.items():
+            assert x == flops[number] and y == pytest.approx(means[number])
+            seeds = 2 if (number, rung) == (1, 2) else 1
+            assert y == pytest.approx(_true_loss(number, C * ETA**rung) + 0.002 * (seeds - 1), abs=0.0031)
+        edge = _trace(fig, f"rung {rung} front")
+        pts = [
+            replace(rows["exp1"][0], status="completed", executed_flops_per_token=x, val_loss=y)
+            for x, y in got.values()
+        ]
+        assert set(zip(edge.x, edge.y, strict=True)) == _brute_force_front(pts)
+    assert {c[0] for c in _trace(fig, "rung 0 measured").customdata} >= {7}  # diverged later: rung 0 still counts
+
+
+def test_rung_curve_passes_through_the_fit_and_ends_at_the_target(rungs1, predictions1):
+    fit = fit_study(rung_points(rungs1))
+    for number in (0, 4, 6):
+        mine = [r for r in rungs1 if r.number == number]
+        fig = rung_curve_figure(mine, fit, TARGET, predictions1[number])
+        measured, curve, at_t = (
+            _trace(fig, "measured"),
+            _trace(fig, "fit L = E + A C^-α"),
+            _trace(fig, "predicted at T"),
+        )
+        assert list(measured.x) == [r.budget_flops for r in mine] and list(measured.y) == [r.val_loss for r in mine]
+        assert curve.x[0] == C and curve.x[-1] == TARGET and np.all(np.diff(curve.x) > 0)
+        assert np.allclose(curve.y, [fit.predict(number, x) for x in curve.x], rtol=1e-12)
+        p = predictions1[number]
+        assert list(at_t.x) == [TARGET] and at_t.y[0] == p.loss == pytest.approx(curve.y[-1], rel=1e-12)
+        assert list(at_t.error_y.array) == [p.high - p.loss] and list(at_t.error_y.arrayminus) == [p.loss - p.low]
+        assert fig.layout.xaxis.type == "log"
+    # the same curve from the trial's parameters alone, and the point at T is the curve's end without a band
+    by_params = rung_curve_figure([r for r in rungs1 if r.number == 1], fit.params(1), TARGET)
+    curve = _trace(by_params, "fit L = E + A C^-α")
+    assert np.allclose(curve.y, [fit.predict(1, x) for x in curve.x], rtol=1e-12)
+    assert _trace(by_params, "predicted at T").y[0] == curve.y[-1] and len(_trace(by_params, "measured").x) == 4
+    with pytest.raises(ValueError, match="one trial"):
+        rung_curve_figure(rungs1, fit, TARGET)
+
+
+def test_fidelity_figure_shows_the_leave_one_out_errors(predictions1):
+    fig = fidelity_figure(predictions1)
+    bars = fig.data[0]
+    with_loo = [n for n, p in sorted(predictions1.items()) if p.loo_error is not None]
+    assert with_loo == [0, 1, 2, 4, 5]
+    assert list(bars.x) == [f"#{n}" for n in with_loo] and [c[0] for c in bars.customdata] == with_loo
+    assert list(bars.y) == [predictions1[n].loo_error for n in with_loo]
+    assert [s.y0 for s in fig.layout.shapes] == [0.0]  # the line at 0
+    empty = fidelity_figure({n: replace(p, loo_error=None) for n, p in predictions1.items()})
+    assert not empty.data and "two rungs" in empty.layout.annotations[0].text
+    assert not fidelity_figure({}).data
+
+
+def test_target_frame_marks_the_front_at_the_target(rows, predictions1):
+    frame = target_frame(rows["exp1"], predictions1).set_index("number")
+    assert list(frame.index) == sorted(RUNGS1)
+    assert set(frame.index[frame["on_front_at_T"]]) == {3, 6}
+    assert frame.loc[0, "loss_at_T"] == predictions1[0].loss and frame.loc[0, "val_loss"] == pytest.approx(2.10)
+    assert frame.loc[4, "rungs"] == 2 and frame.loc[4, "band_high"] == predictions1[4].high
+
+
 # ---- the app ---------------------------------------------------------------------------------
 
 
@@ -403,17 +596,87 @@ def test_app_pareto_and_width_pages(app, rows):
     assert any("wider model is supported" in m.value for m in at.markdown)
 
 
-def test_app_trial_detail_for_each_kind_of_trial(app):
+def _charts(at, prefix: str) -> list[dict]:
+    """The Plotly specs of the page's charts whose key starts with `prefix`."""
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart") if (c.key or "").startswith(prefix)]
+
+
+def _named(spec: dict, name: str) -> dict:
+    found = [t for t in spec["data"] if t.get("name") == name]
+    assert len(found) == 1, [t.get("name") for t in spec["data"]]
+    return found[0]
+
+
+def test_app_trial_detail_for_each_kind_of_trial(app, predictions1):
     at = _goto(app, "Trial detail")
     at.selectbox(key="detail_search").set_value("exp1").run()
-    for number, charts in ((2, 4), (1, 4), (0, 2), (7, 0), (9, 0), (10, 0)):  # ancre, nag, dense cascaded, ...
+    # ancre, nag, dense cascaded, ...: the rung curve (any trial with a rung) + loss curve + diagnostics
+    for number, charts in ((2, 5), (1, 5), (0, 3), (7, 1), (9, 0), (10, 1)):
         at.selectbox(key="detail_trial").set_value(number).run()
         assert not at.exception, (number, [e.message for e in at.exception])
         assert len(at.get("plotly_chart")) == charts, number
+        assert len(_charts(at, "rung_curve_")) == (number in RUNGS1), number
+    at.selectbox(key="detail_trial").set_value(0).run()
+    (spec,) = _charts(at, "rung_curve_")
+    at_t = _named(spec, "predicted at T")
+    assert at_t["x"] == [TARGET] and at_t["y"] == [pytest.approx(predictions1[0].loss)]
+    assert _named(spec, "measured")["y"] == pytest.approx([_rung_loss(0, rung, 0) for rung in range(3)])
+    assert any(
+        f"predicted at T = {TARGET:.3g} training FLOPs: {predictions1[0].loss:.4f}" in c.value for c in at.caption
+    )
+    at.selectbox(key="detail_trial").set_value(8).run()
+    assert any("no rung measured for this trial" in c.value for c in at.caption)
+    at.selectbox(key="detail_search").set_value("exp2").run()
+    assert not at.exception and any("no rungs stored for this search" in c.value for c in at.caption)
+    at.selectbox(key="detail_search").set_value("exp1").run()
     at.selectbox(key="detail_trial").set_value(9).run()
-    assert "worker died" in at.error[0].value and any("OOM" in c.value for c in at.caption)
+    assert not at.exception and "worker died" in at.error[0].value and any("OOM" in c.value for c in at.caption)
     at.selectbox(key="detail_trial").set_value(2).run()
     assert len(at.tabs) == 3 and len(at.dataframe) == 1  # ANCRe, skip rates, residual norms; the certificate
+
+
+def test_app_target_page_shows_the_front_at_the_target_and_the_fidelity(app, rows, predictions1):
+    at = _goto(app, "Target budget")
+    at.selectbox(key="target_search").set_value("exp1").run()
+    assert not at.exception, [e.message for e in at.exception]
+    captions = [c.value for c in at.caption]
+    assert any(
+        f"target T = {TARGET:.3g} training FLOPs" in c and "3 rungs, eta = 3 (2e+12, 6e+12, 1.8e+13" in c
+        for c in captions
+    ), captions
+    (target,) = _charts(at, "target_front")
+    front = _named(target, "front at T")
+    expected = [r.number for r in pareto_rows(at_target(rows["exp1"], predictions1))]
+    assert [c[0] for c in front["customdata"]] == expected == [3, 6]
+    assert front["y"] == pytest.approx([predictions1[n].loss for n in expected])
+    assert front["error_y"]["array"] == pytest.approx([predictions1[n].high - predictions1[n].loss for n in expected])
+    assert _named(target, "rung 2 measured")["y"] == pytest.approx(
+        [_rung_loss(n, 2, 0) + 0.002 * (n == 1) for n in (0, 1, 2)]
+    )
+    (fidelity,) = _charts(at, "target_fidelity")
+    assert fidelity["data"][0]["y"] == pytest.approx([predictions1[n].loo_error for n in (0, 1, 2, 4, 5)])
+    table = at.dataframe[0].value
+    assert set(table.loc[table["on_front_at_T"], "number"]) == {3, 6} and len(table) == len(RUNGS1)
+    at.selectbox(key="target_search").set_value("exp2").run()  # stored before budget ladders
+    assert not at.exception and not at.get("plotly_chart") and not at.dataframe
+    assert "no rungs stored for this search" in at.info[0].value
+
+
+def test_app_explains_a_search_whose_rungs_cannot_be_extrapolated(tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    url = default_url(tmp_path)
+    with Store(url) as store:  # `--rungs 1`: one rung per trial, nothing to fit a curve on
+        _seed_search(store, "flat", EXP2, budget={"trial_flops": C, "search_flops": 2.4e13, "rungs": 1})
+        _seed_rungs(store, "flat", {0: (1, 2.25), 1: (1, 2.02), 2: (1, 2.40)}, curve=lambda n, rung, seed: EXP2[n][8])
+        store.set_search_status("flat", "completed")
+    monkeypatch.setenv("RESNAS_STORAGE", url)
+    at = _goto(AppTest.from_file(str(APP), default_timeout=60).run(), "Target budget")
+    assert not at.get("plotly_chart") and "too few rungs to fit loss vs compute" in at.info[0].value
+    at = _goto(at, "Trial detail")
+    at.selectbox(key="detail_trial").set_value(1).run()
+    assert not at.exception and not _charts(at, "rung_curve_") and len(at.get("plotly_chart")) == 4
+    assert any("measured at 1 rung(s); too few rungs" in c.value for c in at.caption)
 
 
 def test_app_trial_table_filters_sorts_and_exports(app):
@@ -444,7 +707,7 @@ def test_app_export_page_and_the_store_is_never_written(app, seeded):
         names = bundle.namelist()
     assert len(names) == 2 and all(n.endswith(".yaml") for n in names)
     assert names == sorted(export_file_name("exp1", n) for n in (1, 2))
-    for page in ("Searches", "Pareto front", "Trial detail", "Width view", "Trial table"):
+    for page in ("Searches", "Pareto front", "Target budget", "Trial detail", "Width view", "Trial table"):
         _goto(at, page)
     assert _dump(seeded) == before
 

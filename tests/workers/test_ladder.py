@@ -81,7 +81,8 @@ def test_cooldown_branches_leave_the_main_run_bit_exact(corpus, monkeypatch):
     with_branches = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=5, ladder=LADDER)
 
     def no_branch(model, opt, batches, val, optim, run, device, state, schedule, rung):
-        return train_module._rung_result(rung, 1.0, state, state.training_flops)  # measures nothing
+        state.rungs.append(train_module._rung_result(rung, 1.0, state, state.training_flops))  # measures nothing
+        return model, state
 
     monkeypatch.setattr(train_module, "_measure_rung_on_a_branch", no_branch)
     without = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=5, ladder=LADDER)
@@ -94,7 +95,7 @@ def test_cooldown_branches_leave_the_main_run_bit_exact(corpus, monkeypatch):
     assert with_branches.state.val_loss == without.state.val_loss
 
 
-def test_on_rung_ends_the_run_at_a_rung(corpus):
+def test_on_rung_ends_the_run_at_a_rung_as_its_cooled_branch(corpus):
     cfg = tiny(residual="cascaded")
     seen = []
 
@@ -102,7 +103,19 @@ def test_on_rung_ends_the_run_at_a_rung(corpus):
         seen.append(result["rung"])
         return result["rung"] < 1
 
-    out = train(cfg, top_budget(cfg, 45), corpus, optim=OPTIM, run=RUN, ladder=LADDER, on_rung=promote_once)
+    top = top_budget(cfg, 45)
+    out = train(cfg, top, corpus, optim=OPTIM, run=RUN, ladder=LADDER, on_rung=promote_once)
+    rung1 = plan_ladder(cfg, top, LADDER, RUN.batch_size)[1]
     assert seen == [0, 1] and out.status == "completed"
     assert out.state.val_loss == out.state.rungs[1]["val_loss"] and math.isfinite(out.state.val_loss)
-    assert out.state.step == plan_ladder(cfg, top_budget(cfg, 45), LADDER, RUN.batch_size)[1].decay_start(0.25)
+    # The run is what the rung measured: its steps, tokens and FLOPs, and the cooled model.
+    assert (out.state.step, out.state.tokens_seen, out.plan) == (rung1.steps, rung1.plan.tokens, rung1.plan)
+    assert out.state.training_flops == out.state.rungs[1]["training_flops"]
+    assert train_module.evaluate(out.model, out.val_batches, RUN.precision) == out.state.val_loss
+
+
+def test_a_ladder_run_that_diverges_ends_as_diverged(corpus):
+    cfg = tiny(residual="cascaded")
+    absurd = OPTIM.model_copy(update={"lr": 1e6, "grad_clip": 1e9})
+    out = train(cfg, top_budget(cfg, 45), corpus, optim=absurd, run=RUN, ladder=LADDER)
+    assert out.status == "diverged" and "non-finite" in out.failure_reason
