@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ service: $(STAMP)
 # otherwise a private one is started (and stopped) like the tests' (tests/postgres_server.py).
 load: $(STAMP)
 	$(PY) benchmarks/store_load.py --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
+
+# The fidelity benchmark (issue 12): 24 configs on the budget ladder vs trained for real at 10x the top
+# rung (about 30 min here); `report` alone re-reads the committed table.
+fidelity: $(STAMP)
+	$(PY) benchmarks/fidelity.py build --runs benchmarks/data/fidelity_runs.csv
+	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/fidelity.json
 
 search-efficiency: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json

@@ -26,6 +26,30 @@ def test_cpu_throughput_writes_its_json(tmp_path):
     assert set(result["targets_met"]) >= {"nag_vs_cascaded_step_time", "fp32_share_of_matmul_peak"}
 
 
+def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
+    runs, out = tmp_path / "runs.csv", tmp_path / "fidelity.json"
+    subprocess.run(
+        [sys.executable, "fidelity.py", "build", "--smoke", "--runs", str(runs)],
+        cwd=ROOT / "benchmarks",
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    subprocess.run(
+        [sys.executable, "fidelity.py", "report", "--runs", str(runs), "--out", str(out)],
+        cwd=ROOT / "benchmarks",
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["configs"] == 3 and len(summary["rung_flops"]) == 3
+    assert summary["target_flops"] == 10 * max(summary["rung_flops"])
+    assert set(summary["kendall_tau"]) >= {"prediction", "lowest_rung", "top_rung", "parameter_count"}
+    assert 0 < summary["ladder_compute_share_with_promotion"] <= summary["ladder_compute_share"] < 1
+    assert 0 <= summary["hypervolume_ratio"] <= 1 + 1e-9 and out.with_suffix(".png").stat().st_size > 10_000
+
+
 def test_ancre_case_study_writes_curves_and_plot(tmp_path):
     _run("benchmarks/ancre_case_study.py", "--steps", "300", "--out-dir", str(tmp_path))
     result = json.loads((tmp_path / "ancre_case_study.json").read_text())

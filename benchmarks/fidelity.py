@@ -1,0 +1,341 @@
+"""Fidelity: does the ranking the search predicts at the target budget match the ranking trained for real there?
+
+    python benchmarks/fidelity.py build    # real runs -> benchmarks/data/fidelity_runs.csv (about 30 min here)
+    python benchmarks/fidelity.py report --out benchmarks/results/fidelity.json   # JSON + PNG from the table
+
+`build` measures a fixed set of 24 configs (every family x widths 32/64/96 x depths 2/4/6, less the
+three largest; MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) with
+`workers.trial.run_trial` exactly as a search's worker does: a 3-rung ladder (C0, 3 C0, 9 C0,
+warmup-stable-decay, cooldown branches), twice (seeds 0 and 1). The truth is a single run at
+T = 10 x the top rung (seed 0; seed 1 too on 8 configs, for the noise ceiling). Jobs run in 2
+processes of 1 torch thread each (the machine's 2 cores).
+
+`report` fits the search's model (`nas.extrapolate`: L = E + A C^-alpha, alpha and E shared by a
+family) over the rung points and predicts each config's loss at T, as `nas.fidelity` does in a
+search. It replays the search's promotion (`nas.promotion`, eta 3, configs arriving in table
+order) to say how much of the ladder a search would have run, and compares rankings with the
+truth: Kendall tau-b for the prediction and three baselines (lowest rung, top rung, parameter
+count with bigger better), the truth's seed-vs-seed tau (noise ceiling), whether the true best is
+in the predicted top 3, the hypervolume of the predicted front scored on true losses over the true
+front's, the ladder's compute over the truth's, and how many truth pairs cross between the
+lowest rung and the truth (a benchmark without crossings could not tell a method from the lowest
+rung). `--smoke` runs every path at tiny size (CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import kendalltau
+
+from cpu_throughput import machine_info
+from nas.extrapolate import RungPoint, fit_study, seed_noise
+from nas.pareto import hypervolume
+from nas.promotion import Candidate, should_promote
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RUNS_CSV = HERE / "data" / "fidelity_runs.csv"
+FAMILIES = ("cascaded", "nag", "ancre")
+WIDTHS, DEPTHS, MOD_RATES = (32, 64, 96), (2, 4, 6), (0.0, 0.25, 0.5)
+FIXED = dict(vocab_size=256, seq_len=64, n_heads=2, mod_every=2)
+LOWEST_RUNG, RUNGS, ETA, TRUTH_RATIO = 3e10, 3, 3.0, 10.0
+RUN = dict(batch_size=8, eval_sequences=64, evals=1, report_every=1000)
+COLUMNS = [
+    "config",
+    "residual",
+    "n_layers",
+    "d_model",
+    "mod_rate",
+    "params",
+    "executed_flops_per_token",
+    "kind",
+    "seed",
+    "rung",
+    "budget_flops",
+    "tokens",
+    "val_loss",
+    "compute_flops",
+    "wall_time_s",
+    "status",
+]
+
+
+@dataclass(frozen=True)
+class Job:
+    config: int
+    arch: dict
+    kind: str  # "ladder" or "truth"
+    seed: int
+    budget: float  # the top rung's, or the truth's
+
+    @property
+    def cost(self) -> float:
+        return self.budget * (1.1 if self.kind == "ladder" else 1.0)
+
+
+def configs(smoke: bool) -> list[dict]:
+    """Every family x width x depth but the largest (96 x 6), the MoD rate in a Latin square over width and
+    depth, so it is confounded with neither (24 configs; 3 in smoke)."""
+    grid = [(f, w, d) for f, w, d in itertools.product(FAMILIES, WIDTHS, DEPTHS) if (w, d) != (96, 6)]
+    chosen = [
+        dict(residual=f, d_model=w, n_layers=d, mod_rate=MOD_RATES[(WIDTHS.index(w) + DEPTHS.index(d)) % 3], **FIXED)
+        for f, w, d in grid
+    ]
+    if smoke:
+        return [dict(c, d_model=32, n_layers=2) for c in chosen[:3]]
+    return chosen
+
+
+def jobs(smoke: bool) -> list[Job]:
+    low = 2e8 if smoke else LOWEST_RUNG
+    top = low * ETA ** (RUNGS - 1)
+    out = []
+    for i, arch in enumerate(configs(smoke)):
+        out += [Job(i, arch, "ladder", seed, top) for seed in (0, 1)]
+        second = i % 3 == (i // 8) % 3  # 8 of 24 configs, spread over families, sizes and MoD rates
+        out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top) for seed in ((0, 1) if second else (0,))]
+    return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
+
+
+def run_job(job: Job) -> list[dict]:
+    """One ladder or truth run in this process; its rows for the CSV."""
+    import torch
+
+    from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flops_per_token
+    from workers.budget import LadderConfig
+    from workers.data import DataConfig, load_corpus
+    from workers.train import OptimConfig, RunConfig
+    from workers.trial import run_trial
+
+    torch.set_num_threads(1)
+    cfg = ArchConfig(**job.arch)
+    ladder = LadderConfig(rungs=RUNGS if job.kind == "ladder" else 1, eta=ETA)
+    result = run_trial(
+        cfg,
+        job.budget,
+        load_corpus(DataConfig()),
+        seed=job.seed,
+        optim=OptimConfig(lr=3e-3),
+        run=RunConfig(**RUN),
+        width_probe=False,
+        ladder=ladder,
+    )
+    base = dict(
+        config=job.config,
+        residual=cfg.residual,
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        mod_rate=cfg.mod_rate,
+        params=count_parameters(build_model(cfg)),
+        executed_flops_per_token=flops_per_token(cfg).executed,
+        kind=job.kind,
+        seed=job.seed,
+        wall_time_s=result.wall_time_s,
+        status=str(result.status),
+        compute_flops=result.training_flops + result.branch_flops,
+    )
+    rungs = result.rungs or [dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)]
+    return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
+
+
+def build(out: Path, smoke: bool) -> None:
+    start, todo = time.perf_counter(), jobs(smoke)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with mp.get_context("spawn").Pool(2) as pool, out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for done, rows in enumerate(pool.imap_unordered(run_job, todo), 1):
+            writer.writerows(rows)
+            f.flush()
+            print(f"{done}/{len(todo)} jobs, {time.perf_counter() - start:.0f} s", flush=True)
+
+
+def read(path: Path) -> list[dict]:
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k in ("config", "n_layers", "d_model", "params", "seed", "rung", "tokens"):
+            r[k] = int(r[k])
+        for k in ("mod_rate", "executed_flops_per_token", "budget_flops", "val_loss", "compute_flops", "wall_time_s"):
+            r[k] = float(r[k])
+    return rows
+
+
+def tau(a: dict[int, float], b: dict[int, float]) -> float | None:
+    """Kendall tau-b over the keys both have (None below 3 of them: not a ranking)."""
+    keys = sorted(set(a) & set(b))
+    if len(keys) < 3:
+        return None
+    value = float(kendalltau([a[k] for k in keys], [b[k] for k in keys]).statistic)
+    return value if math.isfinite(value) else None
+
+
+def predictions(points: list[RungPoint], target: float) -> dict[int, float]:
+    fit = fit_study(points)
+    return {t: fit.predict(t, target) for t in fit.trials}
+
+
+def replay_promotion(rung_points: list[RungPoint], flops: dict[int, float], target: float) -> dict[int, int]:
+    """The rungs each config would have reached in a search: configs arrive in table order, and at each
+    rung the best ceil(n/eta) so far (non-dominated sorting on predicted loss at T and FLOPs) climb."""
+    reached: dict[int, int] = {}
+    seen: list[RungPoint] = []
+    for config in sorted(flops):
+        mine = sorted((p for p in rung_points if p.trial == config and p.seed == 0), key=lambda p: p.flops)
+        for rung, point in enumerate(mine):
+            seen.append(point)
+            reached[config] = rung + 1
+            if rung == len(mine) - 1:
+                break
+            preds = predictions([p for p in seen if p.flops <= point.flops], target)
+            at_rung = [Candidate(c, preds.get(c, math.inf), flops[c]) for c in reached if reached[c] > rung]
+            if not should_promote(config, at_rung, ETA):
+                break
+    return reached
+
+
+def report(path: Path, out: Path) -> dict:
+    rows = read(path)
+    ladder = [r for r in rows if r["kind"] == "ladder"]
+    truth = {r["config"]: r["val_loss"] for r in rows if r["kind"] == "truth" and r["seed"] == 0}
+    truth_seed1 = {r["config"]: r["val_loss"] for r in rows if r["kind"] == "truth" and r["seed"] == 1}
+    target = next(r["budget_flops"] for r in rows if r["kind"] == "truth")
+    points = [RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], r["seed"]) for r in ladder]
+    predicted = predictions(points, target)
+    lowest = {r["config"]: r["val_loss"] for r in ladder if r["seed"] == 0 and r["rung"] == 0}
+    top = {r["config"]: r["val_loss"] for r in ladder if r["seed"] == 0 and r["rung"] == RUNGS - 1}
+    params = {r["config"]: -float(r["params"]) for r in ladder}  # bigger is better: rank by -params
+    flops = {r["config"]: r["executed_flops_per_token"] for r in ladder}
+    reached = replay_promotion(points, flops, target)
+    replay_points = [
+        RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], 0)
+        for r in ladder
+        if r["seed"] == 0 and r["rung"] < reached[r["config"]]
+    ]
+    predicted_replay = predictions(replay_points, target)
+    order = sorted(truth, key=truth.get)
+    crossings = sum(
+        1 for a, b in itertools.combinations(truth, 2) if (lowest[a] - lowest[b]) * (truth[a] - truth[b]) < 0
+    )
+    ladder_compute = sum({(r["config"], r["seed"]): r["compute_flops"] for r in ladder}.values())
+    truth_compute = sum(r["compute_flops"] for r in rows if r["kind"] == "truth" and r["seed"] == 0)
+    summary = {
+        "configs": len(truth),
+        "target_flops": target,
+        "rung_flops": sorted({r["budget_flops"] for r in ladder}),
+        "kendall_tau": {
+            "prediction": tau(predicted, truth),
+            "prediction_with_promotion": tau(predicted_replay, truth),
+            "lowest_rung": tau(lowest, truth),
+            "top_rung": tau(top, truth),
+            "parameter_count": tau(params, truth),
+            "truth_seed_vs_seed": tau(truth, truth_seed1),
+        },
+        "true_best_in_predicted_top3": order[0] in sorted(predicted, key=predicted.get)[:3],
+        "hypervolume_ratio": hv_ratio(predicted, truth, flops),
+        "ladder_compute_share": ladder_compute / truth_compute,
+        "ladder_compute_share_with_promotion": promoted_share(ladder, reached, truth_compute),
+        "truth_pairs_crossing_from_lowest_rung": crossings,
+        "truth_pairs": math.comb(len(truth), 2),
+        "rung_seed_noise": seed_noise(points),
+        "goals": {"prediction_tau": 0.8, "hypervolume_ratio": 0.95, "ladder_compute_share": 0.15},
+    }
+    result = {
+        "summary": summary,
+        "machine": machine_info(),
+        "runs_csv": str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path),
+        "per_config": [
+            {
+                "config": c,
+                "truth": truth[c],
+                "predicted": predicted.get(c),
+                "lowest_rung": lowest[c],
+                "top_rung": top.get(c),
+                "rungs_reached_with_promotion": reached.get(c),
+                "executed_flops_per_token": flops[c],
+                "params": -params[c],
+            }
+            for c in sorted(truth)
+        ],
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, out.with_suffix(".png"))
+    return result
+
+
+def hv_ratio(predicted: dict[int, float], truth: dict[int, float], flops: dict[int, float]) -> float:
+    """Hypervolume of the predicted front, each point at its TRUE loss, over the true front's hypervolume."""
+    from types import SimpleNamespace
+
+    from nas.pareto import pareto_rows
+
+    def rows(losses):
+        return [
+            SimpleNamespace(number=c, status="completed", val_loss=losses[c], executed_flops_per_token=flops[c])
+            for c in truth
+        ]
+
+    ref = (math.log(256), 1.1 * max(flops.values()))
+    chosen = {r.number for r in pareto_rows(rows(predicted))}
+    scored = [r for r in rows(truth) if r.number in chosen]
+    return hypervolume(scored, ref) / hypervolume(rows(truth), ref)
+
+
+def promoted_share(ladder: list[dict], reached: dict[int, int], truth_compute: float) -> float:
+    """The ladder compute a search would spend (seed 0, rungs reached when promoting) over the truth's."""
+    spent = 0.0
+    for r in ladder:
+        if r["seed"] == 0 and r["rung"] == reached[r["config"]] - 1:
+            spent += r["budget_flops"]
+    return spent / truth_compute
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per, taus = result["per_config"], result["summary"]["kendall_tau"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, key, name in ((axes[0], "predicted", "prediction"), (axes[1], "lowest_rung", "lowest_rung")):
+        ax.scatter([p["truth"] for p in per], [p[key] for p in per], c=np.log10([p["params"] for p in per]))
+        value = taus[name]
+        ax.set(
+            xlabel="true loss at T (nats/token)",
+            ylabel=f"{key.replace('_', ' ')} (nats/token)",
+            title=f"{name.replace('_', ' ')}: tau {'-' if value is None else f'{value:.2f}'} (colour: log10 params)",
+        )
+    axes[2].barh(list(taus), [np.nan if v is None else v for v in taus.values()])
+    axes[2].axvline(0.8, color="k", ls="--", lw=1)
+    axes[2].set(xlabel="Kendall tau-b against the truth ranking (goal 0.8 dashed)", title="rank agreement")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("build", "report"))
+    parser.add_argument("--runs", type=Path, default=RUNS_CSV)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "fidelity.json")
+    parser.add_argument("--smoke", action="store_true", help="tiny budgets and 3 configs: every path, no meaning")
+    args = parser.parse_args()
+    if args.command == "build":
+        build(args.runs, args.smoke)
+    else:
+        print(json.dumps(report(args.runs, args.out)["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
