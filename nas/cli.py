@@ -96,6 +96,7 @@ def search(
     max_search_seconds: float | None = typer.Option(None, help="Wall-clock limit for the whole search."),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
     rungs: int = typer.Option(3, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget)."),
+    repeat_seeds: int = typer.Option(1, help="More seeds for each member of the front at the target (noise)."),
     eta: float = typer.Option(3.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on."),
     target_flops: float | None = typer.Option(
         None,
@@ -131,6 +132,7 @@ def search(
         retries=retries >= 0,
         seed=0 <= seed < 2**32,
         gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf,
+        repeat_seeds=0 <= repeat_seeds <= 8,
     )
     data_cfg, ray_dir = _validated_data(data), _validated_ray_dir(ray_dir)
     try:
@@ -147,6 +149,7 @@ def search(
         gpus_per_trial=gpus_per_trial,
         data=data_cfg,
         early_stopping=early_stop,
+        repeat_seeds=repeat_seeds,
     )
     if ray_address:
         _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
@@ -444,6 +447,7 @@ def _check_choices(**ok: bool) -> None:
         "retries": ">= 0",
         "seed": "in 0..2**32 - 1",
         "gpus_per_trial": "a finite number >= 0 (a share of one GPU, e.g. 0.25)",
+        "repeat_seeds": "in 0..8",
     }
     for field, good in ok.items():
         if not good:
@@ -463,12 +467,15 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
     from workers.status import TrialStatus
 
     from .budget import stored_budget
-    from .fidelity import at_target, predict_search
+    from .extrapolate import seed_noise, tied
+    from .fidelity import at_target, predict_search, rung_points
     from .pareto import hypervolume, pareto_rows, reference_point
 
     rows = store.trials(name)
     budget = stored_budget(store.get_search(name).budget)
-    predictions = predict_search(store.rungs(name), budget.target)
+    rungs = store.rungs(name)
+    predictions = predict_search(rungs, budget.target)
+    noise = seed_noise(rung_points(rungs)) if rungs else None
     targeted = at_target(rows, predictions) if predictions else rows  # no rungs: a single-budget search
     front = pareto_rows(targeted)
     shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
@@ -488,11 +495,15 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
         "loss at T",
         "80% band",
         "LOO err",
+        "seeds",
+        "tied with",
         "FLOPs/tok",
         title=f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs",
     )
+    seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
     for r in shown:
         lr, p = r.config.get("lr"), predictions.get(r.number)
+        ties = [str(o.number) for o in shown if o.number != r.number and tied(r.val_loss, o.val_loss, noise)]
         table.add_row(
             str(r.number),
             r.residual,
@@ -506,6 +517,8 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
             _loss(r.val_loss),
             f"{_loss(p.low)}-{_loss(p.high)}" if p else "-",
             f"{p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
+            str(seeds.get(r.number, 1)),
+            ", ".join(ties) or "-",
             _flops(r.executed_flops_per_token),
         )
     console.print(table)
@@ -514,6 +527,7 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
         f"(loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
         f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
         f"{len(rows)} trial rows"
+        + (f"; seed noise {noise:.4f} nats: losses within {2 * noise:.4f} are tied" if noise else "")
     )
 
 

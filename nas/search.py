@@ -19,6 +19,7 @@ from workers.status import FINAL, TrialStatus
 
 from .budget import Budget, stored_budget
 from .ray_env import configure_ray_env
+from .repeats import repeat_front
 from .settings import SearchSettings
 from .space import SearchSpace, space_from_dict
 from .store import SearchStatus, Store
@@ -96,6 +97,8 @@ def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: st
             run_tuner(store, name, space, budget, settings, row.optuna_study_name, missing, show_progress)
         # A retry Tune never started (its time budget ran out) is not left pending for ever.
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
+        if len(finished_trial_numbers(store, name)) >= row.requested_trials:
+            repeat_front(store, name, space, budget, settings)
     except BaseException:
         store.set_search_status(name, SearchStatus.INTERRUPTED)
         raise

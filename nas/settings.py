@@ -22,6 +22,7 @@ class SearchSettings:
     data: dict | None = None  # DataConfig fields; None = the shipped corpus
     ray_dir: str | None = None  # Tune's storage_path (shared by all nodes on a cluster)
     early_stopping: bool = False  # stop losers within FLOP bands (nas.early_stop)
+    repeat_seeds: int = 1  # more seeds for each member of the front at the target (nas.repeats)
 
 
 def data_config(settings: SearchSettings) -> DataConfig:

@@ -56,6 +56,9 @@ CASES = {
     "negative retries": (["--retries", "-1"], "--retries"),
     "malformed Ray address": (["--ray-address", "not an address"], "--ray-address"),
     "budget not a number": (["--trial-flops", "abc"], "--trial-flops"),  # a click usage error, one line too
+    "no rungs": (["--rungs", "0"], "--rungs"),
+    "target below the top rung": (["--target-flops", "1e11"], "--target-flops"),
+    "negative repeat seeds": (["--repeat-seeds", "-1"], "--repeat-seeds"),
 }
 
 

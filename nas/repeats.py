@@ -1,0 +1,85 @@
+"""Noise: each member of the front at the target is measured again with more seeds.
+
+After the search's trials, every trial on the front at the target (`nas.fidelity`) is trained again
+with `repeat_seeds` more seeds (seed + 1, seed + 2, ...), on the same ladder up to the rung it
+reached, as Ray tasks of one CPU each. Their rungs are stored like any other (`Store.record_rung`,
+keyed by seed), so the fit averages the seeds, the seed-to-seed spread (`nas.extrapolate.seed_noise`)
+widens every band, and `nas show` marks as tied the configs whose predicted losses differ by less
+than twice that noise. A repeat already stored is not run again (`nas resume` finishes the rest).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from workers.budget import LadderConfig
+from workers.status import TrialStatus
+from workers.trial import run_trial
+
+from .budget import Budget
+from .fidelity import at_target, predict_search
+from .pareto import pareto_rows
+from .ray_env import init_ray
+from .settings import SearchSettings, data_config
+from .space import SearchSpace, to_configs
+from .store import Store
+
+__all__ = ["repeat_front"]
+
+log = logging.getLogger(__name__)
+
+
+def _measure_again(arch, optim, run, top_flops: float, ladder: LadderConfig, seed: int, data: dict) -> list[dict]:
+    """One repeat in a Ray task: the trial's ladder up to its top reached rung, with another seed."""
+    import torch
+
+    from workers.data import DataConfig, load_corpus
+
+    torch.set_num_threads(1)
+    result = run_trial(
+        arch,
+        top_flops,
+        load_corpus(DataConfig(**data)),
+        seed=seed,
+        optim=optim,
+        run=run,
+        width_probe=False,
+        ladder=ladder,
+    )
+    return result.rungs if result.status == TrialStatus.COMPLETED else []
+
+
+def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> int:
+    """Measure the front's members with `settings.repeat_seeds` more seeds; how many repeats ran."""
+    if settings.repeat_seeds < 1 or budget.rungs < 2:
+        return 0
+    rungs = store.rungs(name)
+    predictions = predict_search(rungs, budget.target)
+    front = pareto_rows(at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions))
+    stored = {(r.number, r.seed) for r in rungs}
+    todo = []
+    for row in front:
+        reached = predictions[row.number].rungs
+        arch, optim, run = to_configs(space, {k: v for k, v in row.config.items() if k in space.params})
+        for k in range(1, settings.repeat_seeds + 1):
+            if (row.number, settings.seed + k) not in stored:
+                top = budget.trial_flops * budget.eta ** (reached - 1)
+                todo.append(
+                    (row.number, settings.seed + k, arch, optim, run, top, LadderConfig(rungs=reached, eta=budget.eta))
+                )
+    if not todo:
+        return 0
+    init_ray(settings)
+    import ray
+
+    task = ray.remote(num_cpus=1)(_measure_again)
+    data = data_config(settings).model_dump()
+    refs = {
+        task.remote(arch, optim, run, top, ladder, seed, data): (number, seed)
+        for number, seed, arch, optim, run, top, ladder in todo
+    }
+    log.info("repeating %d front members with %d more seeds each", len(front), settings.repeat_seeds)
+    for ref, (number, seed) in refs.items():
+        for result in ray.get(ref):
+            store.record_rung(name, number, seed, result)
+    return len(todo)
