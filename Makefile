@@ -59,7 +59,7 @@ load: $(STAMP)
 	$(PY) benchmarks/store_load.py --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
 
 # The fidelity benchmark (issue 12): 24 configs on the budget ladder vs trained for real at 10x the top
-# rung (about 30 min here); `report` alone re-reads the committed table.
+# rung (66 min here beside another job); `report` alone re-reads the committed table.
 fidelity: $(STAMP)
 	$(PY) benchmarks/fidelity.py build --runs benchmarks/data/fidelity_runs.csv
 	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/fidelity.json

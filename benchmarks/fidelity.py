@@ -1,6 +1,6 @@
 """Fidelity: does the ranking the search predicts at the target budget match the ranking trained for real there?
 
-    python benchmarks/fidelity.py build    # real runs -> benchmarks/data/fidelity_runs.csv (about 30 min here)
+    python benchmarks/fidelity.py build    # real runs -> benchmarks/data/fidelity_runs.csv (40-70 min here)
     python benchmarks/fidelity.py report --out benchmarks/results/fidelity.json   # JSON + PNG from the table
 
 `build` measures a fixed set of 24 configs (every family x widths 32/64/96 x depths 2/4/6, less the
