@@ -80,6 +80,11 @@ def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, se
     }
     log.info("repeating %d front members with %d more seeds each", len(front), settings.repeat_seeds)
     for ref, (number, seed) in refs.items():
-        for result in ray.get(ref):
+        try:
+            results = ray.get(ref)
+        except ray.exceptions.RayError as err:  # a lost repeat weakens the noise estimate; it never fails the search
+            log.warning("repeat of trial %d with seed %d failed: %s", number, seed, str(err).splitlines()[0])
+            continue
+        for result in results:
             store.record_rung(name, number, seed, result)
     return len(todo)
