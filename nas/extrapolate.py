@@ -3,38 +3,51 @@
 A trial (an architecture) is trained at a few budgets ("rungs") C_1 < ... < C_k and gives one loss per
 rung and seed. Each trial i follows the power law
 
-    L_i(C) = E_g + A_i * C^(-alpha_g)
+    L_i(C) = E + A_i * C^(-alpha_g)
 
-with the exponent alpha_g and the floor E_g shared by the trials of a group g (a family, or the whole
-study when the family has too few curves, see below) and the amplitude A_i >= 0 per trial. Three
-rungs cannot pin three parameters per trial; sharing (alpha, E) can, and it lets a trial seen at one
-rung only (not promoted) still be extrapolated from its family.
+with the floor E shared by the whole study, the exponent alpha_g shared by the trials of a group g (a
+family, or the whole study when the family has too few curves, see below) and the amplitude A_i >= 0
+per trial. E is the irreducible loss: the entropy of the text, a property of the data and not of the
+architecture (the E of Hoffmann et al.'s L(N, D)), so every trial of a study, which all see one corpus,
+shares it. How fast a family learns with compute is the family's exponent. Three rungs cannot pin three
+parameters per trial; sharing (alpha, E) can, and it lets a trial seen at one rung only (not promoted)
+still be extrapolated from its family.
+
+Why E is not per family: with rungs spanning a factor eta^2 of compute, a family's own floor is poorly
+identified, and a wrong floor is what an extrapolation far beyond the rungs is most sensitive to. On
+the fidelity benchmark's ladder (`benchmarks/fidelity.py`), fitted on the lowest two rungs and asked
+for the third, a shared E predicted the held-out rung with a mean absolute error of 0.043 nats against
+0.057 for a floor per family (`report`'s `ladder_check` measures this on any table); a check a user can
+run on their own ladder, which does not look at the far budget.
 
 Fit (weighted least squares on L). The losses of a trial at one rung are averaged over its seeds and
 weighted by their number (the mean's inverse variance, up to a constant). With x = C / C_ref (C_ref
-the geometric mean of the study's rungs, which keeps x^-alpha near 1) and y = x^-alpha, write
-L_ij = E + a_i y_ij, a_i = A_i C_ref^-alpha. For a fixed alpha the model is linear in (E, a_i), so
+the geometric mean of the study's rungs, which keeps x^-alpha near 1) and y = x^-alpha_g, write
+L_ij = E + a_i y_ij, a_i = A_i C_ref^-alpha_g. For fixed exponents the model is linear in (E, a_i), so
 both are solved in closed form: a_i(E) = sum_j w (L - E) y / sum_j w y^2 per trial, and the total
-squared error is then a convex quadratic in E, minimised and clipped to [0, 0.999 * min L of the
-group] (which also keeps every a_i > 0). Only alpha is searched numerically: a grid over
-[0.05, 1.5], then a bounded Brent step around the best grid point.
+squared error is then a convex quadratic in E, minimised and clipped to [0, 0.999 * min L] (which also
+keeps every a_i > 0). Only the exponents are searched numerically: a grid over [0.05, 1.5] for one
+shared exponent, a grid pass per group, then bounded Brent (one group) or a bounded least-squares
+polish (several).
 
-Groups. A family fits its own (alpha, E) when at least `min_trials` of its trials have >= 2 distinct
-rungs and those curves leave a residual degree of freedom (points > trials + 2). Otherwise its trials
-take the parameters fitted over every multi-rung trial of the study (group `STUDY`). If even the
-study's multi-rung trials leave no residual degree of freedom (e.g. no trial has 2 rungs, or one
-trial has exactly 3), nothing is extrapolated (group `NONE`): the prediction is the trial's last
-observed loss (mean over seeds at its top rung) at any budget, reported as E = that loss, A = 0,
-alpha = 0, and the band is (0, last loss): all the model itself guarantees (E >= 0, A >= 0: loss
-never rises with compute). A default exponent would give confident numbers from no evidence.
+Groups. A family fits its own exponent when at least `min_trials` of its trials have >= 2 distinct
+rungs and those curves leave a residual degree of freedom (points > trials + 2). These families fit E
+with their exponents (stage 1). The trials of the other families take the exponent fitted over every
+multi-rung trial of the study at that E (group `STUDY`, stage 2); when no family fits its own, STUDY's
+exponent and E are fitted together over every multi-rung trial. If even those leave no residual degree
+of freedom (e.g. no trial has 2 rungs, or one trial has exactly 3), nothing is extrapolated (group
+`NONE`): the prediction is the trial's last observed loss (mean over seeds at its top rung) at any
+budget, reported as E = that loss, A = 0, alpha = 0, and the band is (0, last loss): all the model
+itself guarantees (E >= 0, A >= 0: loss never rises with compute). A default exponent would give
+confident numbers from no evidence.
 
-Band (`StudyFit.band`): a residual bootstrap of the trial's group. The group's weighted residuals
-(sqrt(w) * r, centred, inflated by sqrt(n / (n - trials - 2)) for the fitted parameters) are
-resampled onto the fitted rung means (divided by sqrt(w)), (alpha, E) and every a_i are refitted,
-and the prediction at the target budget is taken per replicate. When the study has repeated seeds,
-a draw of N(0, seed_noise^2) is added to each replicate: the band is then for the loss of one run
-at that budget, not only for its mean. The band is the central `level` percentile interval.
-Replicates are cached per (group, n_boot, seed), so ranking many trials costs one bootstrap per group.
+Band (`StudyFit.band`): a residual bootstrap of the study. The stage-1 weighted residuals
+(sqrt(w) * r, centred, inflated by sqrt(n / (n - trials - groups - 1)) for the fitted parameters) are
+resampled onto the fitted rung means (divided by sqrt(w)), E, the exponents and every a_i are refitted,
+and the prediction at the target budget is taken per replicate. When the study has repeated seeds, a
+draw of N(0, seed_noise^2) is added to each replicate: the band is then for the loss of one run at
+that budget, not only for its mean. The band is the central `level` percentile interval. Replicates
+are cached per (n_boot, seed), so ranking many trials costs one bootstrap per study.
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import least_squares, minimize_scalar
 
 STUDY = "<study>"  # group label: parameters fitted over all multi-rung trials of the study
 NONE = "<none>"  # group label: nothing could be fitted; predictions are the last observed loss
@@ -92,28 +105,54 @@ class LooResult:
 
 @dataclass(frozen=True, eq=False)
 class _Data:
-    """Rung means of a group's trials (fit trials first), as flat arrays, and the fit on them."""
+    """Rung means of every fitted trial as flat arrays, which group's exponent each trial uses, and the fit.
+
+    The shared E and the first-stage exponents are fitted on the points of `stage1_trials`; the STUDY
+    exponent, when some trial needs it and a family has its own, in a second stage at that E over every
+    multi-rung trial (`study_trials`).
+    """
 
     trials: tuple[int, ...]
-    n_fit: int  # the first n_fit trials are fitted; the others only get an amplitude
+    labels: tuple[str, ...]  # exponent groups; the first n_stage1 are fitted with E
+    n_stage1: int
+    trial_group: np.ndarray  # (trials,): index into labels
+    stage1_trials: np.ndarray  # (trials,) bool
+    study_trials: np.ndarray  # (trials,) bool: multi-rung trials (the STUDY exponent's second stage)
     onehot: np.ndarray  # (points, trials): point -> trial
     xlog: np.ndarray  # log(C / C_ref)
     loss: np.ndarray
     w: np.ndarray  # seeds averaged into each rung mean
 
     @property
+    def point_trial(self) -> np.ndarray:
+        return self.onehot.argmax(axis=1)
+
+    @property
     def fit_mask(self) -> np.ndarray:
-        return self.onehot[:, : self.n_fit].any(axis=1)
+        return self.stage1_trials[self.point_trial]
 
-    def fit(self, loss: np.ndarray) -> tuple[float, float, np.ndarray]:
-        """(alpha, E, a per trial) for `loss` at this group's points."""
-        mask = self.fit_mask
+    def fit(self, loss: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """(E, alpha per label, a per trial) for `loss` at these points."""
+        mask, pt = self.fit_mask, self.point_trial
         e_max = E_SHARE * float(loss.min())
-        alpha, e = _fit_alpha(self.xlog[mask], loss[mask], self.w[mask], self.onehot[mask, : self.n_fit], e_max)
-        return alpha, e, _amplitudes(alpha, e, self.xlog, loss, self.w, self.onehot)
+        group = self.trial_group[pt[mask]]
+        onehot = self.onehot[mask][:, self.stage1_trials]
+        alpha = np.zeros(len(self.labels))
+        alpha[: self.n_stage1], e = _fit_exponents(self.xlog[mask], loss[mask], self.w[mask], onehot, group, e_max)
+        if self.n_stage1 < len(self.labels):  # STUDY's exponent at the shared E
+            study = self.study_trials[pt]
+            onehot = self.onehot[study][:, self.study_trials]
+            alpha[-1] = _fit_exponent_at(e, self.xlog[study], loss[study], self.w[study], onehot)
+        return e, alpha, self.amplitudes(e, alpha, loss)
 
-    def fitted(self, alpha: float, e: float, a: np.ndarray) -> np.ndarray:
-        return e + (self.onehot @ a) * np.exp(-alpha * self.xlog)
+    def amplitudes(self, e: float, alpha: np.ndarray, loss: np.ndarray) -> np.ndarray:
+        """a_i = max(0, sum w (L - E) y / sum w y^2) per trial, y = exp(-alpha_g(i) * xlog)."""
+        y = np.exp(-alpha[self.trial_group[self.point_trial]] * self.xlog)
+        return _amplitudes_at(e, y, loss, self.w, self.onehot)
+
+    def fitted(self, e: float, alpha: np.ndarray, a: np.ndarray) -> np.ndarray:
+        pt = self.point_trial
+        return e + a[pt] * np.exp(-alpha[self.trial_group[pt]] * self.xlog)
 
 
 @dataclass(frozen=True)
@@ -131,12 +170,17 @@ class StudyFit:
     groups: Mapping[str, GroupFit]
     noise: float | None  # seed_noise of the study
     _trials: Mapping[int, _Trial] = field(repr=False)
-    _data: Mapping[str, _Data] = field(repr=False)
+    _data: _Data | None = field(repr=False)
     _boot: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def trials(self) -> tuple[int, ...]:
         return tuple(sorted(self._trials))
+
+    @property
+    def E(self) -> float | None:
+        """The study's shared floor (None when nothing could be fitted)."""
+        return next(iter(self.groups.values())).E if self.groups else None
 
     def params(self, trial: int) -> tuple[float, float, float, str]:
         """(E, A, alpha, group) of L(C) = E + A * C^-alpha for `trial`, C in training FLOPs."""
@@ -159,19 +203,17 @@ class StudyFit:
     ) -> tuple[float, float]:
         """The central `level` interval of the loss of `trial` at `flops` (module docstring: residual bootstrap).
 
-        Deterministic for a given `seed`. Calibration measured on synthetic studies (3 families x 5 curves x 4
-        rungs, eta = 3, Gaussian noise, target 100 x the top rung): level 0.8 held the truth for 73-79% of the
-        trials (three sets of 100-160 studies), least for the smallest exponent; level 0.9 for ~90%.
-        Group NONE: (0, last loss), whatever `level`.
+        Deterministic for a given `seed`. Group NONE: (0, last loss), whatever `level`.
         """
         if not 0.0 < level < 1.0 or n_boot < 2:
             raise ValueError(f"band: need 0 < level < 1 and n_boot >= 2 (got level={level}, n_boot={n_boot})")
         t, x = self._trial(trial), _positive(flops) / self.c_ref
-        if t.group == NONE:
+        if t.group == NONE or self._data is None:
             return 0.0, t.top_loss
-        alpha, e, a, z = self._bootstrap(t.group, n_boot, seed)
-        k = self._data[t.group].trials.index(trial)
-        pred = e + a[:, k] * x**-alpha + (self.noise or 0.0) * z
+        e, alpha, a, z = self._bootstrap(n_boot, seed)
+        d = self._data
+        k = d.trials.index(trial)
+        pred = e + a[:, k] * x ** -alpha[:, d.trial_group[k]] + (self.noise or 0.0) * z
         lo, hi = np.quantile(pred, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
         return float(lo), float(hi)
 
@@ -180,39 +222,43 @@ class StudyFit:
             raise KeyError(f"trial {trial}: no finite loss in the study")
         return self._trials[trial]
 
-    def _bootstrap(self, group: str, n_boot: int, seed: int):
-        """(alpha, E, a, z) per replicate of `group`: refitted on resampled residuals; z ~ N(0, 1) for seed noise."""
-        key = (group, n_boot, seed)
+    def _bootstrap(self, n_boot: int, seed: int):
+        """(E, alpha, a, z) per replicate: the study refitted on resampled residuals; z ~ N(0, 1) for seed noise."""
+        key = (n_boot, seed)
         if key not in self._boot:
-            d, g = self._data[group], self.groups[group]
-            a0 = _amplitudes(g.alpha, g.E, d.xlog, d.loss, d.w, d.onehot)
-            fitted = d.fitted(g.alpha, g.E, a0)
+            d = self._data
+            assert d is not None
+            e0, alpha0, a0 = d.fit(d.loss)
+            fitted = d.fitted(e0, alpha0, a0)
             pool = _residual_pool(d, fitted)
             rng = np.random.default_rng(seed)
             fits = [d.fit(fitted + rng.choice(pool, size=fitted.size) / np.sqrt(d.w)) for _ in range(n_boot)]
-            alpha, e = (np.array([f[i] for f in fits]) for i in (0, 1))
-            self._boot[key] = (alpha, e, np.array([f[2] for f in fits]), rng.standard_normal(n_boot))
+            e, alpha, a = (np.array([f[i] for f in fits]) for i in range(3))
+            self._boot[key] = (e, alpha, a, rng.standard_normal(n_boot))
         return self._boot[key]
 
 
 def fit_study(points: Sequence[RungPoint], *, min_trials: int = 3) -> StudyFit:
-    """Fit the shared (alpha, E) of every group and each trial's A; non-finite losses are ignored."""
+    """Fit the shared E, each group's exponent and each trial's A; non-finite losses are ignored."""
     families, rungs = _rungs(points)
     if not rungs:
         raise ValueError("fit_study: no point with a finite loss")
     flops = sorted({c for r in rungs.values() for c in r})
     c_ref = math.exp(sum(math.log(c) for c in flops) / len(flops))
     assign = _assign(families, rungs, min_trials)
-    groups, data, trials = {}, {}, {}
-    for label in sorted(set(assign.values()) - {NONE}):
-        members = sorted(t for t in assign if assign[t] == label)
-        fitted = sorted(t for t in rungs if len(rungs[t]) >= 2 and label in (STUDY, families[t]))
-        d = _data(fitted + [t for t in members if t not in fitted], len(fitted), rungs, c_ref)
-        alpha, e, a = d.fit(d.loss)
-        groups[label], data[label] = GroupFit(label, alpha, e, tuple(fitted), tuple(members)), d
-        trials.update({t: _Trial(label, float(a[d.trials.index(t)]), _top(rungs[t])[1]) for t in members})
-    trials.update({t: _Trial(NONE, 0.0, _top(rungs[t])[1]) for t in assign if assign[t] == NONE})
-    return StudyFit(c_ref, groups, seed_noise(points), trials, data)
+    trials = {t: _Trial(NONE, 0.0, _top(rungs[t])[1]) for t in assign if assign[t] == NONE}
+    fitted = sorted(t for t in assign if assign[t] != NONE)
+    if not fitted:
+        return StudyFit(c_ref, {}, seed_noise(points), trials, None)
+    d = _data(fitted, assign, families, rungs, c_ref)
+    e, alpha, a = d.fit(d.loss)
+    groups = {}
+    for g, label in enumerate(d.labels):
+        own = [t for t in fitted if len(rungs[t]) >= 2 and label in (STUDY, families[t])]
+        members = tuple(t for t in fitted if assign[t] == label)
+        groups[label] = GroupFit(label, float(alpha[g]), e, tuple(own), members)
+    trials.update({t: _Trial(assign[t], float(a[k]), _top(rungs[t])[1]) for k, t in enumerate(d.trials)})
+    return StudyFit(c_ref, groups, seed_noise(points), trials, d)
 
 
 def seed_noise(points: Sequence[RungPoint]) -> float | None:
@@ -290,22 +336,41 @@ def _assign(families: dict[int, str], rungs: Rungs, min_trials: int) -> dict[int
     return {t: families[t] if families[t] in ok else STUDY for t in rungs}
 
 
-def _data(trials: list[int], n_fit: int, rungs: Rungs, c_ref: float) -> _Data:
+def _data(trials: list[int], assign: dict[int, str], families: dict[int, str], rungs: Rungs, c_ref: float) -> _Data:
+    """The arrays of the fit. Exponent groups: the families that fit their own (stage 1, with E), then STUDY
+    if a trial uses it; with no such family, STUDY alone is stage 1 (fitted over every multi-rung trial)."""
+    own = sorted({assign[t] for t in trials} - {STUDY})
+    labels = (*own, STUDY) if STUDY in assign.values() else tuple(own)
+    n_stage1 = len(own) or 1
+    multi = np.array([len(rungs[t]) >= 2 for t in trials])
+    stage1 = multi & np.array([not own or families[t] in own for t in trials])
     rows = [
         (k, math.log(c / c_ref), sum(v) / len(v), len(v)) for k, t in enumerate(trials) for c, v in rungs[t].items()
     ]
     idx, xlog, loss, w = (np.array(col) for col in zip(*rows, strict=True))
-    return _Data(tuple(trials), n_fit, np.eye(len(trials))[idx.astype(int)], xlog, loss, w.astype(float))
+    return _Data(
+        trials=tuple(trials),
+        labels=labels,
+        n_stage1=n_stage1,
+        trial_group=np.array([labels.index(assign[t]) for t in trials]),
+        stage1_trials=stage1,
+        study_trials=multi,
+        onehot=np.eye(len(trials))[idx.astype(int)],
+        xlog=xlog,
+        loss=loss,
+        w=w.astype(float),
+    )
 
 
-def _solve(alpha: np.ndarray, xlog, loss, w, onehot, e_max: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per alpha (G,): the weighted squared error and E at the best E in [0, e_max] and a_i (closed form).
+def _profile(alpha: np.ndarray, xlog, loss, w, onehot, group, e_max: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate row of exponents `alpha` (G, groups): the weighted squared error and the shared E, with
+    E in [0, e_max] and every a_i in closed form (point j of trial i uses its group's exponent).
 
     a_i(E) = (P_i - E Q_i) / S_i with P = sum w L y, Q = sum w y, S = sum w y^2 over trial i's points;
     the error is then quadratic in E with minimum at sum_i (M_i - P_i Q_i / S_i) / sum_i (W_i - Q_i^2 / S_i),
     M = sum w L, W = sum w (> 0 by Cauchy-Schwarz when every trial has 2 distinct rungs).
     """
-    y = np.exp(-np.outer(alpha, xlog))  # (G, n)
+    y = np.exp(-alpha[:, group] * xlog)  # (G, n)
     W, M = w @ onehot, (w * loss) @ onehot
     Q, S, P = (w * y) @ onehot, (w * y * y) @ onehot, (w * loss * y) @ onehot
     e = np.clip((M - P * Q / S).sum(axis=1) / (W - Q * Q / S).sum(axis=1), 0.0, e_max)
@@ -314,30 +379,69 @@ def _solve(alpha: np.ndarray, xlog, loss, w, onehot, e_max: float) -> tuple[np.n
     return (w * resid**2).sum(axis=1), e
 
 
-def _fit_alpha(xlog, loss, w, onehot, e_max: float) -> tuple[float, float]:
-    """(alpha, E) minimising the profiled error: best grid point, then bounded Brent between its neighbours."""
-    sse = _solve(_GRID, xlog, loss, w, onehot, e_max)[0]
-    k = int(np.argmin(sse))
-    lo, hi = _GRID[max(k - 1, 0)], _GRID[min(k + 1, _GRID.size - 1)]
+def _fit_exponents(xlog, loss, w, onehot, group, e_max: float) -> tuple[np.ndarray, float]:
+    """(alpha per group, E) minimising the profiled error: a grid over one shared exponent, a grid pass per
+    group with the others held, then bounded Brent (one group) or L-BFGS-B (several) from the best point."""
+    k = int(group.max()) + 1
+
+    def sse(alpha: np.ndarray) -> np.ndarray:
+        return _profile(np.atleast_2d(alpha), xlog, loss, w, onehot, group, e_max)[0]
+
+    best = np.full(k, _GRID[int(np.argmin(sse(np.repeat(_GRID[:, None], k, axis=1))))])
+    for j in range(k) if k > 1 else ():
+        candidates = np.repeat(best[None, :], _GRID.size, axis=0)
+        candidates[:, j] = _GRID
+        best = candidates[int(np.argmin(sse(candidates)))]
+    if k == 1:
+        i = int(np.abs(_GRID - best[0]).argmin())
+        res = minimize_scalar(
+            lambda al: sse(np.array([al]))[0],
+            bounds=(_GRID[max(i - 1, 0)], _GRID[min(i + 1, _GRID.size - 1)]),
+            method="bounded",
+            options={"xatol": 1e-9},
+        )
+        polished = np.array([res.x])
+    else:
+
+        def residuals(alpha: np.ndarray) -> np.ndarray:  # sqrt(w) * (L - fit), E and a_i profiled out
+            y = np.exp(-alpha[group] * xlog)
+            e = _profile(alpha[None, :], xlog, loss, w, onehot, group, e_max)[1][0]
+            a = _amplitudes_at(e, y, loss, w, onehot)
+            return np.sqrt(w) * (loss - e - (onehot @ a) * y)
+
+        res = least_squares(residuals, best, bounds=ALPHA_BOUNDS, xtol=1e-12, ftol=1e-15, gtol=1e-15)
+        polished = res.x
+    if sse(polished)[0] <= sse(best)[0]:
+        best = polished
+    return best, float(_profile(best[None, :], xlog, loss, w, onehot, group, e_max)[1][0])
+
+
+def _fit_exponent_at(e: float, xlog, loss, w, onehot) -> float:
+    """The exponent minimising the error of these curves with E held at `e` (grid, then bounded Brent)."""
+
+    def sse(alpha: np.ndarray) -> np.ndarray:
+        y = np.exp(-np.outer(alpha, xlog))
+        a = np.maximum(((w * (loss - e)) * y) @ onehot / ((w * y * y) @ onehot), 0.0)
+        return (w * (loss - e - (a @ onehot.T) * y) ** 2).sum(axis=1)
+
+    i = int(np.argmin(sse(_GRID)))
     res = minimize_scalar(
-        lambda al: _solve(np.array([al]), xlog, loss, w, onehot, e_max)[0][0],
-        bounds=(lo, hi),
+        lambda al: sse(np.array([al]))[0],
+        bounds=(_GRID[max(i - 1, 0)], _GRID[min(i + 1, _GRID.size - 1)]),
         method="bounded",
-        options={"xatol": 1e-7},
+        options={"xatol": 1e-9},
     )
-    alpha = float(res.x) if res.fun <= sse[k] else float(_GRID[k])
-    return alpha, float(_solve(np.array([alpha]), xlog, loss, w, onehot, e_max)[1][0])
+    return float(res.x) if res.fun <= sse(_GRID[i : i + 1])[0] else float(_GRID[i])
 
 
-def _amplitudes(alpha: float, e: float, xlog, loss, w, onehot) -> np.ndarray:
-    """a_i = max(0, sum w (L - E) y / sum w y^2) per trial, y = exp(-alpha * xlog)."""
-    y = np.exp(-alpha * xlog)
+def _amplitudes_at(e: float, y: np.ndarray, loss, w, onehot) -> np.ndarray:
+    """a_i = max(0, sum w (L - E) y / sum w y^2) per trial."""
     return np.maximum((w * (loss - e) * y) @ onehot / ((w * y * y) @ onehot), 0.0)
 
 
 def _residual_pool(d: _Data, fitted: np.ndarray) -> np.ndarray:
-    """Standardised residuals sqrt(w) * (L - fit) of the fitted points, centred and inflated for the parameters."""
+    """Standardised residuals sqrt(w) * (L - fit) of the stage-1 points, centred and inflated for the parameters."""
     mask = d.fit_mask
     r = (np.sqrt(d.w) * (d.loss - fitted))[mask]
-    dof = r.size - d.n_fit - 2
+    dof = r.size - int(d.stage1_trials.sum()) - d.n_stage1 - 1
     return (r - r.mean()) * math.sqrt(r.size / dof)
