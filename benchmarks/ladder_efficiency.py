@@ -1,0 +1,499 @@
+"""Ladder efficiency: the front at the target that a ladder, a single-budget or a target-budget search buys per FLOP.
+
+    python benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv \
+        --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it, well under a minute
+
+Every search here is replayed on the fidelity benchmark's table (`benchmarks/fidelity.py build`: 24
+configs, each on a 3-rung ladder C0, 3 C0, 9 C0 and trained for real at T = 10 x 9 C0), so a
+search costs CPU seconds and its compute is counted, not spent. Only seed-0 runs are used, as a
+search runs each config once.
+
+Proposers. `random`: a uniform permutation of the 24 configs (seed s), shared by every strategy of
+seed s, so strategies are compared on the same orders. `tpe`: `nas.study.make_sampler("tpe", s)`
+over categorical (residual, n_layers, d_model), told (loss, executed FLOPs/token) after each config,
+the loss being what the strategy knows (below); a combination the table lacks (d_model 96 with 6
+layers) is told FAIL at no cost, and a repeat is told its earlier values at no cost (a real search
+would pay for it again, so this flatters TPE), until every config is proposed or `--max-asks`.
+
+Strategies, each spending compute per proposed config and keeping a front:
+- `ladder`: the search's own method. The config trains at rung 0; after each rung r < 2 it climbs
+  only if `nas.promotion.should_promote` (eta 3) ranks it in the best ceil(n/3) of the n configs that
+  reached rung r so far, by non-dominated sorting on (predicted loss at T, executed FLOPs/token),
+  the prediction from `fidelity.predictions` (the search's fit) over the points up to rung r; the
+  trial id is the arrival order (as in `fidelity.replay_promotion`, which replays table order).
+  Its front: the configs non-dominated by (prediction at T from every rung seen so far, FLOPs).
+  TPE is told the prediction at the config's last rung (what `nas.fidelity` tells Optuna).
+  A run stopped at rung r costs C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus
+  the cooldown branches of the rungs below (`workers.budget`; the JSON checks this against the
+  table's measured compute of the full ladder).
+- `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, 9 C0 or T), costing
+  that budget; the front by the loss measured there. `target` is plain search at the target
+  budget: its losses ARE the truth.
+
+Scores, after each proposal, of the strategy's front with each member at its TRUE loss (the truth
+run at T), over the true front of all 24 configs (`Scorer`):
+- `hv_ratio`: hypervolume ratio with reference (ln 256, 1.1 x the largest executed FLOPs/token), as
+  `fidelity.hv_ratio`. The loss axis then spans from the configs' losses up to a uniform predictor's,
+  far more than the configs differ by, so the cheapest config proposed (on every front, as nothing
+  proposed has fewer FLOPs) holds most of the area;
+- `hv_ratio_nadir`: the same with the reference loss at the table's worst true loss, so the area
+  measures what the configs differ by;
+- `regret`: the lowest true loss on the front minus the table's lowest (nats).
+A strategy's state at total compute B is the one after the last proposal whose cumulative compute
+is <= B (hypervolume 0, regret undefined, before the first); once it has proposed every config its
+curve stays flat. Reported per (proposer, strategy), over seeds: mean and std of each score at
+B = 0.1 ... 8 x T, the compute from which each seed's ratio stays >= 95% of the true hypervolume to
+the end (a front can lose members; the same for the mean curve), the final scores and compute; the
+PNG plots the mean (+- std) of each score against total compute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import logging
+import math
+import re
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import optuna
+
+from cpu_throughput import machine_info
+from fidelity import ETA, RUNS_CSV, predictions, read
+from nas.extrapolate import RungPoint
+from nas.pareto import hypervolume, pareto_rows
+from nas.promotion import Candidate, should_promote
+from nas.study import make_sampler
+from workers.budget import LadderConfig
+
+log = logging.getLogger("ladder_efficiency")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PROPOSERS = ("random", "tpe")
+STRATEGIES = ("ladder", "rung0", "top_rung", "target")
+CHECKPOINTS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # total compute in units of T
+GOAL = 0.95  # share of the true front's hypervolume
+COOLDOWN = LadderConfig().cooldown  # the fidelity table was built with the default ladder
+
+
+@dataclass(frozen=True)
+class Table:
+    """The seed-0 runs of the fidelity table: rung losses and the truth at T, per config."""
+
+    family: dict[int, str]
+    flops: dict[int, float]  # executed forward FLOPs per token
+    by_arch: dict[tuple[str, int, int], int]  # (residual, n_layers, d_model) -> config
+    rung_loss: dict[int, tuple[float, ...]]  # loss at rung 0, 1, ...
+    budgets: tuple[float, ...]  # training FLOPs of rung 0, 1, ...
+    truth: dict[int, float]
+    target: float
+    ladder_compute: float  # median measured compute of a full ladder run (the cost model's check)
+
+    @property
+    def configs(self) -> list[int]:
+        return sorted(self.truth)
+
+    def rung_cost(self, rung: int) -> float:
+        """A ladder run stopped after `rung`: the main run to C_rung plus the cooldown branches below it."""
+        return self.budgets[rung] + COOLDOWN * sum(self.budgets[:rung])
+
+
+def load(path: Path) -> Table:
+    rows = read(path)
+    ladder = [r for r in rows if r["kind"] == "ladder" and r["seed"] == 0]
+    truth = {r["config"]: r for r in rows if r["kind"] == "truth" and r["seed"] == 0}
+    budgets = tuple(sorted({r["budget_flops"] for r in ladder}))
+    rung_loss = {c: [math.inf] * len(budgets) for c in truth}
+    for r in ladder:
+        rung_loss[r["config"]][r["rung"]] = r["val_loss"]
+    if any(not math.isfinite(v) for losses in rung_loss.values() for v in losses):
+        raise SystemExit(f"{path}: a config lacks a finite seed-0 loss at some rung")
+    return Table(
+        family={c: r["residual"] for c, r in truth.items()},
+        flops={c: r["executed_flops_per_token"] for c, r in truth.items()},
+        by_arch={(r["residual"], r["n_layers"], r["d_model"]): c for c, r in truth.items()},
+        rung_loss={c: tuple(v) for c, v in rung_loss.items()},
+        budgets=budgets,
+        truth={c: r["val_loss"] for c, r in truth.items()},
+        target=next(iter(truth.values()))["budget_flops"],
+        ladder_compute=float(np.median([r["compute_flops"] for r in ladder])),
+    )
+
+
+@functools.cache
+def _predicted(points: frozenset[RungPoint], target: float) -> dict[int, float]:
+    """`fidelity.predictions`, cached: replays share prefixes and the fit ignores point order."""
+    return predictions(sorted(points, key=lambda p: (p.trial, p.flops)), target)
+
+
+# ---------------------------------------------------------------------------------------------
+# strategies: add(config) -> (compute spent, loss the proposer is told); estimates() -> what ranks the front
+
+
+class Ladder:
+    """Sequential MO-ASHA on the rungs, as `fidelity.replay_promotion` but config by config."""
+
+    def __init__(self, table: Table):
+        self.table = table
+        self.arrived: list[int] = []  # trial id = arrival index
+        self.reached: dict[int, int] = {}  # config -> rungs trained
+        self.points: list[RungPoint] = []
+
+    def add(self, config: int) -> tuple[float, float]:
+        t, trial = self.table, len(self.arrived)
+        self.arrived.append(config)
+        for rung, budget in enumerate(t.budgets):
+            self.points.append(RungPoint(config, t.family[config], budget, t.rung_loss[config][rung], 0))
+            self.reached[config] = rung + 1
+            preds = _predicted(frozenset(p for p in self.points if p.flops <= budget), t.target)
+            if rung == len(t.budgets) - 1:
+                break
+            at_rung = [
+                Candidate(i, preds.get(c, math.inf), t.flops[c])
+                for i, c in enumerate(self.arrived)
+                if self.reached[c] > rung
+            ]
+            if not should_promote(trial, at_rung, ETA):
+                break
+        return t.rung_cost(self.reached[config] - 1), preds[config]
+
+    def estimates(self) -> dict[int, float]:
+        return _predicted(frozenset(self.points), self.table.target)
+
+
+class SingleBudget:
+    """Every config trained once at one budget; the front by the loss measured there."""
+
+    def __init__(self, losses: dict[int, float], cost: float):
+        self.losses, self.cost = losses, cost
+        self.seen: dict[int, float] = {}
+
+    def add(self, config: int) -> tuple[float, float]:
+        self.seen[config] = self.losses[config]
+        return self.cost, self.seen[config]
+
+    def estimates(self) -> dict[int, float]:
+        return self.seen
+
+
+def make_strategy(name: str, table: Table) -> Ladder | SingleBudget:
+    if name == "ladder":
+        return Ladder(table)
+    if name == "rung0":
+        return SingleBudget({c: v[0] for c, v in table.rung_loss.items()}, table.budgets[0])
+    if name == "top_rung":
+        return SingleBudget({c: v[-1] for c, v in table.rung_loss.items()}, table.budgets[-1])
+    if name == "target":
+        return SingleBudget(table.truth, table.target)
+    raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# proposers: ask() -> the next config, or None when done; tell(config, loss)
+
+
+class RandomProposer:
+    def __init__(self, table: Table, seed: int):
+        self.order = [int(c) for c in np.random.default_rng(seed).permutation(table.configs)]
+        self.asks, self.repeats, self.infeasible = len(self.order), 0, 0
+
+    def ask(self) -> int | None:
+        return self.order.pop(0) if self.order else None
+
+    def tell(self, config: int, loss: float) -> None:
+        pass
+
+
+class TpeProposer:
+    """Optuna's TPE over (residual, n_layers, d_model); table gaps fail and repeats are answered, both free."""
+
+    def __init__(self, table: Table, seed: int, max_asks: int):
+        self.table, self.max_asks = table, max_asks
+        keys = list(zip(*table.by_arch, strict=True))
+        self.space = {
+            name: optuna.distributions.CategoricalDistribution(sorted(set(values), key=str))
+            for name, values in zip(("residual", "n_layers", "d_model"), keys, strict=True)
+        }
+        self.study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler("tpe", seed))
+        self.known: dict[int, tuple[float, float]] = {}
+        self.asks = self.repeats = self.infeasible = 0
+        self._pending: optuna.trial.Trial | None = None
+
+    def ask(self) -> int | None:
+        while self.asks < self.max_asks and len(self.known) < len(self.table.truth):
+            trial = self.study.ask(self.space)
+            self.asks += 1
+            config = self.table.by_arch.get(tuple(trial.params[k] for k in self.space))
+            if config is None:
+                self.infeasible += 1
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            elif config in self.known:
+                self.repeats += 1
+                self.study.tell(trial, self.known[config])
+            else:
+                self._pending = trial
+                return config
+        return None
+
+    def tell(self, config: int, loss: float) -> None:
+        self.known[config] = (loss, self.table.flops[config])
+        self.study.tell(self._pending, self.known[config])
+
+
+def replay(table: Table, scorer: Scorer, proposer: str, strategy: str, seed: int, max_asks: int) -> dict:
+    """One search: after each proposal, the cumulative compute, the chosen front and its scores."""
+    prop = RandomProposer(table, seed) if proposer == "random" else TpeProposer(table, seed, max_asks)
+    strat = make_strategy(strategy, table)
+    compute, fronts, spent = [], [], 0.0
+    while (config := prop.ask()) is not None:
+        cost, loss = strat.add(config)
+        prop.tell(config, loss)
+        spent += cost
+        compute.append(spent)
+        fronts.append(front(strat.estimates(), table.flops))
+    out = dict(compute=compute, fronts=fronts, asks=prop.asks, repeats=prop.repeats)
+    scores = [scorer(f) for f in fronts]
+    out.update({m: [s[m] for s in scores] for m in Scorer.metrics})
+    if isinstance(strat, Ladder):
+        out["configs_per_rung"] = [sum(k > r for k in strat.reached.values()) for r in range(len(table.budgets))]
+    return out
+
+
+def front(estimates: dict[int, float], flops: dict[int, float]) -> list[int]:
+    """The configs non-dominated by (estimated loss, executed FLOPs/token), as `fidelity.hv_ratio` picks them."""
+    return [r.number for r in pareto_rows([_row(c, loss, flops[c]) for c, loss in estimates.items()])]
+
+
+def _row(config: int, loss: float, flops: float) -> SimpleNamespace:
+    """What `nas.pareto` reads of a trial."""
+    return SimpleNamespace(number=config, status="completed", val_loss=loss, executed_flops_per_token=flops)
+
+
+# ---------------------------------------------------------------------------------------------
+# scores of a chosen front, at the true losses
+
+
+class Scorer:
+    """Metrics of a chosen front, each member at its true loss at T.
+
+    `hv_ratio`: its hypervolume over the true front's, reference (ln 256, 1.1 x max FLOPs/token) as in
+    `fidelity.hv_ratio`. `hv_ratio_nadir`: the same with the reference loss at the table's worst true
+    loss, so the loss axis spans what the configs differ by, not the distance to a uniform predictor.
+    `regret`: the lowest true loss on the front minus the lowest of the table (nats; NaN when empty).
+    """
+
+    metrics = ("hv_ratio", "hv_ratio_nadir", "regret")
+
+    def __init__(self, table: Table):
+        self.truth, self.flops = table.truth, table.flops
+        top = 1.1 * max(table.flops.values())
+        self.refs = {"hv_ratio": (math.log(256), top), "hv_ratio_nadir": (max(table.truth.values()), top)}
+        self.true_hv = {k: self._hv(list(table.truth), ref) for k, ref in self.refs.items()}
+
+    def _hv(self, configs: list[int], ref: tuple[float, float]) -> float:
+        return hypervolume([_row(c, self.truth[c], self.flops[c]) for c in configs], ref)
+
+    def __call__(self, configs: list[int]) -> dict[str, float]:
+        out = {k: self._hv(configs, ref) / self.true_hv[k] for k, ref in self.refs.items()}
+        out["regret"] = min((self.truth[c] for c in configs), default=math.nan) - min(self.truth.values())
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# summary over seeds
+
+EMPTY = {"hv_ratio": 0.0, "hv_ratio_nadir": 0.0, "regret": math.nan}  # before the first proposal
+
+
+def at_compute(run: dict, metric: str, budget: float) -> float:
+    """`metric` after the last proposal whose cumulative compute is <= budget (EMPTY before any)."""
+    k = int(np.searchsorted(run["compute"], budget * (1 + 1e-12), side="right"))
+    return run[metric][k - 1] if k else EMPTY[metric]
+
+
+def compute_to(run: dict, metric: str, level: float) -> float | None:
+    """Cumulative compute at the proposal from which `metric` stays >= `level` to the end, None if it ends below.
+
+    Not the first time it reaches `level`: a front can lose a member when a later config, or a refit,
+    makes it look dominated."""
+    k = _kept_from(np.asarray(run[metric]) >= level)
+    return None if k is None else run["compute"][k]
+
+
+def _kept_from(ok: np.ndarray) -> int | None:
+    """The first index from which every entry of `ok` is True; None if the last is False."""
+    if not len(ok) or not ok[-1]:
+        return None
+    return int(len(ok) - np.argmin(ok[::-1])) if not ok.all() else 0
+
+
+def _stats(values: list[float]) -> dict:
+    v = np.array(values, dtype=float)
+    if np.isnan(v).all():
+        return {"mean": None, "std": None, "seeds": 0}
+    return {"mean": float(np.nanmean(v)), "std": float(np.nanstd(v)), "seeds": int((~np.isnan(v)).sum())}
+
+
+def _rounded(values: np.ndarray) -> list[float | None]:
+    """For the JSON: 4 decimals, NaN (no seed has a front yet) as null."""
+    return [None if math.isnan(v) else round(float(v), 4) for v in values]
+
+
+def summarise(runs: list[dict], target: float, grid: np.ndarray) -> dict:
+    out: dict = {"curves": {}}
+    for metric in Scorer.metrics:
+        out[f"{metric}_at_compute"] = {
+            f"{m:g}T": _stats([at_compute(r, metric, m * target) for r in runs]) for m in CHECKPOINTS
+        }
+        curves = np.array([[at_compute(r, metric, b) for b in grid] for r in runs])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # regret: no seed has a front yet
+            out["curves"][metric] = {
+                "mean": _rounded(np.nanmean(curves, axis=0)),
+                "std": _rounded(np.nanstd(curves, axis=0)),
+            }
+    for metric in ("hv_ratio", "hv_ratio_nadir"):
+        reach = [compute_to(r, metric, GOAL) for r in runs]
+        hit = [x / target for x in reach if x is not None]
+        kept = _kept_from(np.array(out["curves"][metric]["mean"]) >= GOAL)
+        out[f"{metric}_compute_to_{GOAL:g}_T"] = {
+            "seeds_holding": len(hit),
+            "median_of_holding_seeds": float(np.median(hit)) if hit else None,
+            "mean_curve_holds_from": None if kept is None else float(grid[kept] / target),
+            "per_seed": [None if x is None else x / target for x in reach],
+        }
+    out["final"] = {
+        **{f"{m}_mean": float(np.mean([r[m][-1] for r in runs])) for m in Scorer.metrics},
+        "compute_T_mean": float(np.mean([r["compute"][-1] for r in runs]) / target),
+        "configs_proposed_mean": float(np.mean([len(r["compute"]) for r in runs])),
+        "front_size_mean": float(np.mean([len(r["fronts"][-1]) for r in runs])),
+        "asks_mean": float(np.mean([r["asks"] for r in runs])),
+        "repeats_mean": float(np.mean([r["repeats"] for r in runs])),
+    }
+    if "configs_per_rung" in runs[0]:
+        out["final"]["configs_per_rung_mean"] = np.mean([r["configs_per_rung"] for r in runs], axis=0).tolist()
+    return out
+
+
+def table_facts(table: Table, scorer: Scorer) -> dict:
+    return {
+        "configs": len(table.truth),
+        "target_flops": table.target,
+        "rung_flops": list(table.budgets),
+        "rung_cost_flops": [table.rung_cost(r) for r in range(len(table.budgets))],
+        "rung_cost_rule": f"C_r + {COOLDOWN:g} x (C_0 + ... + C_(r-1)): the main run plus the cooldown branches below",
+        "full_ladder_cost_over_measured": table.rung_cost(len(table.budgets) - 1) / table.ladder_compute,
+        "reference_points": {k: {"val_loss": r[0], "executed_flops_per_token": r[1]} for k, r in scorer.refs.items()},
+        "true_front": front(table.truth, table.flops),
+        "true_loss_range": [min(table.truth.values()), max(table.truth.values())],
+    }
+
+
+LABELS = {
+    "hv_ratio": "HV / true front's HV, ref loss ln 256",
+    "hv_ratio_nadir": "HV / true front's HV, ref loss = worst true loss",
+    "regret": "best true loss on the front - best in table (nats)",
+}
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = np.array(result["compute_grid_T"])
+    proposers = list(result["strategies"])
+    fig, axes = plt.subplots(3, len(proposers), figsize=(7 * len(proposers), 12), sharex=True, squeeze=False)
+    for col, proposer in enumerate(proposers):
+        for row, metric in enumerate(Scorer.metrics):
+            ax = axes[row, col]
+            for strategy, summary in result["strategies"][proposer].items():
+                curve = summary["curves"][metric]
+                mean, std = (np.array(curve[k], dtype=float) for k in ("mean", "std"))
+                (line,) = ax.plot(grid, mean, label=strategy, drawstyle="steps-post")
+                ax.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.12, step="post")
+                final = summary["final"]  # the table exhausted: flat from here on
+                ax.plot(final["compute_T_mean"], final[f"{metric}_mean"], "o", color=line.get_color())
+            if metric != "regret":
+                ax.axhline(GOAL, color="k", ls="--", lw=1)
+                ax.set_ylim(0, 1.02)
+            ax.set(xscale="log", ylabel=LABELS[metric])
+            ax.set_title(f"{proposer} proposer, mean +-1 std over {result['seeds']} seeds", fontsize=10)
+            ax.legend(loc="lower right" if metric != "regret" else "upper right", fontsize=8)
+        axes[-1, col].set_xlabel("total training compute / T (T: one config trained at the target)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(path: Path, out: Path, seeds: int, proposers: list[str], max_asks: int) -> dict:
+    start, table = time.perf_counter(), load(path)
+    scorer = Scorer(table)
+    grid = table.target * np.geomspace(0.01, 1.5 * len(table.truth), 150)
+    strategies: dict = {}
+    for proposer in proposers:
+        strategies[proposer] = {}
+        for strategy in STRATEGIES:
+            runs = [replay(table, scorer, proposer, strategy, s, max_asks) for s in range(seeds)]
+            strategies[proposer][strategy] = summarise(runs, table.target, grid)
+            log.info("%s / %s: final %s", proposer, strategy, strategies[proposer][strategy]["final"])
+    result = {
+        "summary": {p: {s: _brief(d) for s, d in st.items()} for p, st in strategies.items()},
+        "table": table_facts(table, scorer),
+        "machine": machine_info(),
+        "runs_csv": str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path),
+        "seeds": seeds,
+        "max_asks": max_asks,
+        "goal_hv_ratio": GOAL,
+        "replay_wall_s": time.perf_counter() - start,
+        "compute_grid_T": [float(f"{x:.4g}") for x in grid / table.target],
+        "strategies": strategies,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_dumps(result))
+    plot(result, out.with_suffix(".png"))
+    return result
+
+
+def _dumps(result: dict) -> str:
+    """Indented JSON with every list of numbers on one line (the curves would take a line per value)."""
+    text = json.dumps(result, indent=2)
+    return re.sub(r"\[([-+0-9.eE,\snul]+)\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
+
+
+def _brief(summary: dict) -> dict:
+    """Means at the checkpoints and compute to the goal: the numbers to read first."""
+    out = {m: {k: v["mean"] for k, v in summary[f"{m}_at_compute"].items()} for m in Scorer.metrics}
+    for m in ("hv_ratio", "hv_ratio_nadir"):
+        reach = summary[f"{m}_compute_to_{GOAL:g}_T"]
+        out[f"{m}_compute_to_{GOAL:g}_T"] = {k: reach[k] for k in ("median_of_holding_seeds", "seeds_holding")}
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=RUNS_CSV)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "ladder_efficiency.json")
+    parser.add_argument("--seeds", type=int, default=20, help="proposal orders 0..N-1 per proposer")
+    parser.add_argument("--proposers", default=",".join(PROPOSERS), help="comma-separated: random, tpe")
+    parser.add_argument("--max-asks", type=int, default=240, help="TPE asks per search (repeats and gaps count)")
+    args = parser.parse_args(argv)
+    proposers = args.proposers.split(",")
+    if unknown := set(proposers) - set(PROPOSERS):
+        parser.error(f"--proposers: unknown {sorted(unknown)}; choose from {', '.join(PROPOSERS)}")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    result = run(args.runs, args.out, args.seeds, proposers, args.max_asks)
+    print(json.dumps(result["summary"], indent=2))
+
+
+if __name__ == "__main__":
+    main()

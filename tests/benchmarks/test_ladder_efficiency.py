@@ -1,0 +1,166 @@
+"""benchmarks/ladder_efficiency.py on a small synthetic table: compute accounting, scores, proposers, outputs."""
+
+import csv
+import importlib
+import itertools
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+RUNGS, TARGET = (3e10, 9e10, 2.7e11), 2.7e12
+ARCHS = [(2, 32), (4, 32), (2, 64)]  # (n_layers, d_model); (4, 64) is missing, as (6, 96) is in the real table
+
+
+@pytest.fixture(scope="module")
+def le():
+    sys.path.insert(0, str(BENCH))  # the script imports its siblings by bare name, as when run from benchmarks/
+    try:
+        return importlib.import_module("ladder_efficiency")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _loss(amplitude: float, flops: float) -> float:
+    return 1.5 + amplitude * (flops / 1e10) ** -0.3
+
+
+def write_table(path: Path, columns: list[str]) -> Path:
+    """9 configs (3 families x ARCHS) with power-law curves whose order changes between rung 0 and T."""
+    rows = []
+    for config, (family, (depth, width)) in enumerate(itertools.product(("cascaded", "nag", "ancre"), ARCHS)):
+        fpt = 2.0e4 * depth * width / 32
+        amp = 1.0 + 0.05 * config - 0.25 * (depth == 4)  # deeper: worse early, better late
+        base = dict(config=config, residual=family, n_layers=depth, d_model=width, mod_rate=0.0, params=int(1000 * fpt))
+        base.update(executed_flops_per_token=fpt, tokens=1, wall_time_s=1.0, status="completed")
+        for seed, (rung, budget) in itertools.product((0, 1), enumerate(RUNGS)):
+            loss = (1.0 + 0.02 * seed) * _loss(amp, budget) + 0.3 * (depth == 4) * (1 - rung / 2)
+            rows.append({**base, "kind": "ladder", "seed": seed, "rung": rung, "budget_flops": budget})
+            rows[-1].update(val_loss=loss, compute_flops=RUNGS[-1] + 0.2 * sum(RUNGS[:-1]))  # the full ladder
+        rows.append({**base, "kind": "truth", "seed": 0, "rung": 0, "budget_flops": TARGET})
+        rows[-1].update(val_loss=_loss(amp, TARGET), compute_flops=TARGET)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture
+def table(le, tmp_path):
+    from fidelity import COLUMNS  # importable once `le` has loaded it
+
+    return le.load(write_table(tmp_path / "runs.csv", COLUMNS))
+
+
+def test_the_ladder_spends_exactly_the_cost_of_the_rungs_each_config_reached(le, table):
+    ladder, spent = le.Ladder(table), 0.0
+    order = [4, 0, 7, 2, 8, 1, 3, 6, 5]
+    for config in order:
+        spent += ladder.add(config)[0]
+    reached = [ladder.reached[c] for c in order]
+    assert reached[0] == len(RUNGS)  # alone at every rung, the first arrival always climbs
+    assert 1 in reached  # and some stop early: the ladder is cheaper than training all at the top
+    costs = {1: RUNGS[0], 2: RUNGS[1] + 0.2 * RUNGS[0], 3: RUNGS[2] + 0.2 * (RUNGS[0] + RUNGS[1])}
+    assert spent == pytest.approx(sum(costs[k] for k in reached), rel=1e-12)
+    assert le.table_facts(table, le.Scorer(table))["full_ladder_cost_over_measured"] == pytest.approx(1.0)
+
+
+def test_replayed_compute_is_cumulative_and_single_budgets_cost_their_budget(le, table):
+    scorer = le.Scorer(table)
+    for strategy, budget in (("rung0", RUNGS[0]), ("top_rung", RUNGS[-1]), ("target", TARGET)):
+        run = le.replay(table, scorer, "random", strategy, seed=1, max_asks=100)
+        assert run["compute"] == pytest.approx([budget * k for k in range(1, 10)])
+    run = le.replay(table, scorer, "random", "ladder", seed=1, max_asks=100)
+    steps = [b - a for a, b in zip([0.0, *run["compute"]], run["compute"], strict=False)]
+    top_rungs = [_rung_of(table, step) for step in steps]  # each proposal costs one rung cost, no more
+    assert run["configs_per_rung"][0] == 9 and sum(run["configs_per_rung"]) == sum(r + 1 for r in top_rungs)
+
+
+def _rung_of(table, cost: float) -> int:
+    """The rung whose stopping cost is `cost` (StopIteration if none is)."""
+    return next(r for r in range(len(RUNGS)) if math.isclose(table.rung_cost(r), cost, rel_tol=1e-9))
+
+
+def test_the_ladder_promotes_as_the_fidelity_replay_does(le, table):
+    from fidelity import RUNS_CSV, replay_promotion
+    from nas.extrapolate import RungPoint
+
+    tables = [table] + ([le.load(RUNS_CSV)] if RUNS_CSV.exists() else [])
+    for t in tables:
+        ladder = le.Ladder(t)
+        for config in t.configs:  # table order, as replay_promotion replays it
+            ladder.add(config)
+        points = [
+            RungPoint(c, t.family[c], b, loss, 0)
+            for c in t.configs
+            for b, loss in zip(t.budgets, t.rung_loss[c], strict=True)
+        ]
+        assert ladder.reached == replay_promotion(points, t.flops, t.target)
+
+
+def test_scores_are_one_on_the_true_front_and_match_fidelity_hv_ratio(le, table):
+    from fidelity import hv_ratio
+
+    scorer = le.Scorer(table)
+    true_front = le.front(table.truth, table.flops)
+    assert scorer(true_front) == {"hv_ratio": 1.0, "hv_ratio_nadir": 1.0, "regret": 0.0}
+    assert scorer(list(table.truth)) == scorer(true_front)  # dominated configs add nothing
+    partial = scorer(true_front[:-1])
+    assert partial["hv_ratio"] < 1 and partial["hv_ratio_nadir"] < partial["hv_ratio"]  # nadir: a stricter axis
+    estimates = {c: v[0] for c, v in table.rung_loss.items()}  # rank by rung 0: a different front
+    chosen = scorer(le.front(estimates, table.flops))["hv_ratio"]
+    assert chosen == pytest.approx(hv_ratio(estimates, table.truth, table.flops), rel=1e-12) and chosen < 1
+    run = le.replay(table, scorer, "random", "target", seed=0, max_asks=100)
+    assert run["hv_ratio"][-1] == 1.0 and run["regret"][-1] == 0.0
+
+
+def test_a_strategy_at_a_compute_is_its_state_after_the_last_affordable_proposal(le):
+    run = {"compute": [1.0, 3.0, 6.0], "hv_ratio": [0.2, 0.5, 0.9], "regret": [0.3, 0.1, 0.0]}
+    assert [le.at_compute(run, "hv_ratio", b) for b in (0.5, 1.0, 5.9, 6.0, 1e9)] == [0.0, 0.2, 0.5, 0.9, 0.9]
+    assert math.isnan(le.at_compute(run, "regret", 0.5))
+    assert le.compute_to(run, "hv_ratio", 0.5) == 3.0 and le.compute_to(run, "hv_ratio", 0.95) is None
+    dips = {"compute": [1.0, 3.0, 6.0], "hv_ratio": [0.96, 0.5, 0.97]}  # a front that loses a member, then regains
+    assert le.compute_to(dips, "hv_ratio", 0.95) == 6.0 and le.compute_to(dips, "hv_ratio", 0.4) == 1.0
+    assert le.compute_to({"compute": [1.0, 3.0], "hv_ratio": [0.96, 0.5]}, "hv_ratio", 0.95) is None
+
+
+def test_proposers_give_each_config_once_and_tpe_skips_the_table_gaps(le, table):
+    random_order = le.RandomProposer(table, seed=3)
+    assert sorted(iter(random_order.ask, None)) == table.configs
+    tpe, proposed = le.TpeProposer(table, seed=0, max_asks=300), []
+    while (config := tpe.ask()) is not None:
+        proposed.append(config)
+        tpe.tell(config, table.truth[config])
+    assert sorted(proposed) == table.configs
+    assert tpe.asks == len(proposed) + tpe.repeats + tpe.infeasible and tpe.infeasible > 0
+    capped = le.TpeProposer(table, seed=0, max_asks=4)
+    assert len(list(iter(lambda: _ask_tell(capped, table), None))) <= 4
+
+
+def _ask_tell(proposer, table):
+    config = proposer.ask()
+    if config is not None:
+        proposer.tell(config, table.truth[config])
+    return config
+
+
+def test_the_script_writes_its_json_and_plot(le, tmp_path):
+    from fidelity import COLUMNS
+
+    out = tmp_path / "out" / "ladder.json"
+    le.main(["--runs", str(write_table(tmp_path / "runs.csv", COLUMNS)), "--out", str(out), "--seeds", "2"])
+    result = json.loads(out.read_text())
+    assert set(result["summary"]) == {"random", "tpe"}
+    assert result["strategies"]["random"]["target"]["final"]["compute_T_mean"] == 9.0  # all 9 trained at T
+    for proposer in result["strategies"].values():
+        assert set(proposer) == {"ladder", "rung0", "top_rung", "target"}
+        target = proposer["target"]
+        assert target["final"]["compute_T_mean"] <= 9.0  # TPE may run out of asks on repeats first
+        assert target["hv_ratio_at_compute"]["0.5T"]["mean"] == 0.0  # nothing trained yet at half a T
+        assert len(target["hv_ratio_compute_to_0.95_T"]["per_seed"]) == 2
+    assert result["machine"]["cpu"] and result["table"]["configs"] == 9
+    assert out.with_suffix(".png").stat().st_size > 10_000
