@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,10 @@ load: $(STAMP)
 fidelity: $(STAMP)
 	$(PY) benchmarks/fidelity.py build --runs benchmarks/data/fidelity_runs.csv
 	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/fidelity.json
+
+# Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table (issue 12)
+ladder-efficiency: $(STAMP)
+	$(PY) benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/ladder_efficiency.json
 
 search-efficiency: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json

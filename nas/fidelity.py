@@ -12,13 +12,16 @@ rungs and, at each, calls `RungDecider` (given to it by the search). The decider
    token) (`nas.promotion`, MO-ASHA). Those predictions use only points up to this rung, so
    trials that climbed higher are not favoured by their extra rungs.
 
-The prediction of the trial's last rung is what Optuna is told. `predict_search` recomputes every
-trial's prediction with a band and a leave-one-out error from all stored rungs (for `nas show`,
-export and the dashboard).
+The prediction of the trial's last rung is what Optuna is told; with it, the decider writes the
+prediction's band, the rungs climbed and the target into the Optuna trial's user attributes
+(`target_loss_band`, `rungs_climbed`, `target_flops`), while the trial is still running.
+`predict_search` recomputes every trial's prediction with a band and a leave-one-out error from all
+stored rungs (for `nas show`, export and the dashboard).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -26,9 +29,11 @@ from dataclasses import dataclass, replace
 from .extrapolate import RungPoint, StudyFit, fit_study, leave_one_out
 from .promotion import Candidate, should_promote
 from .store import RungRow, Store, TrialRow
+from .study import optuna_storage
 
 __all__ = ["Prediction", "RungDecider", "RungDecision", "at_target", "predict_search", "rung_points"]
 
+log = logging.getLogger(__name__)
 BAND_LEVEL = 0.8  # the central 80% interval
 
 
@@ -49,6 +54,7 @@ class Prediction:
 class RungDecision:
     promote: bool
     predicted_loss: float
+    band: tuple[float, float] | None = None  # given with the trial's final decision only
 
 
 def rung_points(rows: Sequence[RungRow], up_to_rung: int | None = None) -> list[RungPoint]:
@@ -115,12 +121,14 @@ class RungDecider:
     target_flops: float
     eta: float
     n_rungs: int
+    optuna_study: str | None = None  # the study whose trials get the band as user attributes
 
     def __post_init__(self) -> None:
         self._store: Store | None = None
+        self._optuna = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_store": None}  # each process opens its own connections
+        return {**self.__dict__, "_store": None, "_optuna": None}  # each process opens its own connections
 
     def __call__(self, number: int, seed: int, flops_per_token: float, result: dict) -> RungDecision:
         if self._store is None:
@@ -131,7 +139,7 @@ class RungDecider:
         fit = _fit(rung_points(rows, up_to_rung=rung))
         predicted = _predict(fit, number, self.target_flops)
         if rung >= self.n_rungs - 1 or not math.isfinite(predicted):
-            return RungDecision(False, predicted)
+            return self._final(number, rung, fit, predicted)
         at_rung = {r.number: r for r in rows if r.rung == rung}
         candidates = [
             Candidate(
@@ -141,4 +149,29 @@ class RungDecider:
             )
             for n, row in at_rung.items()
         ]
-        return RungDecision(should_promote(number, candidates, self.eta), predicted)
+        if should_promote(number, candidates, self.eta):
+            return RungDecision(True, predicted)
+        return self._final(number, rung, fit, predicted)
+
+    def _final(self, number: int, rung: int, fit: StudyFit | None, predicted: float) -> RungDecision:
+        """The trial stops here: its band, also written to its Optuna trial (which is still running)."""
+        band = fit.band(number, self.target_flops, level=BAND_LEVEL) if fit and math.isfinite(predicted) else None
+        if self.optuna_study is not None:
+            attrs = {"target_flops": self.target_flops, "rungs_climbed": rung + 1}
+            attrs["target_loss_band"] = list(band) if band else None
+            self._set_optuna_attrs(number, attrs)
+        return RungDecision(False, predicted, band)
+
+    def _set_optuna_attrs(self, number: int, attrs: dict) -> None:
+        """Best effort: the attributes inform, so a trial Optuna already closed (a driver killed and the
+        search resumed) or a study that is gone is logged and the trial goes on."""
+        if self._optuna is None:
+            self._optuna = optuna_storage(self.store_url)
+        storage = self._optuna
+        try:
+            study_id = storage.get_study_id_from_name(self.optuna_study)
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+            for key, value in attrs.items():
+                storage.set_trial_user_attr(trial_id, key, value)
+        except (KeyError, RuntimeError) as err:  # UpdateFinishedTrialError is a RuntimeError
+            log.warning("trial %d: band not written to Optuna study %s: %s", number, self.optuna_study, err)

@@ -166,7 +166,7 @@ def run_tuner(
         "configs": partial(configs_from, space),
         # One rung is the single-budget search (cosine schedule, no rung rows, the measured loss told).
         "ladder": budget.ladder.model_dump() if budget.rungs > 1 else None,
-        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs)
+        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs, study_name)
         if budget.rungs > 1
         else None,
     }

@@ -1,7 +1,9 @@
 """Answering at the target: the rung decider stores rungs once and promotes by MO-ASHA; predictions per trial."""
 
+import logging
 import math
 
+import optuna
 import pytest
 
 from nas.extrapolate import NONE
@@ -9,6 +11,7 @@ from nas.fidelity import RungDecider, at_target, predict_search
 from nas.pareto import pareto_rows
 from nas.promotion import Candidate, promotable
 from nas.store import Store, default_url
+from nas.study import optuna_storage
 
 TARGET = 1e15
 
@@ -70,6 +73,37 @@ def test_the_top_rung_and_a_non_finite_loss_never_climb(store):
     assert not top.promote and math.isfinite(top.predicted_loss)
     start(store, 1, "cascaded", 1e5)
     assert not decide(1, 0, 1e5, rung(0, math.inf)).promote
+
+
+def test_the_final_decision_writes_the_band_into_the_optuna_trial(store, caplog):
+    """A trial's last decision carries its band, which lands in its (still running) Optuna trial."""
+    study = optuna.create_study(study_name="s-study", storage=optuna_storage(store.url), directions=["minimize"] * 2)
+    decide = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=3, optuna_study="s-study")
+    climbed = {}
+    for number, a in enumerate([400.0, 600.0, 800.0, 1000.0, 500.0]):
+        assert study.ask().number == number
+        start(store, number, "cascaded", 1e5)
+        decisions = [decide(number, 0, 1e5, rung(0, 1.5 + a * 1e10**-0.3))]
+        while decisions[-1].promote:
+            r = len(decisions)
+            decisions.append(decide(number, 0, 1e5, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3)))
+        assert all(d.band is None for d in decisions[:-1])  # only the final decision carries one
+        final = decisions[-1]
+        assert final.band is not None and final.band[0] <= final.predicted_loss <= final.band[1]
+        climbed[number] = (len(decisions), list(final.band))
+    assert max(n for n, _ in climbed.values()) == 3 and min(n for n, _ in climbed.values()) == 1
+    trials = optuna.load_study(study_name="s-study", storage=optuna_storage(store.url)).trials
+    for number, (n, band) in climbed.items():
+        assert trials[number].user_attrs == {"target_flops": TARGET, "rungs_climbed": n, "target_loss_band": band}
+    # Best effort: a trial Optuna already closed (a resumed driver) or an unknown study never stops the trial.
+    closed = study.ask()
+    study.tell(closed, [2.0, 1e5])
+    start(store, closed.number, "cascaded", 1e5)
+    with caplog.at_level(logging.WARNING, logger="nas.fidelity"):
+        assert decide(closed.number, 0, 1e5, rung(2, 1.6)).band is not None
+        lost = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=3, optuna_study="no-such-study")
+        assert lost(0, 0, 1e5, rung(2, 1.6)).band is not None
+    assert len([r for r in caplog.records if "band not written" in r.message]) == 2
 
 
 def test_predictions_follow_the_fitted_curves_and_make_the_front_at_the_target(store):

@@ -161,6 +161,9 @@ def test_search_end_to_end_then_show_list_status(url, tmp_path):
     assert all(g.budget_flops == pytest.approx(2e9 * 3**g.rung) for g in rungs)
     assert all(r.val_loss == [g.val_loss for g in rungs if g.number == r.number and g.seed == 0][-1] for r in rows)
     assert all(math.isfinite(t.values[0]) for t in study.trials)  # told the predicted loss at the target
+    for t in study.trials:  # with its band and the rungs it climbed
+        low, high = t.user_attrs["target_loss_band"]
+        assert low <= t.values[0] <= high and t.user_attrs["rungs_climbed"] == len(reached[t.number])
     assert {g.seed for g in rungs} == {0, 1}  # the front at the target was measured again with a second seed
     assert "seed noise" in done.stdout
     assert sorted(t.number for t in study.trials) == sorted(r.optuna_trial_number for r in rows)
