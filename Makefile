@@ -20,7 +20,7 @@ install: $(STAMP)
 # resnas.db here, local Ray on 127.0.0.1, CPU), then its Pareto front. About 2-4 minutes here.
 DEMO_NAME ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: $(STAMP)
-	$(VENV)/bin/nas search --name $(DEMO_NAME) --trial-flops 1.5e11 --trials 12 --workers 2
+	$(VENV)/bin/nas search --name $(DEMO_NAME) --trial-flops 1e11 --trials 12 --workers 2
 
 families: $(STAMP)
 	$(VENV)/bin/nas demo
