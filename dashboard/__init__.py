@@ -1,12 +1,15 @@
 """The resnas dashboard: a read-only Streamlit app over `nas.store` (run it with `nas dashboard`).
 
-`figures` holds the Plotly figures and tables (pure functions of store rows); `data` finds the
+`figures` holds the Plotly figures and tables (pure functions of store rows); `cost` the fronts'
+x-axes, counted FLOPs or measured seconds per token, and their ratio per config; `data` finds the
 store (`--storage URL` after `--`, else $RESNAS_STORAGE, else resnas.db in the working directory)
 and caches reads; `views` holds the pages and `app.py` is the script `streamlit run` executes.
 """
 
+from .cost import AXES, COUNTED, MEASURED, CostAxis, cost_ratios, seconds_per_token
 from .figures import (
     ancre_heatmap,
+    cost_ratio_figure,
     hypervolume_figure,
     loss_curve_figure,
     nag_figure,
@@ -20,13 +23,20 @@ from .figures import (
 )
 
 __all__ = [
+    "AXES",
+    "COUNTED",
+    "MEASURED",
+    "CostAxis",
     "ancre_heatmap",
+    "cost_ratio_figure",
+    "cost_ratios",
     "hypervolume_figure",
     "loss_curve_figure",
     "nag_figure",
     "pareto_figure",
     "residual_norm_figure",
     "searches_frame",
+    "seconds_per_token",
     "skip_rate_figure",
     "trials_frame",
     "width_figure",

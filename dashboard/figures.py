@@ -11,6 +11,10 @@ of an overlay gets its own outline colour and front line dash (`search_style`).
 At the target budget T (`nas.fidelity`): `target_front_figure` draws each trial's predicted loss at T
 with its 80% band beside the measured front of each rung, `rung_curve_figure` one trial's rungs and
 fitted curve L = E + A C^-alpha up to T, and `fidelity_figure` the leave-one-out errors.
+
+The fronts' x-axis is a `dashboard.cost.CostAxis`: counted executed FLOPs per token (the default, the
+search's objective) or measured training-step seconds per token; the front is recomputed on the axis
+drawn. `cost_ratio_figure` shows each config's measured over counted cost (study median 1).
 """
 
 from __future__ import annotations
@@ -38,10 +42,13 @@ from nas.pareto import (
 from nas.store import RungRow
 from workers.status import PENDING, TrialStatus
 
+from .cost import COUNTED, CostAxis, cost_ratios, seconds_per_token
+
 __all__ = [
     "FAMILY_COLOURS",
     "MOD_SYMBOLS",
     "ancre_heatmap",
+    "cost_ratio_figure",
     "family_colour",
     "fidelity_figure",
     "format_number",
@@ -128,8 +135,13 @@ def format_number(x: Any, spec: str) -> str:
     return format(x, spec)
 
 
-def trial_hover(row, search: str | None = None) -> str:
-    """The hover text of a trial: its config, losses, FLOPs, tokens and number."""
+def _micro(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.3g} µs"
+
+
+def trial_hover(row, search: str | None = None, ratio: float | None = None) -> str:
+    """The hover text of a trial: its config, losses, FLOPs, measured step time per token (and `ratio`, its
+    measured over counted cost against the study's median, when given), tokens and number."""
     head = f"<b>{search} · trial #{row.number}</b>" if search else f"<b>trial #{row.number}</b>"
     lines = [
         head,
@@ -137,9 +149,12 @@ def trial_hover(row, search: str | None = None) -> str:
         f" · d_model {format_number(row.d_model, 'd')} · heads {format_number(row.n_heads, 'd')}",
         f"mod_rate {format_number(row.mod_rate, 'g')} · lr {format_number(trial_lr(row), '.2e')}",
         f"val loss {format_number(row.val_loss, '.4f')} nats · {format_number(row.val_bpb, '.3f')} bits/byte",
-        f"executed FLOPs/token {format_number(row.executed_flops_per_token, '.3g')}",
+        f"executed FLOPs/token {format_number(row.executed_flops_per_token, '.3g')}"
+        f" · measured step time {_micro(seconds_per_token(row))}/token",
         f"tokens {format_number(row.tokens_seen, ',d')} · status {row.status}",
     ]
+    if ratio is not None:
+        lines.insert(-1, f"measured / counted cost {ratio:.2f} x the study's median")
     if row.failure_reason:
         lines.append(f"reason: {row.failure_reason[:80]}")
     return "<br>".join(lines)
@@ -148,8 +163,18 @@ def trial_hover(row, search: str | None = None) -> str:
 # ---- Pareto front and hypervolume ------------------------------------------------------------
 
 
-def _points_trace(rows: Sequence, search: str, index: int, name: str, **kw) -> go.Scatter:
-    """Markers for `rows`: colour by family, symbol by MoD rate, outline by search."""
+def _points_trace(
+    rows: Sequence,
+    search: str,
+    index: int,
+    name: str,
+    axis: CostAxis = COUNTED,
+    ratios: Mapping[int, float] | None = None,
+    **kw,
+) -> go.Scatter:
+    """Markers for `rows` at (cost on `axis`, loss): colour by family, symbol by MoD rate, outline by search;
+    `ratios` (trial id -> measured / counted cost) adds a hover line."""
+    ratios = ratios or {}
     line_colour, _ = search_style(index)
     marker = dict(
         color=[family_colour(r.residual) for r in rows],
@@ -159,11 +184,11 @@ def _points_trace(rows: Sequence, search: str, index: int, name: str, **kw) -> g
     )
     marker.update(kw.pop("marker", {}))
     return go.Scatter(
-        x=kw.pop("x", [r.executed_flops_per_token for r in rows]),
+        x=kw.pop("x", [axis.of(r) for r in rows]),
         y=kw.pop("y", [r.val_loss for r in rows]),
         name=name,
         legendgroup=f"search:{search}",
-        hovertext=[trial_hover(r, search) for r in rows],
+        hovertext=[trial_hover(r, search, ratios.get(r.id)) for r in rows],
         hovertemplate="%{hovertext}<extra></extra>",
         customdata=[[search, r.number] for r in rows],
         marker=marker,
@@ -171,8 +196,11 @@ def _points_trace(rows: Sequence, search: str, index: int, name: str, **kw) -> g
     )
 
 
-def _unfinished_x(row) -> float | None:
-    """Where to draw a trial without a loss: its executed FLOPs, else nominal, else the sampled estimate."""
+def _unfinished_x(row, axis: CostAxis = COUNTED) -> float | None:
+    """Where to draw a trial without a loss: its executed FLOPs, else nominal, else the sampled estimate
+    (measured axis: its measured seconds per token, or None)."""
+    if axis is not COUNTED:
+        return axis.of(row)
     for x in (row.executed_flops_per_token, row.nominal_flops_per_token, row.config.get("executed_flops_per_token")):
         if _finite(x) and x > 0:
             return float(x)
@@ -219,20 +247,26 @@ def _legend_keys(rows: Iterable) -> list[go.Scatter]:
 
 
 def pareto_figure(
-    rows_by_search: Mapping[str, Sequence], show_dominated: bool = True, show_infeasible: bool = False
+    rows_by_search: Mapping[str, Sequence],
+    show_dominated: bool = True,
+    show_infeasible: bool = False,
+    axis: CostAxis = COUNTED,
 ) -> go.Figure:
-    """Validation loss vs executed forward FLOPs per token (log x), one front per search.
+    """Validation loss vs cost per token on `axis` (log x; executed forward FLOPs by default), one front per
+    search.
 
-    Traces per search: "front: <search>" (the non-dominated completed trials of `nas.pareto`, joined
-    by a step line), "dominated: <search>" (the other completed trials, if `show_dominated`) and
+    Traces per search: "front: <search>" (the non-dominated completed trials of `nas.pareto` on `axis`,
+    joined by a step line), "dominated: <search>" (the other completed trials, if `show_dominated`) and
     "not completed: <search>" (diverged, infeasible, stopped and failed trials, whose loss is inf,
-    drawn with an "x" at the top edge, if `show_infeasible`). Running trials are never drawn.
+    drawn with an "x" at the top edge, if `show_infeasible`). Running trials are never drawn, nor, on the
+    measured axis, trials without a measured speed. Hovers give each trial's measured / counted cost.
     """
     fig = go.Figure()
     bottom, top = _loss_axis(rows_by_search)
     for index, (search, rows) in enumerate(rows_by_search.items()):
-        front = pareto_rows(rows)
+        front = pareto_rows(rows, key=axis.of)
         on_front = {r.id for r in front}
+        ratios = cost_ratios(rows)
         line_colour, dash = search_style(index)
         fig.add_trace(
             _points_trace(
@@ -240,28 +274,36 @@ def pareto_figure(
                 search,
                 index,
                 f"front: {search}",
+                axis,
+                ratios,
                 mode="lines+markers",
                 line=dict(shape="hv", color=line_colour, dash=dash, width=2),
             )
         )
         if show_dominated:
-            dominated = [r for r in rows if is_front_candidate(r) and r.id not in on_front]
-            fig.add_trace(_points_trace(dominated, search, index, f"dominated: {search}", mode="markers", opacity=0.55))
+            dominated = [r for r in rows if _on_axis(r, axis) and r.id not in on_front]
+            fig.add_trace(
+                _points_trace(
+                    dominated, search, index, f"dominated: {search}", axis, ratios, mode="markers", opacity=0.55
+                )
+            )
         if show_infeasible:
             unfinished = [
                 r
                 for r in rows
                 if r.status in NOT_ON_FRONT or (r.status == TrialStatus.COMPLETED and not is_front_candidate(r))
             ]
-            drawn = [r for r in unfinished if _unfinished_x(r) is not None]
+            drawn = [r for r in unfinished if _unfinished_x(r, axis) is not None]
             fig.add_trace(
                 _points_trace(
                     drawn,
                     search,
                     index,
                     f"not completed: {search}",
+                    axis,
+                    ratios,
                     mode="markers",
-                    x=[_unfinished_x(r) for r in drawn],
+                    x=[_unfinished_x(r, axis) for r in drawn],
                     y=[top] * len(drawn),
                     marker=dict(symbol="x", size=10, line=dict(width=0)),
                 )
@@ -269,13 +311,57 @@ def pareto_figure(
     for key in _legend_keys(r for rows in rows_by_search.values() for r in rows if r.status not in PENDING):
         fig.add_trace(key)
     fig.update_layout(
-        title="Validation loss vs executed FLOPs per token"
+        title=f"Validation loss vs {axis.short}"
         + (" (x at the top: not completed, loss inf)" if show_infeasible else ""),
-        xaxis=dict(type="log", title="executed forward FLOPs per token"),
+        xaxis=dict(type="log", title=axis.title),
         yaxis=dict(title="validation loss (nats/token)", range=[bottom, top + 0.02 * (top - bottom)]),
         legend=dict(groupclick="toggleitem"),
         hovermode="closest",
         margin=dict(t=60),
+    )
+    return fig
+
+
+def _on_axis(row, axis: CostAxis) -> bool:
+    """A front candidate with a finite cost on `axis`: drawn among the completed trials there."""
+    return is_front_candidate(row) and _finite(axis.of(row))
+
+
+def cost_ratio_figure(rows_by_search: Mapping[str, Sequence]) -> go.Figure:
+    """Each config's measured over counted cost (`dashboard.cost.cost_ratios`, the median of each search 1)
+    against its executed FLOPs per token, both log; a line at 1.
+
+    Above 1 a config takes more time per token than its counted FLOPs say, against the study's middle
+    config; trials without a measured speed are not drawn.
+    """
+    fig = go.Figure()
+    for index, (search, rows) in enumerate(rows_by_search.items()):
+        ratios = cost_ratios(rows)
+        shown = sorted((r for r in rows if r.id in ratios), key=lambda r: r.number)
+        fig.add_trace(
+            _points_trace(
+                shown,
+                search,
+                index,
+                f"measured / counted: {search}",
+                COUNTED,
+                ratios,
+                mode="markers",
+                y=[ratios[r.id] for r in shown],
+                marker=dict(size=9),
+            )
+        )
+    fig.add_hline(y=1.0, line_color="#222222", line_width=1, line_dash="dash")
+    for key in _legend_keys(r for rows in rows_by_search.values() for r in rows if r.status not in PENDING):
+        fig.add_trace(key)
+    fig.update_layout(
+        title="Measured / counted cost per config<br><sup>(step s/token) / (executed FLOPs/token), "
+        "each search's median = 1: above 1, slower than its FLOPs say</sup>",
+        xaxis=dict(type="log", title=COUNTED.title),
+        yaxis=dict(type="log", title="measured / counted cost (x median)"),
+        legend=dict(groupclick="toggleitem"),
+        hovermode="closest",
+        margin=dict(t=70),
     )
     return fig
 
@@ -370,13 +456,19 @@ def _rung_colours(n: int) -> list[str]:
 
 
 def _target_trace(
-    rows: Sequence, measured: Mapping[int, Any], predictions: Mapping[int, Prediction], target: float, name: str, **kw
+    rows: Sequence,
+    measured: Mapping[int, Any],
+    predictions: Mapping[int, Prediction],
+    target: float,
+    name: str,
+    axis: CostAxis = COUNTED,
+    **kw,
 ) -> go.Scatter:
-    """Markers at (executed FLOPs/token, predicted loss at T) with the band as error bars; encodings as the
+    """Markers at (cost on `axis`, predicted loss at T) with the band as error bars; encodings as the
     Pareto plot (colour: family, symbol: MoD rate)."""
     preds = [predictions[r.number] for r in rows]
     return go.Scatter(
-        x=[r.executed_flops_per_token for r in rows],
+        x=[axis.of(r) for r in rows],
         y=[p.loss for p in preds],
         error_y=_band_error(preds),
         name=name,
@@ -396,10 +488,14 @@ def _target_trace(
 
 
 def target_front_figure(
-    rows: Sequence, predictions: Mapping[int, Prediction], target: float, rung_rows: Sequence[RungRow] = ()
+    rows: Sequence,
+    predictions: Mapping[int, Prediction],
+    target: float,
+    rung_rows: Sequence[RungRow] = (),
+    axis: CostAxis = COUNTED,
 ) -> go.Figure:
-    """Predicted loss at the target T vs executed FLOPs per token (left), beside the loss measured at each rung
-    (right); x axes log, y axis shared.
+    """Predicted loss at the target T vs cost per token on `axis` (left; executed FLOPs by default), beside the
+    loss measured at each rung (right); x axes log, y axis shared.
 
     Left, from the trial rows and `nas.fidelity.predict_search`'s predictions: "front at T", the trials of
     `nas.pareto.pareto_rows(at_target(rows, predictions))` (completed, non-dominated at their predicted loss)
@@ -407,12 +503,14 @@ def target_front_figure(
     with its 80% band as error bars. Right, from the search's `RungRow`s, per stored rung r (0 = the lowest
     budget C): "rung r measured", each trial's mean loss over its seeds at rung r (whatever the trial's status
     now: a rung is a finished measurement), and "rung r front", their non-dominated points as a step line.
+    On the measured axis every point sits at its trial's measured seconds per token (a rung of a trial
+    without one is not drawn) and every front is recomputed there.
     """
     targeted = at_target(rows, predictions)
     measured = {r.number: r for r in rows}
-    front = pareto_rows(targeted)
+    front = pareto_rows(targeted, key=axis.of)
     on_front = {r.number for r in front}
-    dominated = [r for r in targeted if is_front_candidate(r) and r.number not in on_front]
+    dominated = [r for r in targeted if _on_axis(r, axis) and r.number not in on_front]
     fig = make_subplots(
         rows=1,
         cols=2,
@@ -430,6 +528,7 @@ def target_front_figure(
             predictions,
             target,
             "front at T",
+            axis,
             mode="lines+markers",
             line=dict(shape="hv", color="#222222", width=2),
         ),
@@ -437,11 +536,14 @@ def target_front_figure(
         col=1,
     )
     fig.add_trace(
-        _target_trace(dominated, measured, predictions, target, "dominated at T", mode="markers", opacity=0.55),
+        _target_trace(dominated, measured, predictions, target, "dominated at T", axis, mode="markers", opacity=0.55),
         row=1,
         col=1,
     )
-    flops = {r.number: r.executed_flops_per_token for r in rung_rows if _finite(r.executed_flops_per_token)}
+    if axis is COUNTED:
+        flops = {r.number: r.executed_flops_per_token for r in rung_rows if _finite(r.executed_flops_per_token)}
+    else:
+        flops = {r.number: x for r in rows if _finite(x := axis.of(r))}
     budgets = {r.rung: r.budget_flops for r in rung_rows}
     means = rung_means(rung_rows)
     for colour, (rung, by_trial) in zip(_rung_colours(len(means)), means.items(), strict=True):
@@ -458,7 +560,7 @@ def target_front_figure(
                 marker=dict(color=colour, size=9),
                 customdata=[[n, k] for (n, _, _), k in zip(pts, seeds, strict=True)],
                 hovertemplate=f"trial #%{{customdata[0]}} · rung {rung} ({budgets[rung]:.3g} training FLOPs)"
-                "<br>loss %{y:.4f} (mean of %{customdata[1]} seeds)<br>executed FLOPs/token %{x:.3g}<extra></extra>",
+                f"<br>loss %{{y:.4f}} (mean of %{{customdata[1]}} seeds)<br>{axis.short} %{{x:.3g}}<extra></extra>",
             ),
             row=1,
             col=2,
@@ -481,10 +583,10 @@ def target_front_figure(
         )
     for key in _legend_keys(r for r in rows if r.status not in PENDING):
         fig.add_trace(key, row=1, col=1)
-    fig.update_xaxes(type="log", title_text="executed forward FLOPs per token")
+    fig.update_xaxes(type="log", title_text=axis.title)
     fig.update_yaxes(title_text="validation loss (nats/token)", row=1, col=1)
     fig.update_layout(
-        title="Front at the target budget, and the fronts measured at each rung",
+        title=f"Front at the target budget, and the fronts measured at each rung, on {axis.short}",
         legend=dict(groupclick="toggleitem"),
         hovermode="closest",
         margin=dict(t=80),
@@ -620,10 +722,12 @@ def fidelity_figure(predictions: Mapping[int, Prediction]) -> go.Figure:
     return fig
 
 
-def target_frame(rows: Sequence, predictions: Mapping[int, Prediction]) -> pd.DataFrame:
+def target_frame(rows: Sequence, predictions: Mapping[int, Prediction], axis: CostAxis = COUNTED) -> pd.DataFrame:
     """One row per trial with a prediction: its measured (top-rung) loss, the predicted loss at the target and
-    band, rungs, leave-one-out error and fit group, and whether it is on the front at T; by number."""
-    front = {r.number for r in pareto_rows(at_target(rows, predictions))}
+    band, rungs, leave-one-out error and fit group, both costs per token, its measured / counted cost
+    (`dashboard.cost.cost_ratios`), and whether it is on the front at T on `axis`; by number."""
+    front = {r.number for r in pareto_rows(at_target(rows, predictions), key=axis.of)}
+    ratios = cost_ratios(rows)
     columns = (
         "number",
         "status",
@@ -635,6 +739,8 @@ def target_frame(rows: Sequence, predictions: Mapping[int, Prediction]) -> pd.Da
         "band_high",
         "loo_error",
         "executed_flops_per_token",
+        "measured_s_per_token",
+        "cost_ratio",
         "fit",
         "on_front_at_T",
     )
@@ -650,6 +756,8 @@ def target_frame(rows: Sequence, predictions: Mapping[int, Prediction]) -> pd.Da
             band_high=p.high,
             loo_error=p.loo_error,
             executed_flops_per_token=r.executed_flops_per_token,
+            measured_s_per_token=seconds_per_token(r),
+            cost_ratio=ratios.get(r.id),
             fit=_group_label(p.group),
             on_front_at_T=r.number in front,
         )
@@ -882,6 +990,8 @@ TRIAL_COLUMNS = (
     "training_flops",
     "wall_time_s",
     "tokens_per_s",
+    "measured_s_per_token",
+    "cost_ratio",
     "attempt",
     "failure_reason",
     "on_front",
@@ -899,13 +1009,24 @@ def _config_params(row) -> dict:
     }
 
 
-def trials_frame(rows: Sequence) -> pd.DataFrame:
-    """One row per trial, flat columns (`TRIAL_COLUMNS`, then the other sampled knobs), by number."""
-    front = {r.id for r in pareto_rows(rows)}
+def trials_frame(rows: Sequence, axis: CostAxis = COUNTED) -> pd.DataFrame:
+    """One row per trial, flat columns (`TRIAL_COLUMNS`, then the other sampled knobs), by number.
+
+    `measured_s_per_token` is the training step's seconds per token and `cost_ratio` the trial's measured over
+    counted cost with the median among `rows` 1 (`dashboard.cost`); `on_front` is on `axis`.
+    """
+    front = {r.id for r in pareto_rows(rows, key=axis.of)}
+    ratios = cost_ratios(rows)
     records = []
     for r in sorted(rows, key=lambda r: r.number):
         record = {name: getattr(r, name, None) for name in TRIAL_COLUMNS}
-        record.update(lr=trial_lr(r), on_front=r.id in front, trial_id=r.id)
+        record.update(
+            lr=trial_lr(r),
+            measured_s_per_token=seconds_per_token(r),
+            cost_ratio=ratios.get(r.id),
+            on_front=r.id in front,
+            trial_id=r.id,
+        )
         records.append({**record, **_config_params(r)})
     frame = pd.DataFrame.from_records(records, columns=None if records else list(TRIAL_COLUMNS))
     for name in frame.columns[len(TRIAL_COLUMNS) :]:  # a knob with mixed types would not convert to Arrow

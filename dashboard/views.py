@@ -22,9 +22,11 @@ from nas.store import SearchStatus
 from workers.status import PENDING, TrialStatus
 
 from . import data
+from .cost import AXES, AXIS_HELP, COUNTED, CostAxis, unmeasured_note
 from .export import export_bundle
 from .figures import (
     ancre_heatmap,
+    cost_ratio_figure,
     fidelity_figure,
     format_number,
     hypervolume_figure,
@@ -44,6 +46,17 @@ from .figures import (
 
 FLOPS = st.column_config.NumberColumn(format="%.3e")
 LOSS = st.column_config.NumberColumn(format="%.4f")
+COSTS = {
+    "executed_flops_per_token": FLOPS,
+    "measured_s_per_token": st.column_config.NumberColumn(
+        format="%.3e", help="training-step seconds per token, on the worker that ran the trial"
+    ),
+    "cost_ratio": st.column_config.NumberColumn(
+        format="%.2f",
+        help="(measured s/token) / (executed FLOPs/token), over the median of the search: above 1, slower than "
+        "its counted FLOPs say",
+    ),
+}
 
 
 def is_running(summary) -> bool:
@@ -72,6 +85,18 @@ def _pick_search(summaries: Sequence, key: str) -> str:
 
 def _running(summaries: Sequence, names: Sequence[str]) -> bool:
     return any(is_running(s) for s in summaries if s.name in names)
+
+
+def _pick_axis(key: str) -> CostAxis:
+    """The fronts' x-axis: counted executed FLOPs per token (default) or measured seconds per token."""
+    return AXES[st.radio("x axis", list(AXES), index=0, horizontal=True, key=key, help=AXIS_HELP)]
+
+
+def _unmeasured_caption(rows: Sequence, axis: CostAxis) -> None:
+    """On the measured axis, how many finished trials have no measured speed and so are not drawn."""
+    note = unmeasured_note(rows) if axis is not COUNTED else None
+    if note:
+        st.caption(note)
 
 
 # ---- Searches --------------------------------------------------------------------------------
@@ -114,6 +139,7 @@ def pareto_page(url: str, summaries: Sequence) -> None:
     left, right = st.columns(2)
     dominated = left.toggle("show dominated trials", value=True, key="pareto_dominated")
     infeasible = right.toggle("show infeasible / failed / diverged / stopped", value=False, key="pareto_infeasible")
+    axis = _pick_axis("pareto_axis")
     if not chosen:
         st.info("choose one or more searches")
         return
@@ -124,23 +150,35 @@ def pareto_page(url: str, summaries: Sequence) -> None:
         if not any(r.status == TrialStatus.COMPLETED for rs in rows.values() for r in rs):
             st.info("no completed trials yet: the front appears as trials complete")
         fig_col, hv_col = st.columns([3, 2])
-        fig_col.plotly_chart(pareto_figure(rows, show_dominated=dominated, show_infeasible=infeasible))
-        hv_col.plotly_chart(hypervolume_figure(rows, ref))
-        st.caption(
-            f"reference point for the hypervolume: val loss {ref[0]:.4f} nats (ln 256), executed FLOPs/token "
-            f"{ref[1]:.4g} (1.1 x the largest among the selected searches)"
+        fig_col.plotly_chart(
+            pareto_figure(rows, show_dominated=dominated, show_infeasible=infeasible, axis=axis), key="pareto_front"
         )
-        fronts = [trials_frame(pareto_rows(rs)).assign(search=name) for name, rs in rows.items()]
-        st.subheader("Trials on the front")
+        hv_col.plotly_chart(hypervolume_figure(rows, ref), key="pareto_hv")
+        _unmeasured_caption([r for rs in rows.values() for r in rs], axis)
+        st.caption(
+            f"reference point for the hypervolume (on counted FLOPs, the search's objective, whichever the x axis): "
+            f"val loss {ref[0]:.4f} nats (ln 256), executed FLOPs/token {ref[1]:.4g} (1.1 x the largest among the "
+            "selected searches)"
+        )
+        fronts = [trials_frame(rs, axis).assign(search=name) for name, rs in rows.items()]
+        front = pd.concat(fronts, ignore_index=True)
+        st.subheader(f"Trials on the front ({axis.short})")
         st.dataframe(
-            pd.concat(fronts, ignore_index=True),
+            front[front["on_front"]] if len(front) else front,
             hide_index=True,
             key="front_table",
-            column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS},
+            column_config={"val_loss": LOSS} | COSTS,
         )
         st.caption(
             "these fronts use each trial's measured loss (at the top rung it reached); the front at the search's "
             "target budget, predicted from the rungs, is on the Target budget page"
+        )
+        st.subheader("Measured vs counted cost")
+        st.plotly_chart(cost_ratio_figure(rows), key="pareto_cost_ratio")
+        st.caption(
+            "each config's training-step seconds per token over its executed FLOPs per token, divided by the "
+            "median of its search: 2 means twice as slow per counted FLOP as the search's middle config. Times are "
+            "measured on the worker that ran each trial (the store records no device name)."
         )
 
     live(render, _running(summaries, chosen))
@@ -184,6 +222,7 @@ def ladder_caption(budget: Budget) -> str:
 def target_page(url: str, summaries: Sequence) -> None:
     st.header("Target budget")
     name = _pick_search(summaries, "target_search")
+    axis = _pick_axis("target_axis")
 
     def render() -> None:
         budget = data.budget(url, name)
@@ -195,14 +234,15 @@ def target_page(url: str, summaries: Sequence) -> None:
             return
         rows = data.trials(url, name)
         st.caption(ladder_caption(budget))
-        st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows), key="target_front")
+        st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
+        _unmeasured_caption(rows, axis)
         st.subheader("Trials at the target")
         st.dataframe(
-            target_frame(rows, predictions),
+            target_frame(rows, predictions, axis),
             hide_index=True,
             key="target_table",
             column_config={col: LOSS for col in ("val_loss", "loss_at_T", "band_low", "band_high", "loo_error")}
-            | {"executed_flops_per_token": FLOPS},
+            | COSTS,
         )
         st.caption("val_loss: measured at the top rung the trial reached; loss_at_T: predicted at the target")
         st.subheader("Fidelity: leave-one-out")
@@ -381,7 +421,7 @@ def table_page(url: str, summaries: Sequence) -> None:
             table,
             hide_index=True,
             key="trial_table",
-            column_config={"val_loss": LOSS, "executed_flops_per_token": FLOPS},
+            column_config={"val_loss": LOSS} | COSTS,
         )
         st.caption(f"{len(table)} of {len(frame)} trials")
         st.download_button(

@@ -4,12 +4,14 @@ Only trials whose status is `completed` can be on a front: diverged, infeasible,
 loss) and failed trials never are. Hypervolume comes from `moocore` (a maintained C library)
 against a stated reference point: loss = ln(vocab) (a uniform predictor; any model worth keeping
 beats it) and FLOPs = 1.1 x the largest executed FLOPs per token among the trials considered.
+`pareto_rows` takes another cost through `key` (the dashboard's measured seconds per token).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import moocore
 import numpy as np
@@ -36,14 +38,32 @@ def objectives(rows: Sequence) -> np.ndarray:
     return np.array(pts, dtype=float).reshape(-1, 2)
 
 
-def pareto_rows(rows: Sequence) -> list:
-    """The non-dominated completed rows, sorted by executed FLOPs per token."""
-    candidates = [r for r in rows if is_front_candidate(r)]
+Cost = Callable[[Any], float | None]  # a row's cost objective (the front's x), None where it has none
+
+
+def _executed(row) -> float | None:
+    return row.executed_flops_per_token
+
+
+def pareto_rows(rows: Sequence, key: Cost | None = None) -> list:
+    """The non-dominated completed rows on (val_loss, cost), sorted by cost.
+
+    The cost is `key(row)`, by default executed FLOPs per token (the search's objective); a dashboard
+    passes measured seconds per token instead. Rows whose cost is None or not finite are left out.
+    """
+    cost = key or _executed
+
+    def x(row) -> float:
+        value = cost(row)
+        return math.inf if value is None else float(value)
+
+    candidates = [r for r in rows if is_front_candidate(r) and math.isfinite(x(r))]
     if not candidates:
         return []
-    keep = moocore.is_nondominated(objectives(candidates), maximise=False, keep_weakly=False)
+    pts = np.array([(r.val_loss, x(r)) for r in candidates], dtype=float)
+    keep = moocore.is_nondominated(pts, maximise=False, keep_weakly=False)
     front = [r for r, k in zip(candidates, keep, strict=False) if k]
-    return sorted(front, key=lambda r: r.executed_flops_per_token)
+    return sorted(front, key=x)
 
 
 def reference_point(rows: Sequence, vocab_size: int = 256) -> tuple[float, float]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dashboard.cost import MEASURED, seconds_per_token
 from dashboard.figures import (
     FAMILY_COLOURS,
     ancre_heatmap,
@@ -585,7 +586,7 @@ def test_app_searches_page_lists_both_searches_with_counts(app):
 
 def test_app_pareto_and_width_pages(app, rows):
     at = _goto(app, "Pareto front")
-    assert len(at.get("plotly_chart")) == 2
+    assert len(at.get("plotly_chart")) == 3  # the front, the hypervolume, measured / counted cost
     assert len(at.dataframe[0].value) == len(_brute_force_front(rows["exp2"]))  # the newest search by default
     at.multiselect(key="pareto_searches").set_value(["exp1", "exp2"]).run()
     at.toggle(key="pareto_infeasible").set_value(True).run()
@@ -594,6 +595,41 @@ def test_app_pareto_and_width_pages(app, rows):
     at = _goto(at, "Width view")
     assert len(at.get("plotly_chart")) == 1 and len(at.dataframe[0].value) == 10
     assert any("wider model is supported" in m.value for m in at.markdown)
+
+
+def test_app_fronts_on_measured_seconds_per_token(app, rows, predictions1):
+    at = _goto(app, "Pareto front")
+    at.multiselect(key="pareto_searches").set_value(["exp1"]).run()
+    assert not any("without a measured speed" in c.value for c in at.caption)  # counted FLOPs by default
+    at.radio(key="pareto_axis").set_value(MEASURED.name).run()
+    assert not at.exception, [e.message for e in at.exception]
+    (spec,) = _charts(at, "pareto_front")
+    expected = [r.number for r in pareto_rows(rows["exp1"], key=seconds_per_token)]
+    assert [c[1] for c in _named(spec, "front: exp1")["customdata"]] == expected
+    assert spec["layout"]["xaxis"]["title"]["text"] == MEASURED.title
+    captions = [c.value for c in at.caption]
+    assert (
+        "3 trials without a measured speed are not shown on the measured axis (1 diverged, 1 failed, 1 infeasible)"
+        in captions
+    )
+    assert sorted(at.dataframe[0].value["number"]) == sorted(expected)
+    (ratio,) = _charts(at, "pareto_cost_ratio")
+    ys = _named(ratio, "measured / counted: exp1")["y"]
+    assert len(ys) == 7 and float(np.median(ys)) == pytest.approx(1.0)
+    at = _goto(at, "Target budget")
+    at.selectbox(key="target_search").set_value("exp1").run()
+    at.radio(key="target_axis").set_value(MEASURED.name).run()
+    assert not at.exception, [e.message for e in at.exception]
+    (target,) = _charts(at, "target_front")
+    on_time = pareto_rows(at_target(rows["exp1"], predictions1), key=seconds_per_token)
+    assert [c[0] for c in _named(target, "front at T")["customdata"]] == [r.number for r in on_time]
+    assert any("3 trials without a measured speed" in c.value for c in at.caption)
+    table = at.dataframe[0].value
+    assert set(table.loc[table["on_front_at_T"], "number"]) == {r.number for r in on_time}
+    at = _goto(at, "Trial table")
+    at.selectbox(key="table_search").set_value("exp1").run()
+    table = at.dataframe[0].value.set_index("number")
+    assert table["cost_ratio"].median() == pytest.approx(1.0) and table["cost_ratio"].notna().sum() == 7
 
 
 def _charts(at, prefix: str) -> list[dict]:
