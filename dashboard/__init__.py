@@ -19,7 +19,6 @@ from .figures import (
     skip_rate_figure,
     trials_frame,
     width_figure,
-    width_trend,
 )
 
 __all__ = [
@@ -40,5 +39,4 @@ __all__ = [
     "skip_rate_figure",
     "trials_frame",
     "width_figure",
-    "width_trend",
 ]

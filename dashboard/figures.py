@@ -68,7 +68,6 @@ __all__ = [
     "trial_lr",
     "trials_frame",
     "width_figure",
-    "width_trend",
 ]
 
 FAMILY_COLOURS = {"cascaded": "#1f77b4", "nag": "#d62728", "ancre": "#2ca02c"}
@@ -913,20 +912,6 @@ def residual_norm_figure(diag: Mapping) -> go.Figure:
 
 
 # ---- width certificate -----------------------------------------------------------------------
-
-
-def width_trend(rows_with_width: Sequence[tuple[Any, Mapping]]) -> float | None:
-    """Least-squares slope of log d_align on log d_model, or None with fewer than two widths.
-
-    A positive slope means the alignment dimension grows with width: a wider model is supported
-    (docs/design.md §4).
-    """
-    pts = [(w.get("d_model"), w.get("d_align")) for _, w in rows_with_width]
-    pts = [(math.log(d), math.log(a)) for d, a in pts if _finite(d) and _finite(a) and d > 0 and a > 0]
-    if len({x for x, _ in pts}) < 2:
-        return None
-    x, y = np.array(pts).T
-    return float(np.polyfit(x, y, 1)[0])
 
 
 def width_figure(rows_with_width: Sequence[tuple[Any, Mapping]]) -> go.Figure:

@@ -19,6 +19,7 @@ from nas.extrapolate import NONE
 from nas.fidelity import BAND_LEVEL
 from nas.pareto import pareto_rows, reference_point
 from nas.store import SearchStatus
+from nas.width_advice import WidthPoint, width_advice
 from workers.status import PENDING, TrialStatus
 
 from . import data
@@ -41,7 +42,6 @@ from .figures import (
     target_front_figure,
     trials_frame,
     width_figure,
-    width_trend,
 )
 
 FLOPS = st.column_config.NumberColumn(format="%.3e")
@@ -378,21 +378,19 @@ def width_page(url: str, summaries: Sequence) -> None:
 
 
 def _width_advice(pairs) -> str:
-    slope = width_trend(pairs)
+    """One line per family, from trials of equal depth and MoD rate only (`nas.width_advice`)."""
+    points = [
+        WidthPoint(r.residual or "unknown", r.n_layers or 0, r.mod_rate or 0.0, w.get("d_model"), w.get("d_align"))
+        for r, w in pairs
+    ]
     n_seq = {w.get("n_sequences") for _, w in pairs}
     caveat = (
-        "" if len(n_seq) == 1 else " (certificates use different numbers of held-out sequences R: compare at equal R)"
+        "" if len(n_seq) == 1 else "\n\nCertificates use different numbers of held-out sequences R: compare at equal R."
     )
-    if slope is None:
-        return "Only one width so far: no trend of d_align with d_model yet." + caveat
-    verdict = (
-        "d_align grows with width: a wider model is supported"
-        if slope > 0.1
-        else "d_align shrinks with width: a wider model is not supported"
-        if slope < -0.1
-        else "d_align is flat across widths: little support for going wider"
-    )
-    return f"{verdict} (slope of log d_align on log d_model: {slope:.2f}).{caveat}"
+    lines = [advice.verdict for advice in width_advice(points).values()] or [
+        "no width certificate with a finite d_align"
+    ]
+    return "\n".join(f"- {line}" for line in lines) + caveat
 
 
 # ---- Trial table -----------------------------------------------------------------------------

@@ -30,12 +30,12 @@ from dashboard.figures import (
     target_front_figure,
     trials_frame,
     width_figure,
-    width_trend,
 )
 from nas.extrapolate import fit_study
 from nas.fidelity import at_target, predict_search, rung_points
 from nas.pareto import hypervolume_curve, pareto_rows, reference_point
 from nas.store import Store, default_url
+from nas.width_advice import WidthPoint, width_advice
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 INF = math.inf
@@ -424,7 +424,19 @@ def test_width_figure_and_trend(seeded, rows):
     d_align, p_hat = fig.data[0], fig.data[1]
     assert list(d_align.x) == [w["d_model"] for _, w in pairs] and list(p_hat.y) == [w["p_hat_8_8"] for _, w in pairs]
     assert d_align.xaxis != p_hat.xaxis  # two subplots
-    assert width_trend(pairs) == pytest.approx(0.8)  # d_align ~ d_model^0.8 in the seed
+    # d_align ~ d_model^0.8 in the seed, but no two of its trials share family, depth and MoD rate
+    advice = width_advice(
+        [WidthPoint(r.residual, r.n_layers, r.mod_rate, w["d_model"], w["d_align"]) for r, w in pairs]
+    )
+    assert set(advice) == {"cascaded", "nag", "ancre"} and all(a.slope is None for a in advice.values())
+    pairs += [
+        (replace(r, number=100 + r.number), {**w, "d_model": 2 * w["d_model"], "d_align": w["d_align"] * 2**0.8})
+        for r, w in pairs
+        if r.residual == "nag"
+    ]  # the same nag configs again at twice the width
+    assert width_advice([WidthPoint(r.residual, r.n_layers, r.mod_rate, w["d_model"], w["d_align"]) for r, w in pairs])[
+        "nag"
+    ].slope == pytest.approx(0.8)
 
 
 def test_trials_frame_is_flat_and_sorted(rows):
@@ -594,7 +606,10 @@ def test_app_pareto_and_width_pages(app, rows):
     assert len(at.dataframe[0].value) == 5 + len(_brute_force_front(rows["exp2"]))
     at = _goto(at, "Width view")
     assert len(at.get("plotly_chart")) == 1 and len(at.dataframe[0].value) == 10
-    assert any("wider model is supported" in m.value for m in at.markdown)
+    # No two trials of one family share depth and MoD rate: no advice, and the page says why, per family.
+    advice = next(m.value for m in at.markdown if "no two trials of equal depth and MoD rate" in m.value)
+    assert all(f"{family}: no advice" in advice for family in ("cascaded", "nag", "ancre"))
+    assert "wider model is supported" not in advice
 
 
 def test_app_fronts_on_measured_seconds_per_token(app, rows, predictions1):
