@@ -55,12 +55,15 @@ class ResidualLM(nn.Module):
     def routers(self) -> dict[SublayerKey, DepthRouter]:
         """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block).
 
-        Every family's blocks expose `attn_router` and `mlp_router` (None where not routed).
+        Every family's blocks expose `attn_router` and `mlp_router` (None where not routed) and
+        `block_router` (None unless the block is routed as a whole; then it decides for both of
+        its sublayers and appears under both keys: their executed tokens are the same).
         """
         found: dict[SublayerKey, DepthRouter] = {}
         block: Any  # each family's own block class
         for j, block in enumerate(self.blocks, start=1):
-            for kind, router in (("attn", block.attn_router), ("mlp", block.mlp_router)):
+            shared = block.block_router
+            for kind, router in (("attn", shared or block.attn_router), ("mlp", shared or block.mlp_router)):
                 if router is not None:
                     found[(kind, j)] = router
         return found
@@ -129,12 +132,13 @@ class ResidualLM(nn.Module):
 
 
 @overload
-def make_router(cfg: ArchConfig, block: int, linear: Literal[True]) -> LinearRouter | None: ...
+def make_router(cfg: ArchConfig, block: int, linear: Literal[True], granularity: str = ...) -> LinearRouter | None: ...
 @overload
-def make_router(cfg: ArchConfig, block: int, linear: Literal[False]) -> DepthRouter | None: ...
-def make_router(cfg: ArchConfig, block: int, linear: bool) -> DepthRouter | None:
-    """The router for a sublayer of block `block` (1-based), or None if that block is dense."""
-    if block not in cfg.routed_blocks:
+def make_router(cfg: ArchConfig, block: int, linear: Literal[False], granularity: str = ...) -> DepthRouter | None: ...
+def make_router(cfg: ArchConfig, block: int, linear: bool, granularity: str = "sublayer") -> DepthRouter | None:
+    """The router for a sublayer of block `block` (1-based), or, with `granularity="block"`, for the
+    whole block; None if that block is dense or routed at the other granularity."""
+    if block not in cfg.routed_blocks or granularity != cfg.mod_granularity:
         return None
     if linear:
         return LinearRouter(cfg.d_model, cfg.mod_rate, cfg.mod_routing)

@@ -5,6 +5,10 @@
 
 On a routed block each sublayer only runs on the tokens its `LinearRouter` keeps; a skipped
 token gets nothing added (the identity), a kept one gets sigmoid(r) * sublayer(.) (Raposo et al.).
+With `mod_granularity="block"` one router decides for the whole block (the MoD paper's form):
+r = w . norm(x), and a kept token runs both sublayers, x' = x + sigmoid(r) (a + m) with
+a = Attn(norm(x)) over the kept tokens and m = MLP(norm(x + a)); a skipped one passes unchanged.
+The kept tokens are gathered once and scattered back once per block.
 
 The add that makes z and the MLP's norm of z are one fused op (`ops.add_rmsnorm`: a Triton
 kernel on CUDA, the PyTorch reference elsewhere); so is every other RMSNorm here.
@@ -58,12 +62,27 @@ class PreNormBlock(nn.Module):
         self.mlp = SwiGLU(cfg)
         self.attn_router = make_router(cfg, index, linear=True)
         self.mlp_router = make_router(cfg, index, linear=True)
+        self.block_router = make_router(cfg, index, linear=True, granularity="block")
 
     def forward(self, x: Tensor, base: Tensor | None = None) -> Tensor:
+        if self.block_router is not None:
+            return self._routed_block(x, base)
         a = run_prenorm_sublayer(self.attn, self.attn_router, rms_norm(self.attn_norm, x))
         z, h = add_then_norm(x, a, self.mlp_norm)  # z = x + a: (B, T, d), h = norm(z)
         m = run_prenorm_sublayer(self.mlp, self.mlp_router, h)
         return m.added_to(z if base is None else a.added_to(base))
+
+    def _routed_block(self, x: Tensor, base: Tensor | None) -> Tensor:
+        """One decision per token for the whole block: the kept tokens run both sublayers, gathered once."""
+        assert self.block_router is not None
+        h = rms_norm(self.attn_norm, x)
+        score = self.block_router.score(h)  # (B, T)
+        sel = self.block_router.select(score)
+        x_sel = gather_tokens(x, sel)  # (N, d)
+        a = self.attn(gather_tokens(h, sel), sel)
+        _, h_mlp = add_then_norm(x_sel, Delta(a), self.mlp_norm)  # norm(x + a), on the kept tokens only
+        gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1)
+        return Delta((a + self.mlp(h_mlp)) * gate, sel).added_to(x if base is None else base)
 
 
 class CascadedLM(ResidualLM):

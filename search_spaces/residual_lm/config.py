@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 ResidualFamily = Literal["cascaded", "nag", "ancre"]
 ModRouting = Literal["causal_threshold", "topk"]
+ModGranularity = Literal["sublayer", "block"]
 
 
 class ArchConfig(BaseModel):
@@ -28,9 +29,12 @@ class ArchConfig(BaseModel):
     mlp_ratio: float = Field(8 / 3, gt=0, le=64, description="SwiGLU hidden = mlp_ratio * d, rounded to 32")
     residual: ResidualFamily = "cascaded"
     ancre_tau: float = Field(0.01, gt=0, le=100, description="ANCRe softmax temperature (paper: 0.01 for LMs)")
-    mod_rate: float = Field(0.0, ge=0, lt=0.9, description="share of (token, sublayer) pairs skipped on routed blocks")
+    mod_rate: float = Field(0.0, ge=0, lt=0.9, description="share of tokens skipped by each routed sublayer (or block)")
     mod_every: int = Field(2, ge=1, description="route every mod_every-th block (never the first)")
     mod_routing: ModRouting = "causal_threshold"  # "topk" is per-sequence expert choice: NOT causal
+    # "sublayer": attention and MLP of a routed block each decide per token; "block": one decision per token
+    # for the whole block, as in the MoD paper (Raposo et al. 2024; its best: mod_rate 0.875, mod_every 2).
+    mod_granularity: ModGranularity = "sublayer"
     nag_gate_components: int = Field(32, ge=1, le=1024, description="C in the NAG sigmoid-mixture gate")
     tie_embeddings: bool = False
 

@@ -7,7 +7,10 @@ updates are not counted. Training costs 3x the forward pass. Per sequence of T t
                                           + 4 d c (c + 1) / 2        QK^T and AV over the causal keys
     SwiGLU MLP executing c tokens           6 d h c                  gate, up (d x 2h) and down (h x d)
     router of a routed sublayer (not NAG)   2 d T                    r = w . x, every token is scored
+                                                                     (one router per block with
+                                                                     mod_granularity "block")
     NAG gate, every sublayer                2 C d T                  the C pre-activations w_c . u
+                                                                     (a block-routed block's MLP: 2 C d c)
     ANCRe mixing into block j               2 j d T                  sum_i p_ij o_i over j states
     unembedding                             2 d V T
 
@@ -75,9 +78,12 @@ def forward_flops(cfg: ArchConfig, seq_len: int, counts: Mapping[SublayerKey, Co
         parts["attn_core"] += 4 * d * key_pairs
         parts["mlp"] += 6 * d * cfg.mlp_hidden * mlp_tokens
         if j in routed and cfg.residual != "nag":
-            parts["router"] += 2 * (2 * d * T * n)  # attention and MLP routers score every token
-        if cfg.residual == "nag":
-            parts["nag_gate"] += 2 * (2 * cfg.nag_gate_components * d * T * n)  # both sublayers, every token
+            routers = 1 if cfg.mod_granularity == "block" else 2  # one per block, or attention's and MLP's
+            parts["router"] += routers * (2 * d * T * n)  # every token is scored
+        if cfg.residual == "nag":  # attention's gate scores every token; the MLP's too, unless the block is
+            # routed as a whole (then the MLP runs, gate included, on the block's executed tokens only)
+            mlp_gated = mlp_tokens if j in routed and cfg.mod_granularity == "block" else T * n
+            parts["nag_gate"] += 2 * cfg.nag_gate_components * d * (T * n + mlp_gated)
         if cfg.residual == "ancre":
             parts["ancre_mix"] += 2 * j * d * T * n
     parts["unembed"] = 2 * d * cfg.vocab_size * T * n

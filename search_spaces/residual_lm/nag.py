@@ -12,7 +12,9 @@ The stream is a unit-RMS direction u (||u|| = sqrt d) and a log-norm lane s; x =
 alpha_l starts at l^-0.5 (l = 1..2L counts sublayers). The update's relative size is alpha m
 whatever ||x|| is, and scaling e by c > 0 changes only s (by log c): the tests check both.
 Under Mixture-of-Depths the score is the rotation the sublayer would apply, |alpha m|, known
-before the sublayer runs; a skipped token keeps (u, s).
+before the sublayer runs; a skipped token keeps (u, s). With `mod_granularity="block"` the block
+decides once, by its attention sublayer's rotation, and a kept token runs both sublayers (gathered
+once, scattered back once).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU
 from .config import ArchConfig
 from .ops.nag_epilogue import NORM_EPS, nag_epilogue, nag_gate
-from .routing import DepthRouter, gather_tokens
+from .routing import DepthRouter, TokenSelection, gather_tokens
 
 
 class NagGate(nn.Module):
@@ -68,18 +70,25 @@ class NagSublayer(nn.Module):
 
     def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
         pre = self.gate.pre(u)  # (B, T, C): the gate's matmul; the rest of the gate is fused
-        p, beta = self.gate.shape_params()
         if self.router is None:
             self._record(pre, None)
-            return nag_epilogue(u, self.inner(u), s, pre, p, beta, self.alpha)
-        with torch.no_grad():  # the score only selects: the rotation it would apply, known beforehand
-            score = (self.alpha * nag_gate(pre, p, beta)).abs()
-        sel = self.router.select(score)
+            return self.update(u, s, pre)
+        sel = self.router.select(self.rotation(pre))
         u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))  # (N, d), (N,), (N, C)
-        u_next, s_next = nag_epilogue(u_sel, self.inner(u_sel, sel), s_sel, pre_sel, p, beta, self.alpha)
+        u_next, s_next = self.update(u_sel, s_sel, pre_sel, sel)
         self._record(pre, pre_sel)
-        u = u.flatten(0, 1).index_copy(0, sel.index, u_next).view_as(u)
-        return u, s.flatten().index_copy(0, sel.index, s_next).view_as(s)
+        return scatter_stream(u, s, sel, u_next, s_next)
+
+    @torch.no_grad()
+    def rotation(self, pre: Tensor) -> Tensor:
+        """|alpha m|: the rotation this sublayer would apply, known before it runs (the MoD score)."""
+        return (self.alpha * nag_gate(pre, *self.gate.shape_params())).abs()
+
+    def update(self, u: Tensor, s: Tensor, pre: Tensor, sel: TokenSelection | None = None) -> tuple[Tensor, Tensor]:
+        """(u', s') of the tokens given: all of them (B, T, ...), or the executed ones (N, ...) of `sel`."""
+        return nag_epilogue(
+            u, self.inner(u, sel) if sel is not None else self.inner(u), s, pre, *self.gate.shape_params(), self.alpha
+        )
 
     @torch.no_grad()
     def _record(self, pre: Tensor, pre_executed: Tensor | None) -> None:
@@ -92,11 +101,18 @@ class NagSublayer(nn.Module):
             self.last_angle = torch.atan((self.alpha * executed).abs()).mean()
 
 
+def scatter_stream(u: Tensor, s: Tensor, sel: TokenSelection, u_next: Tensor, s_next: Tensor) -> tuple[Tensor, Tensor]:
+    """(u, s) with the executed tokens' rows replaced by (u_next, s_next); skipped tokens keep theirs."""
+    u = u.flatten(0, 1).index_copy(0, sel.index, u_next).view_as(u)
+    return u, s.flatten().index_copy(0, sel.index, s_next).view_as(s)
+
+
 class NagBlock(nn.Module):
     def __init__(self, cfg: ArchConfig, index: int):
         super().__init__()
         self.attn = NagSublayer(cfg, CausalSelfAttention(cfg), 2 * index - 1, index)
         self.mlp = NagSublayer(cfg, SwiGLU(cfg), 2 * index, index)
+        self.block_router = make_router(cfg, index, linear=False, granularity="block")
 
     @property
     def attn_router(self) -> DepthRouter | None:
@@ -107,7 +123,14 @@ class NagBlock(nn.Module):
         return self.mlp.router
 
     def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
-        return self.mlp(*self.attn(u, s))
+        if self.block_router is None:
+            return self.mlp(*self.attn(u, s))
+        pre = self.attn.gate.pre(u)
+        sel = self.block_router.select(self.attn.rotation(pre))  # one decision for the block
+        u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))
+        self.attn._record(pre, pre_sel)
+        u_sel, s_sel = self.mlp(*self.attn.update(u_sel, s_sel, pre_sel, sel))  # the MLP: dense on (N, d)
+        return scatter_stream(u, s, sel, u_sel, s_sel)
 
 
 class NagLM(ResidualLM):

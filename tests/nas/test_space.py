@@ -37,6 +37,7 @@ KNOBS = [
     "ancre_tau",
     "mod_rate",
     "mod_every",
+    "mod_granularity",
     "lr",
     "warmup",
     "weight_decay",
@@ -184,6 +185,7 @@ VALID = dict(
     ancre_tau=0.01,
     mod_rate=0.25,
     mod_every=2,
+    mod_granularity="sublayer",
     lr=3e-3,
     warmup=0.1,
     weight_decay=0.1,
@@ -364,9 +366,10 @@ def test_smallest_config_of_the_shipped_space(space):
         64,
         2.0,
         "cascaded",
-        0.5,
+        0.875,
         1,
     )
+    assert cfg.mod_granularity == "block"  # one router per block: fewer router FLOPs
     assert executed(cfg) == brute_force_min(space)  # all 4032 grid points (ancre_tau is FLOP-free)
 
 

@@ -55,3 +55,13 @@ def test_topk_routing_is_flagged_and_really_not_causal(family):
     assert small_cfg(residual=family, mod_rate=0.5).is_causal
     model = warmed_model(cfg)
     assert max(_max_leak(model, cfg, t, False) for t in (4, 8, 11)) > 1000 * ROUNDING
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("train_mode", [False, True])
+def test_block_routing_is_causal(family, train_mode):
+    """One decision per token for the whole block (threshold carried in from earlier batches)."""
+    cfg = small_cfg(residual=family, mod_rate=0.6, mod_every=1, mod_granularity="block")
+    model = warmed_model(cfg)
+    for t in (0, 5, cfg.seq_len - 2):
+        assert _max_leak(model, cfg, t, train_mode) < ROUNDING

@@ -13,9 +13,11 @@ from search_spaces.residual_lm.routing import DepthRouter, TokenSelection
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("mod_rate", [0.125, 0.25, 0.5])
-def test_realised_rate_hits_the_target_after_warm_up(family, mod_rate):
-    cfg = small_cfg(residual=family, mod_rate=mod_rate, seq_len=32)
+@pytest.mark.parametrize(
+    "mod_rate, granularity", [(0.125, "sublayer"), (0.25, "sublayer"), (0.5, "sublayer"), (0.875, "block")]
+)
+def test_realised_rate_hits_the_target_after_warm_up(family, mod_rate, granularity):
+    cfg = small_cfg(residual=family, mod_rate=mod_rate, seq_len=32, mod_granularity=granularity)
     model = warmed_model(cfg, batches=40, batch=16)
     skipped = total = 0
     with torch.no_grad():
@@ -130,3 +132,61 @@ def test_sequences_with_no_selected_token_are_handled():
     logits = model(tokens(cfg))
     assert torch.isfinite(logits).all()
     assert all(r.last_counts.sum() == 0 for r in model.routers().values())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_block_routing_runs_kept_tokens_through_the_whole_block_and_passes_skipped_ones(family):
+    """One router per routed block: a skipped token leaves the block exactly as it came in (for ANCRe: as the
+    mix of earlier states), a kept one is changed, and both sublayers count the same executed tokens."""
+    cfg = small_cfg(residual=family, mod_rate=0.5, n_layers=2, mod_granularity="block")
+    model = warmed_model(cfg)
+    block = model.blocks[1]  # block 2 is routed
+    assert block.attn_router is None and block.mlp_router is None and block.block_router is not None
+    routers = model.routers()
+    assert routers[("attn", 2)] is routers[("mlp", 2)] is block.block_router
+    with torch.no_grad():
+        if family == "nag":
+            u, _ = model.encode(tokens(cfg))
+            s = torch.randn(u.shape[:2])
+            u2, s2 = block(u, s)
+            before, after = torch.cat([u, s[..., None]], -1), torch.cat([u2, s2[..., None]], -1)
+        else:
+            before = torch.randn(4, cfg.seq_len, cfg.d_model)
+            base = torch.randn_like(before) if family == "ancre" else None
+            after = block(before, base=base)
+            before = before if base is None else base
+    kept = torch.zeros(before.shape[0] * before.shape[1], dtype=torch.bool)
+    kept[block.block_router.last_selection.index] = True
+    flat_in, flat_out = before.flatten(0, 1), after.flatten(0, 1)
+    assert (~kept).any() and kept.any()
+    assert torch.equal(flat_out[~kept], flat_in[~kept])
+    assert (flat_out[kept] != flat_in[kept]).any(-1).all()
+    state = model.state_dict()
+    assert len([k for k in state if k.endswith("eval_threshold")]) == len(cfg.routed_blocks)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_block_routing_equals_the_dense_block_on_the_kept_tokens(family):
+    """With every token kept, a block-routed block computes the dense block (times sigmoid(r) outside NAG)."""
+    cfg = small_cfg(residual=family, mod_rate=0.5, n_layers=2, mod_granularity="block")
+    routed = build_model(cfg).eval()
+    dense = build_model(cfg.model_copy(update={"mod_rate": 0.0})).eval()
+    state = {k: v for k, v in routed.state_dict().items() if "router" not in k}
+    dense.load_state_dict(state)
+    block = routed.blocks[1]
+    block.block_router.eval_threshold.fill_(-math.inf)  # keep everything
+    if family != "nag":
+        x = torch.randn(2, cfg.seq_len, cfg.d_model)
+        with torch.no_grad():
+            h = block.attn_norm(x)
+            gate = torch.sigmoid(block.block_router.score(h)).unsqueeze(-1)
+            got = block(x)
+            a = block.attn(h)
+            m = block.mlp(block.mlp_norm(x + a))
+        torch.testing.assert_close(got, x + gate * (a + m), rtol=1e-5, atol=1e-6)
+        with torch.no_grad():
+            torch.testing.assert_close(dense.blocks[1](x), x + a + m, rtol=1e-5, atol=1e-6)
+    else:
+        idx = tokens(cfg)
+        with torch.no_grad():
+            torch.testing.assert_close(routed(idx), dense(idx), rtol=1e-5, atol=1e-6)
