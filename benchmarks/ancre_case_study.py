@@ -1,6 +1,7 @@
-"""ANCRe case study (paper 2602.09009, Sec. 3, Sec. 4.1, App. C.4 / E.1, Fig. 2).
+"""ANCRe case study (paper 2602.09009, Sec. 3, Sec. 4.1, App. C.4 / E.1, Figs. 2 and 3(d)).
 
-Deep *linear* networks with residual shortcuts, trained by plain full-batch GD.
+Deep *linear* networks with residual shortcuts, trained by plain full-batch GD; ANCRe's
+learned shortcuts under two readings of the paper, side by side with fixed topologies.
 
 Maths
 -----
@@ -9,8 +10,8 @@ Target A = G1 G2^T / sqrt(r) with G1, G2 in R^{d x r} i.i.d. N(0, 1) and r = 4
 (rank 4, every entry marginally a standard Gaussian).
 
 Network with K layers W_1..W_K in R^{d x d}, W_k(0) i.i.d. N(0, 1e-4) (std 1e-2).
-A shortcut i:j (0 <= i < j <= K) adds the output of layer i (node 0 = input X)
-to the output of layer j.  With a coefficient matrix P (P[i, j] = p_ij):
+Node 0 is the input X, node j the output of layer j (= the input of layer j + 1).
+A shortcut i:j (0 <= i < j <= K) adds node i to node j.  With P[i, j] = p_ij:
 
     h_0 = X,    h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i,   f(X) = h_K,
     L = 1/2 || h_K - Y ||_F^2.
@@ -19,24 +20,57 @@ Fixed topologies use p_ij in {0, 1}, e.g. 0:1 -> W3 W2 (W1 + I) X and
 0:2 -> W3 (W2 W1 + I) X; 0:2+2:3 (K=4) -> W4 (W3 + I)(W2 W1 + I) X;
 "cascaded" (standard ResNet, all j-1:j) -> (W_K + I) ... (W_1 + I) X.
 
-ANCRe (Sec. 4.1, eqs. (6)-(7), Fig. 3(c)) keeps *every* shortcut i:j with a
-learnable logit c_ij and *ingoing* normalisation
+ANCRe (Sec. 4.1, eq. (7), Fig. 3(c)) gives every candidate shortcut i:j a logit c_ij
+(all zero at the start) and *ingoing* normalisation
     p_ij = exp(c_ij / tau) / sum_{k=0}^{j-1} exp(c_kj / tau),
-so the coefficients entering each node j sum to one; in particular node 1 has
-a single candidate and p_01 = 1 is forced (the 0:1 shortcut is always on).
-Logits start equal (zero).  h_j = W_j h_{j-1} + sum_i p_ij h_i is our reading
-of "if p_ij = 1 the construction reduces to a standard residual connection",
-and it is exactly what the authors' public module
-(`AdaptiveNeuralConnectionReassign`: hidden = block(hidden) + sum_i p_i h_i,
-zero-initialised logits, frozen first logit) computes.  The logits are trained
-by the same GD (same step) jointly with the weights.  tau: the paper uses 0.01
-for LMs (also the module default) and 0.01 / 0.1 elsewhere; no value is given
-for the LNN, so both are run (tau enters the logit step as lr / tau^2).
+trained by the same GD step as the weights (so the logit step is lr / tau^2 in p).
+Node 1 has one candidate, so p_01 = 1 always.  The paper does not say which nodes
+receive shortcuts in the LNN, hence two readings, run on the same A and W_k(0):
+
+Reading A (shortcuts into every node, including the output node K):
+    h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i  for j = 1..K,  sum_{i<j} p_ij = 1.
+  "If p_ij = 1 the construction reduces to a standard residual connection" taken
+  literally, and what the authors' public module computes (hidden = block(hidden) +
+  sum_i p_i h_i per block).  The output node always receives a shortcut of total
+  weight 1, so f(X) ~ (W_K + I) X at the start and no layout of Fig. 2's fast class
+  (0:2 for K=3, 0:3 or 0:2+2:3 for K=4: nothing into node K) is reachable.
+
+Reading B (the last layer is plain; ANCRe mixes the inputs of the layers before it):
+    h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i  for j = 1..K-1,  sum_{i<j} p_ij = 1,
+    f(X) = h_K = W_K h_{K-1}            (p_iK = 0: no shortcut into the output).
+  Sec. 4.2's block-level ANCRe bridges the *inputs* of blocks and the LM head reading
+  the last one is a plain linear map; layer K plays the head.  It also makes Fig. 3(d)'s
+  "0:3 and 2:3 are suppressed" literal.  For K=3 the one-hot corners are
+  p_12 = 1 -> W3 (W2 + I)(W1 + I) X and p_02 = 1 -> W3 (W2 (W1 + I) + I) X, which is
+  the fixed 0:2 network with W1 shifted by I (same loss and gradients; only W1's start
+  differs).  Every p keeps the last layer's input h_{K-1} = (I + O(|W|)) X well
+  conditioned, the property Theorem 3.3 uses for linear convergence, so reading B's fast
+  rate comes from its structure; its learned p says which inputs it mixes.
 
 Theory being checked: 0:1 converges at best sublinearly,
 L >= Omega(t^{-(K-1)/(K-2)}) (= t^{-2} for K=3), while 0:2 (K=3) / 0:K-1
 converge linearly (log L falls linearly in t).  Gradients via float64 autograd;
 all variants of one K share the same A and the same initial W_k.
+
+Rates and verdicts
+------------------
+Each run's tail (t from max(N/10, 2 t_{1e-4}) to N, t_{1e-4}: first step with
+L <= 1e-4 L(0)) gets a log-log slope of L on t, and the stretch after t_{1e-4} a
+log-linear slope (decades per 1k steps).  A run converges *linearly* when log10 L
+falls linearly there (R^2 >= 0.95, positive rate) and its tail log-log slope is
+<= -10 (far steeper than any power law the sublinear bound allows), else sublinearly.
+
+Exponential gap per K: 0:1's tail slope >= -2, 0:K-1 linear, and 0:K-1 ends >= 6
+decades below 0:1.
+
+A reading reproduces Fig. 2 / 3(d) when, for every K and every tau, its ANCRe run
+ (i) converges linearly (Fig. 2(b)(c): "a linear convergence rate"),
+ (ii) ends >= 6 decades below 0:1 ("on par with the optimal case"; the ratio to the
+      0:K-1 loss and rate is reported), and
+ (iii) has p_0K <= 0.1 and p_{K-1,K} <= 0.1 (for K=3 exactly Fig. 3(d)'s suppressed
+      0:3 and 2:3; the fast layouts of Fig. 2(c) have no shortcut into node K).
+(iii) holds in reading B by construction; where its p concentrates on nodes 1..K-1
+is reported beside the verdict, since the paper's text does not state it.
 """
 
 from __future__ import annotations
@@ -76,6 +110,20 @@ FIXED_VARIANTS = {
 FAST_VARIANT = {3: "0:2", 4: "0:3"}  # 0:K-1, the paper's provably linear case
 SLOW_VARIANT = "0:1"
 NUMERIC_FLOOR_REL = 1e-25  # ignore points below this relative loss in fits
+GAP_DECADES = 6  # the 0:K-1 network (and a reproducing ANCRe) ends this far below 0:1
+SUPPRESSED_P = 0.1  # Fig. 3(d): a shortcut counts as suppressed at or below this weight
+READINGS = {
+    "A": {
+        "plain_last": False,
+        "label": "shortcuts into every node incl. the output node K",
+        "layer_rule": "h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i for j = 1..K, f = h_K",
+    },
+    "B": {
+        "plain_last": True,
+        "label": "last layer plain; ANCRe mixes the inputs of layers 2..K",
+        "layer_rule": "h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i for j = 1..K-1, f = h_K = W_K h_{K-1}",
+    },
+}
 
 
 def make_problem() -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,13 +149,17 @@ def fixed_coefficients(depth: int, shortcuts: list[tuple[int, int]]) -> torch.Te
     return coeffs
 
 
-def ingoing_softmax(logits: torch.Tensor, tau: float) -> torch.Tensor:
-    """p_ij = softmax_{i<j}(c_ij / tau) column-wise; zero on and below the diagonal."""
+def ingoing_softmax(logits: torch.Tensor, tau: float, plain_last: bool = False) -> torch.Tensor:
+    """p_ij = softmax_{i<j}(c_ij / tau) column-wise; zero on and below the diagonal.
+
+    With plain_last (reading B) the output node K has no candidates: column K is zero.
+    """
     size = logits.shape[0]
-    mask = torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)
-    scaled = torch.where(mask, logits / tau, torch.full_like(logits, -math.inf))
-    probs = torch.softmax(scaled[:, 1:], dim=0)  # column 0 (the input) has no inputs
-    return torch.cat([torch.zeros_like(logits[:, :1]), probs], dim=1)
+    stop = size - 1 if plain_last else size  # columns 1..stop-1 receive shortcuts
+    mask = torch.triu(torch.ones(size, size, dtype=torch.bool), diagonal=1)[:, 1:stop]
+    scaled = torch.where(mask, logits[:, 1:stop] / tau, torch.full_like(logits[:, 1:stop], -math.inf))
+    zero = torch.zeros_like(logits[:, :1])  # column 0 (the input) has no inputs
+    return torch.cat([zero, torch.softmax(scaled, dim=0)] + [zero] * (size - stop), dim=1)
 
 
 def forward_loss(weights, coeffs, inputs, target, skip_zero: bool) -> torch.Tensor:
@@ -130,7 +182,7 @@ def log_grid(steps: int, n_log: int = 120, n_lin: int = 100) -> set[int]:
     return {0, steps} | {int(s) for s in log_pts} | {int(s) for s in lin_pts}
 
 
-def train(depth: int, inputs, target, steps: int, coeffs=None, tau=None) -> dict:
+def train(depth: int, inputs, target, steps: int, coeffs=None, tau=None, plain_last: bool = False) -> dict:
     """Full-batch GD with fixed step LR; ANCRe when coeffs is None (logits learned)."""
     weights = init_weights(depth)
     logits = None
@@ -139,7 +191,7 @@ def train(depth: int, inputs, target, steps: int, coeffs=None, tau=None) -> dict
     params = weights + ([logits] if logits is not None else [])
     grid, curve, hits, loss0 = log_grid(steps), ([], []), {}, None
     for step in range(steps + 1):
-        probs = ingoing_softmax(logits, tau) if logits is not None else coeffs
+        probs = ingoing_softmax(logits, tau, plain_last) if logits is not None else coeffs
         loss = forward_loss(weights, probs, inputs, target, skip_zero=logits is None)
         value = loss.item()
         loss0 = value if loss0 is None else loss0
@@ -157,7 +209,7 @@ def train(depth: int, inputs, target, steps: int, coeffs=None, tau=None) -> dict
         with torch.no_grad():
             for param, grad in zip(params, grads, strict=True):
                 param -= LR * grad
-    final_p = ingoing_softmax(logits, tau).detach() if logits is not None else coeffs
+    final_p = ingoing_softmax(logits, tau, plain_last).detach() if logits is not None else coeffs
     return {
         "steps": curve[0],
         "losses": curve[1],
@@ -210,22 +262,23 @@ def fit_rates(run: dict, total_steps: int) -> dict:
     return fits
 
 
+def convergence_class(fits: dict) -> str:
+    """'linear' when log10 L falls linearly after 1e-4 L(0) and the tail beats any power law."""
+    r2, rate, slope = fits["loglinear_r2"], fits["loglinear_decades_per_1k_steps"], fits["loglog_slope"]
+    linear = r2 is not None and r2 >= 0.95 and rate > 0 and slope is not None and slope <= -10
+    return "linear" if linear else "sublinear"
+
+
 def gap_verdict(depth: int, runs: dict) -> dict:
-    """Exponential-gap criterion for one depth (see summary text)."""
+    """Exponential-gap criterion for one depth (see the module docstring)."""
     slow, fast = runs[SLOW_VARIANT], runs[FAST_VARIANT[depth]]
     slow_slope = slow["fits"]["loglog_slope"]
-    fast_r2 = fast["fits"]["loglinear_r2"]
-    fast_rate = fast["fits"]["loglinear_decades_per_1k_steps"]
     ratio = fast["final_loss"] / slow["final_loss"]
     ok = (
         slow_slope is not None
         and slow_slope >= -2.0
-        and fast_r2 is not None
-        and fast_r2 >= 0.95
-        and fast_rate > 0
-        and fast["fits"]["loglog_slope"] is not None
-        and fast["fits"]["loglog_slope"] <= -10
-        and ratio <= 1e-6
+        and convergence_class(fast["fits"]) == "linear"
+        and ratio <= 10.0**-GAP_DECADES
     )
     return {
         "reproduced": bool(ok),
@@ -233,29 +286,76 @@ def gap_verdict(depth: int, runs: dict) -> dict:
         "fast_variant": FAST_VARIANT[depth],
         "slow_tail_loglog_slope": slow_slope,
         "theory_slow_exponent_bound": -(depth - 1) / (depth - 2),
-        "fast_loglinear_decades_per_1k_steps": fast_rate,
-        "fast_loglinear_r2": fast_r2,
+        "fast_loglinear_decades_per_1k_steps": fast["fits"]["loglinear_decades_per_1k_steps"],
+        "fast_loglinear_r2": fast["fits"]["loglinear_r2"],
         "fast_tail_loglog_slope": fast["fits"]["loglog_slope"],
         "final_loss_ratio_fast_over_slow": ratio,
     }
 
 
-def ancre_verdict(depth: int, runs: dict) -> dict:
-    """Does ANCRe reach the fast fixed topology's loss, and what did it learn?"""
-    fast = runs[FAST_VARIANT[depth]]
-    out = {}
-    for name, run in runs.items():
-        if not name.startswith("ANCRe"):
-            continue
-        probs = np.asarray(run["p_matrix"])
-        dominant = [f"{int(np.argmax(probs[:j, j]))}:{j}" for j in range(1, depth + 1)]
-        out[name] = {
-            "dominant_ingoing_shortcuts": dominant,
-            "final_loss_over_fast": run["final_loss"] / fast["final_loss"],
-            "final_loss_over_cascaded": run["final_loss"] / runs["cascaded"]["final_loss"],
-            "matches_fast_variant": bool(run["final_loss"] <= 10 * fast["final_loss"]),
-        }
+def run_name(reading: str, tau: float) -> str:
+    """Key of an ANCRe run in results['K=k'] (reading A keeps the plain 'ANCRe' name)."""
+    return f"ANCRe(tau={tau:g})" if reading == "A" else f"ANCRe-{reading}(tau={tau:g})"
+
+
+def dominant_shortcuts(probs: np.ndarray) -> list[str]:
+    """Per node j that receives shortcuts: 'i:j (p_ij)' for its largest ingoing p_ij."""
+    out = []
+    for j in range(1, probs.shape[0]):
+        if probs[:j, j].sum() > 0:
+            i = int(np.argmax(probs[:j, j]))
+            out.append(f"{i}:{j} ({probs[i, j]:.3f})")
     return out
+
+
+def reading_entry(depth: int, run: dict, runs: dict) -> dict:
+    """One ANCRe run beside the fixed 0:1 and 0:K-1 networks, with checks (i)-(iii)."""
+    fast, slow, fits = runs[FAST_VARIANT[depth]], runs[SLOW_VARIANT], run["fits"]
+    probs = np.asarray(run["p_matrix"])
+    out_p = {"0": float(probs[0, depth]), str(depth - 1): float(probs[depth - 1, depth])}
+    rate, fast_rate = fits["loglinear_decades_per_1k_steps"], fast["fits"]["loglinear_decades_per_1k_steps"]
+    checks = {
+        "linear_convergence": convergence_class(fits) == "linear",
+        "gap_to_0:1": run["final_loss"] <= 10.0**-GAP_DECADES * slow["final_loss"],
+        "output_shortcuts_suppressed": max(out_p.values()) <= SUPPRESSED_P,
+    }
+    return {
+        "steps": run["steps"],
+        "losses": run["losses"],
+        "final_loss": run["final_loss"],
+        "final_loss_over_0:1": run["final_loss"] / slow["final_loss"],
+        "final_loss_over_fast": run["final_loss"] / fast["final_loss"],
+        "final_loss_over_cascaded": run["final_loss"] / runs["cascaded"]["final_loss"],
+        "convergence": convergence_class(fits),
+        "loglinear_decades_per_1k_steps": rate,
+        "loglinear_r2": fits["loglinear_r2"],
+        "tail_loglog_slope": fits["loglog_slope"],
+        "rate_over_fast": None if rate is None or not fast_rate else rate / fast_rate,
+        "p_matrix": run["p_matrix"],
+        "dominant_ingoing_shortcuts": dominant_shortcuts(probs),
+        "p_into_output_node": out_p,
+        "checks": checks,
+    }
+
+
+def readings_section(results: dict) -> dict:
+    """Both readings side by side: per K and tau the run's curve, rates, p and checks."""
+    section = {}
+    for reading, meta in READINGS.items():
+        per_depth = {
+            f"K={depth}": {f"tau={tau:g}": reading_entry(depth, runs[run_name(reading, tau)], runs) for tau in TAUS}
+            for depth, runs in results.items()
+        }
+        entries = [e for per_tau in per_depth.values() for e in per_tau.values()]
+        failed = sorted({f"{name}" for e in entries for name, ok in e["checks"].items() if not ok})
+        section[reading] = {
+            "label": meta["label"],
+            "layer_rule": meta["layer_rule"],
+            "runs": per_depth,
+            "reproduces_fig2_3d": not failed,
+            "failed_checks": failed,
+        }
+    return section
 
 
 def _num(value, spec: str) -> str:
@@ -263,84 +363,148 @@ def _num(value, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
-def summary_text(gaps: dict, ancre: dict) -> str:
+def _gap_sentence(depth: int, gap: dict) -> str:
+    return (
+        f"K={depth}: {'REPRODUCED' if gap['reproduced'] else 'NOT reproduced'} -- "
+        f"0:1 tail slope {_num(gap['slow_tail_loglog_slope'], '.3f')} (bound exponent "
+        f"{_num(gap['theory_slow_exponent_bound'], '.2f')}); {gap['fast_variant']} falls "
+        f"{_num(gap['fast_loglinear_decades_per_1k_steps'], '.3f')} decades/1k steps "
+        f"(R^2 {_num(gap['fast_loglinear_r2'], '.4f')}, tail log-log slope "
+        f"{_num(gap['fast_tail_loglog_slope'], '.1f')}); final-loss ratio "
+        f"{_num(gap['final_loss_ratio_fast_over_slow'], '.2e')}."
+    )
+
+
+def _reading_sentence(reading: str, info: dict) -> str:
+    runs = []
+    for depth, per_tau in info["runs"].items():
+        for tau, e in per_tau.items():
+            runs.append(
+                f"{depth} {tau}: {e['convergence']}, {_num(e['loglinear_decades_per_1k_steps'], '.3f')} "
+                f"decades/1k steps (tail log-log slope {_num(e['tail_loglog_slope'], '.1f')}), final loss "
+                f"{e['final_loss']:.2e} ({e['final_loss_over_0:1']:.1e}x 0:1's), p on "
+                f"{'+'.join(s.split(' ')[0] for s in e['dominant_ingoing_shortcuts'])}"
+            )
+    verdict = (
+        "reproduces" if info["reproduces_fig2_3d"] else f"does NOT reproduce (fails {', '.join(info['failed_checks'])})"
+    )
+    return f"Reading {reading} ({info['label']}) {verdict} Fig. 2/3(d): " + "; ".join(runs) + "."
+
+
+def summary_text(gaps: dict, readings: dict) -> str:
     """One-paragraph plain-text verdict."""
     parts = [
         "Criterion per K: the 0:1 network's log-log slope of L(t) on its tail "
         "(t from max(N/10, 2*t_{1e-4}) to N) must be >= -2 (no faster than the "
-        "Omega(1/t^2) bound), while the 0:K-1 network's log10 L(t) must fall linearly "
-        "in t after reaching 1e-4 L(0) (R^2 >= 0.95, positive rate), be far steeper than "
-        "any low-order power law on the same tail (log-log slope <= -10), and end >= 6 "
-        "decades below 0:1."
+        "Omega(1/t^2) bound), while the 0:K-1 network converges linearly (log10 L(t) "
+        "linear in t after 1e-4 L(0) with R^2 >= 0.95, tail log-log slope <= -10) and ends "
+        f">= {GAP_DECADES} decades below 0:1."
     ]
-    for depth, gap in gaps.items():
-        parts.append(
-            f"K={depth}: {'REPRODUCED' if gap['reproduced'] else 'NOT reproduced'} -- "
-            f"0:1 tail slope {_num(gap['slow_tail_loglog_slope'], '.3f')} (bound exponent "
-            f"{_num(gap['theory_slow_exponent_bound'], '.2f')}); {gap['fast_variant']} falls "
-            f"{_num(gap['fast_loglinear_decades_per_1k_steps'], '.3f')} decades/1k steps "
-            f"(R^2 {_num(gap['fast_loglinear_r2'], '.4f')}, tail log-log slope "
-            f"{_num(gap['fast_tail_loglog_slope'], '.1f')}); final-loss ratio "
-            f"{_num(gap['final_loss_ratio_fast_over_slow'], '.2e')}."
-        )
-    for depth, per_tau in ancre.items():
-        for name, info in per_tau.items():
-            parts.append(
-                f"K={depth} {name}: learned dominant shortcuts "
-                f"{'+'.join(info['dominant_ingoing_shortcuts'])}, final loss "
-                f"{info['final_loss_over_fast']:.2e}x the fast variant's and "
-                f"{info['final_loss_over_cascaded']:.2f}x cascaded's "
-                f"({'matches' if info['matches_fast_variant'] else 'does NOT match'} the fast topology)."
-            )
+    parts += [_gap_sentence(depth, gap) for depth, gap in gaps.items()]
     parts.append(
-        "Note: ingoing normalisation gives every node, including the output node K, "
-        "shortcuts that sum to 1, so ANCRe starts from f(X) ~ X and cannot express a "
-        "layout with no shortcut into node K (0:2 for K=3, 0:3 or 0:2+2:3 for K=4); "
-        "whenever it settles on the cascaded layout, it inherits that layout's sublinear tail."
+        "A reading reproduces Fig. 2/3(d) when every K and tau converges linearly, ends "
+        f">= {GAP_DECADES} decades below 0:1 and has p_0K, p_(K-1)K <= {SUPPRESSED_P:g} "
+        "(Fig. 3(d): 0:3 and 2:3 suppressed)."
+    )
+    parts += [_reading_sentence(reading, info) for reading, info in readings.items()]
+    winners = [reading for reading, info in readings.items() if info["reproduces_fig2_3d"]]
+    parts.append(
+        f"Verdict: reading {' and '.join(winners)} reproduces Fig. 2/3(d)."
+        if winners
+        else "Verdict: neither reading reproduces Fig. 2/3(d)."
     )
     return " ".join(parts)
 
 
+def _timed(label: str, fn, *args, **kwargs) -> dict:
+    start = time.perf_counter()
+    run = fn(*args, **kwargs)
+    run["seconds"] = time.perf_counter() - start
+    LOG.info("%-22s final loss %.3e (%.1fs)", label, run["final_loss"], run["seconds"])
+    return run
+
+
 def run_depth(depth: int, inputs, target, steps: int) -> dict:
-    """All fixed topologies plus ANCRe (both taus) for one depth."""
+    """All fixed topologies plus ANCRe under both readings and both taus for one depth."""
     runs = {}
     for name, shortcuts in FIXED_VARIANTS[depth].items():
-        start = time.perf_counter()
-        runs[name] = train(depth, inputs, target, steps, fixed_coefficients(depth, shortcuts))
+        runs[name] = _timed(
+            f"K={depth} {name}", train, depth, inputs, target, steps, fixed_coefficients(depth, shortcuts)
+        )
         runs[name]["shortcuts"] = [f"{i}:{j}" for i, j in shortcuts]
-        runs[name]["seconds"] = time.perf_counter() - start
-        LOG.info("K=%d %-9s final loss %.3e (%.1fs)", depth, name, runs[name]["final_loss"], runs[name]["seconds"])
-    for tau in TAUS:
-        name, start = f"ANCRe(tau={tau:g})", time.perf_counter()
-        runs[name] = train(depth, inputs, target, steps, tau=tau)
-        runs[name]["seconds"] = time.perf_counter() - start
-        LOG.info("K=%d %-9s final loss %.3e (%.1fs)", depth, name, runs[name]["final_loss"], runs[name]["seconds"])
+    for reading, meta in READINGS.items():
+        for tau in TAUS:
+            name = run_name(reading, tau)
+            runs[name] = _timed(
+                f"K={depth} {name}", train, depth, inputs, target, steps, tau=tau, plain_last=meta["plain_last"]
+            )
+            runs[name]["reading"] = reading
     for run in runs.values():
         run["fits"] = fit_rates(run, steps)
     return runs
 
 
+def _plot_curves(ax, depth: int, runs: dict) -> None:
+    """Loss vs GD step: fixed topologies solid, reading A dashed grey, reading B dash-dotted red."""
+    fixed_colors = iter(["tab:blue", "tab:green", "tab:purple", "tab:olive", "tab:cyan"])
+    styles = {"A": ("--", ("black", "darkgray")), "B": ("-.", ("crimson", "lightcoral"))}
+    for name, run in runs.items():
+        reading = run.get("reading")
+        if reading is None:
+            ax.plot(run["steps"], run["losses"], "-", color=next(fixed_colors), lw=1.4, label=name)
+            continue
+        style, colors = styles[reading]
+        k = [run_name(reading, tau) for tau in TAUS].index(name)  # taus overlap: thinner line on top
+        label = f"ANCRe {reading} (tau={TAUS[k]:g})"
+        ax.plot(run["steps"], run["losses"], style, color=colors[k], lw=2.6 - 1.4 * k, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("GD step (lr = 1e-3)")
+    ax.set_ylabel(r"loss $\frac{1}{2}\|f(X)-Y\|_F^2$")
+    ax.set_title(f"K = {depth}-layer linear net, d = n = {D}, rank(A) = {RANK}")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+
+
+def _plot_p(ax, probs: np.ndarray, title: str, plain_last: bool) -> None:
+    """Heatmap of the learned P[i, j]; entries that are no candidate shortcut left blank."""
+    size = probs.shape[0]
+    shown = np.where(np.triu(np.ones((size, size), dtype=bool), k=1), probs, np.nan)
+    if plain_last:
+        shown[:, -1] = np.nan
+        ax.text(size - 1, (size - 1) / 2, "W_K plain:\nno i:K", ha="center", va="center", fontsize=7, rotation=90)
+    ax.imshow(shown, cmap="viridis", vmin=0, vmax=1)
+    for i, j in zip(*np.nonzero(~np.isnan(shown)), strict=True):
+        ax.text(
+            j, i, f"{probs[i, j]:.2f}", ha="center", va="center", fontsize=7, color="w" if probs[i, j] < 0.6 else "k"
+        )
+    ax.set_xticks(range(size), [f"->{j}" for j in range(size)], fontsize=7)
+    ax.set_yticks(range(size), [f"{i}->" for i in range(size)], fontsize=7)
+    ax.set_title(title, fontsize=8)
+
+
 def plot(results: dict, path: Path) -> None:
-    """Two panels (K=3, K=4): loss vs GD step, log y."""
+    """Top: loss curves per K; below: the learned p of reading A (row 2) and B (row 3)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
-    for ax, (depth, runs) in zip(axes, results.items(), strict=True):
-        for name, run in runs.items():
-            style = "--" if name.startswith("ANCRe") else "-"
-            ax.plot(run["steps"], run["losses"], style, lw=1.6, label=name)
-        ax.set_yscale("log")
-        ax.set_xlabel("GD step (lr = 1e-3)")
-        ax.set_ylabel(r"loss $\frac{1}{2}\|f(X)-Y\|_F^2$")
-        ax.set_title(f"K = {depth}-layer linear net, d = n = {D}, rank(A) = {RANK}")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("ANCRe case study (paper Fig. 2): residual topology vs. GD convergence")
+    fig = plt.figure(figsize=(15, 12))
+    grid = fig.add_gridspec(3, 4, height_ratios=[1.5, 1, 1])
+    for col, (depth, runs) in enumerate(results.items()):
+        _plot_curves(fig.add_subplot(grid[0, 2 * col : 2 * col + 2]), depth, runs)
+    for row, (reading, meta) in enumerate(READINGS.items(), start=1):
+        panels = [(depth, tau) for depth in results for tau in TAUS]
+        for col, (depth, tau) in enumerate(panels):
+            probs = np.asarray(results[depth][run_name(reading, tau)]["p_matrix"])
+            title = f"reading {reading}, K={depth}, tau={tau:g}: learned p_ij (i -> j)"
+            _plot_p(fig.add_subplot(grid[row, col]), probs, title, meta["plain_last"])
+    fig.suptitle(
+        "ANCRe case study (paper Fig. 2 / 3(d)): fixed topologies vs ANCRe, reading A "
+        "(shortcut into the output) and reading B (last layer plain)"
+    )
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -359,7 +523,8 @@ def settings(steps: int) -> dict:
         "weight_seed": f"{WEIGHT_SEED} + 100*K",
         "ancre_taus": list(TAUS),
         "ancre_normalisation": "ingoing softmax over i<j, logits init 0 (p_01 = 1 forced)",
-        "layer_rule": "h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i, f = h_K",
+        "layer_rule": "h_j = W_j h_{j-1} + sum_{i<j} p_ij h_i, f = h_K (fixed topologies)",
+        "ancre_readings": {r: {"run_names": [run_name(r, t) for t in TAUS], **m} for r, m in READINGS.items()},
     }
 
 
@@ -375,16 +540,19 @@ def main() -> None:
     inputs, target = make_problem()
     results = {depth: run_depth(depth, inputs, target, args.steps) for depth in (3, 4)}
     gaps = {depth: gap_verdict(depth, runs) for depth, runs in results.items()}
-    ancre = {depth: ancre_verdict(depth, runs) for depth, runs in results.items()}
+    readings = readings_section(results)
+    winners = [r for r, info in readings.items() if info["reproduces_fig2_3d"]]
     payload = {
         "machine": {**machine_info(), "cpu_count": os.cpu_count(), "numpy": np.__version__},
         "settings": settings(args.steps),
         "results": {f"K={k}": v for k, v in results.items()},
+        "readings": readings,
         "summary": {
             "exponential_gap_reproduced": {f"K={k}": g["reproduced"] for k, g in gaps.items()},
             "gap_details": {f"K={k}": g for k, g in gaps.items()},
-            "ancre": {f"K={k}": a for k, a in ancre.items()},
-            "verdict": summary_text(gaps, ancre),
+            "reading_reproducing_fig2_3d": winners[0] if len(winners) == 1 else (winners or None),
+            "readings_reproduce": {r: info["reproduces_fig2_3d"] for r, info in readings.items()},
+            "verdict": summary_text(gaps, readings),
         },
         "runtime_seconds": time.perf_counter() - start,
     }
