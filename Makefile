@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ fidelity: $(STAMP)
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table (issue 12)
 ladder-efficiency: $(STAMP)
 	$(PY) benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/ladder_efficiency.json
+
+# Mixture-of-Depths as published (block routing, 0.875 on every other block) vs dense and per-sublayer 0.25,
+# equal training compute, every family, two seeds (issue 13)
+mod-published: $(STAMP)
+	$(PY) benchmarks/mod_published.py --out benchmarks/results/mod_published.json
 
 search-efficiency: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json

@@ -4,7 +4,9 @@ One run measures, side by side and interleaved (so machine noise hits every mode
 - the machine's fp32 matmul peak (best GFLOP/s of square torch.mm over a few sizes);
 - step time (forward + backward + AdamW) of the reference GPT and of each residual_lm variant
   at d_model 128, 4 layers, 4 heads, seq 128, batch 16, byte vocabulary;
-- tokens/s, ratio to the reference, step-time ratios (NAG and ANCRe vs cascaded, MoD vs dense),
+- tokens/s, ratio to the reference, step-time ratios (NAG and ANCRe vs cascaded, MoD at 0.25 vs
+  dense per family, routed per sublayer and per block, and cascaded at MoD rates 0.125-0.875 beside
+  the share of training FLOPs each executes),
   and achieved GFLOP/s as a share of the measured peak, with FLOPs = 3 x executed forward FLOPs
   (docs/design.md §3.5: matmuls only, attention over causal keys).
 
@@ -38,20 +40,32 @@ SIZE = dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4)
 BATCH = 16
 # mod_every=1 routes blocks 2-4: at mod_rate 0.25 that skips 3/4 * 25% of all sublayer pairs.
 # (mod_every=2 routes only blocks 2 and 4, so 12.5%: it cannot reach 0.85x by construction.)
+FAMILIES = ("cascaded", "nag", "ancre")
+MOD_RATES = (0.125, 0.25, 0.5, 0.875)  # the step time should fall roughly in proportion to the skipped FLOPs
 VARIANTS = {
-    "cascaded": dict(residual="cascaded"),
-    "nag": dict(residual="nag"),
-    "ancre": dict(residual="ancre"),
-    "cascaded_mod0.25": dict(residual="cascaded", mod_rate=0.25, mod_every=1),
-    "nag_mod0.25": dict(residual="nag", mod_rate=0.25, mod_every=1),
-    "ancre_mod0.25": dict(residual="ancre", mod_rate=0.25, mod_every=1),
+    **{fam: dict(residual=fam) for fam in FAMILIES},
+    # per-sublayer routing (each sublayer decides) and block routing (one decision per block), every family
+    **{f"{fam}_mod0.25": dict(residual=fam, mod_rate=0.25, mod_every=1) for fam in FAMILIES},
+    **{
+        f"{fam}_mod0.25_block": dict(residual=fam, mod_rate=0.25, mod_every=1, mod_granularity="block")
+        for fam in FAMILIES
+    },
+    # the rate sweep, cascaded, both granularities
+    **{
+        f"cascaded_mod{rate}{suffix}": dict(
+            residual="cascaded", mod_rate=rate, mod_every=1, mod_granularity=granularity
+        )
+        for rate in MOD_RATES
+        if rate != 0.25
+        for suffix, granularity in (("", "sublayer"), ("_block", "block"))
+    },
 }
 TARGETS = {
-    "cascaded_vs_reference_tokens_per_s": 0.95,  # at least
-    "nag_vs_cascaded_step_time": 1.15,  # at most
-    "ancre_vs_cascaded_step_time": 1.15,  # at most
+    "cascaded_vs_reference_tokens_per_s": 1.0,  # at least (issue 14)
+    "nag_vs_cascaded_step_time": 1.10,  # at most (issue 14)
+    "ancre_vs_cascaded_step_time": 1.05,  # at most (issue 14)
     "mod0.25_vs_dense_step_time": 0.85,  # at most, per family
-    "fp32_share_of_matmul_peak": 0.55,  # at least
+    "fp32_share_of_matmul_peak": 0.60,  # at least (issue 14)
 }
 
 
@@ -200,20 +214,33 @@ def summarise(times: dict, train_flops: dict, models: dict, peak: float) -> dict
         "nag_vs_cascaded_step_time": step["nag"] / step["cascaded"],
         "ancre_vs_cascaded_step_time": step["ancre"] / step["cascaded"],
         **{
-            f"{fam}_mod0.25_vs_dense_step_time": step[f"{fam}_mod0.25"] / step[fam]
-            for fam in ("cascaded", "nag", "ancre")
+            f"{fam}_mod0.25{suffix}_vs_dense_step_time": step[f"{fam}_mod0.25{suffix}"] / step[fam]
+            for fam in FAMILIES
+            for suffix in ("", "_block")
         },
         "fp32_share_of_matmul_peak": rows["cascaded"]["share_of_peak"],
     }
-    return {"models": rows, "ratios": ratios}
+    sweep = {
+        f"{rate}{suffix}": {
+            "step_time_vs_dense": step[f"cascaded_mod{rate}{suffix}"] / step["cascaded"],
+            "train_flops_vs_dense": rows[f"cascaded_mod{rate}{suffix}"]["train_flops_per_token"]
+            / rows["cascaded"]["train_flops_per_token"],
+        }
+        for rate in MOD_RATES
+        for suffix in ("", "_block")
+    }
+    return {"models": rows, "ratios": ratios, "cascaded_mod_sweep": sweep}
 
 
 def verdicts(ratios: dict) -> dict:
     met = {}
     for key, target in TARGETS.items():
         if key == "mod0.25_vs_dense_step_time":
-            for fam in ("cascaded", "nag", "ancre"):
+            for fam in FAMILIES:
                 met[f"{fam}_{key}"] = ratios[f"{fam}_{key}"] <= target
+                met[f"{fam}_mod0.25_block_vs_dense_step_time"] = (
+                    ratios[f"{fam}_mod0.25_block_vs_dense_step_time"] <= target
+                )
         elif key.endswith("step_time"):
             met[key] = ratios[key] <= target
         else:

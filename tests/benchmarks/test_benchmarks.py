@@ -118,3 +118,25 @@ def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgre
     assert integrity["store_rows"] == integrity["distinct_trial_numbers"] == integrity["optuna_complete"] == 16
     assert integrity["no_trial_lost_or_duplicated"] and result["machine"]
     assert 0 < result["all_writes"]["median"] <= result["all_writes"]["p99"] and result["trials_per_s"] > 0
+
+
+def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
+    out = tmp_path / "mod.json"
+    subprocess.run(
+        [sys.executable, "mod_published.py", "--smoke", "--out", str(out)],
+        cwd=ROOT / "benchmarks",
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    result = json.loads(out.read_text())
+    assert len(result["runs"]) == 3 * 3 * 2 and out.with_suffix(".png").stat().st_size > 10_000
+    assert set(result["summary"]) == {"cascaded", "nag", "ancre"}
+    for s in result["summary"].values():
+        assert s["gap_to_dense"]["dense"] == 0.0 and s["verdict"]
+        assert s["realised_skip_rate"]["dense"] == 0.0 < s["realised_skip_rate"]["block_0.875"]
+    runs = {(r["family"], r["setting"]): r for r in result["runs"] if r["seed"] == 0}
+    for family in ("cascaded", "nag", "ancre"):  # iso-FLOP: fewer executed FLOPs per token buy more tokens
+        dense, paper = runs[(family, "dense")], runs[(family, "block_0.875")]
+        assert paper["executed_flops_per_token"] < dense["executed_flops_per_token"]
+        assert paper["tokens_seen"] > dense["tokens_seen"]
