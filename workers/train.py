@@ -370,9 +370,10 @@ def _train_step(
     loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
     value = loss.item()  # syncs with the device once per step ...
     executed = sum(model.last_executed_flops().values())  # ... so reading the routers' counts stalls nothing more
+    aux = model.auxiliary_loss()  # MoD predictors' cross-entropy (mod_routing="predictor"), else None
     if math.isfinite(value):
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if aux is None else loss + aux).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip)
         opt.step()
         state.step += 1

@@ -68,6 +68,12 @@ class ResidualLM(nn.Module):
                     found[(kind, j)] = router
         return found
 
+    def auxiliary_loss(self) -> Tensor | None:
+        """The MoD predictors' cross-entropy of the last training forward (summed; None without one), for the
+        trainer to add to the language-model loss. It reaches only the predictors (stop-gradient inputs)."""
+        losses = {id(r): r.aux_loss for r in self.routers().values() if r.aux_loss is not None}
+        return sum(losses.values()) if losses else None  # type: ignore[return-value]
+
     def hidden(self, idx: Tensor) -> Tensor:
         """The residual stream after the last block, z: (B, T, d) (the width probe's z)."""
         raise NotImplementedError
@@ -142,4 +148,4 @@ def make_router(cfg: ArchConfig, block: int, linear: bool, granularity: str = "s
         return None
     if linear:
         return LinearRouter(cfg.d_model, cfg.mod_rate, cfg.mod_routing)
-    return DepthRouter(cfg.mod_rate, cfg.mod_routing)
+    return DepthRouter(cfg.mod_rate, cfg.mod_routing, cfg.d_model)

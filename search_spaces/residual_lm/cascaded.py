@@ -46,7 +46,7 @@ def run_prenorm_sublayer(sublayer: nn.Module, router: LinearRouter | None, h: Te
     if router is None:
         return Delta(sublayer(h))
     score = router.score(h)  # (B, T)
-    sel = router.select(score)
+    sel = router.select(score, h)
     gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1)
     return Delta(sublayer(gather_tokens(h, sel), sel) * gate, sel)
 
@@ -77,7 +77,7 @@ class PreNormBlock(nn.Module):
         assert self.block_router is not None
         h = rms_norm(self.attn_norm, x)
         score = self.block_router.score(h)  # (B, T)
-        sel = self.block_router.select(score)
+        sel = self.block_router.select(score, h)
         x_sel = gather_tokens(x, sel)  # (N, d)
         a = self.attn(gather_tokens(h, sel), sel)
         _, h_mlp = add_then_norm(x_sel, Delta(a), self.mlp_norm)  # norm(x + a), on the kept tokens only

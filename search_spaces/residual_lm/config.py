@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 ResidualFamily = Literal["cascaded", "nag", "ancre"]
-ModRouting = Literal["causal_threshold", "topk"]
+ModRouting = Literal["causal_threshold", "topk", "predictor"]
 ModGranularity = Literal["sublayer", "block"]
 
 
@@ -31,7 +31,9 @@ class ArchConfig(BaseModel):
     ancre_tau: float = Field(0.01, gt=0, le=100, description="ANCRe softmax temperature (paper: 0.01 for LMs)")
     mod_rate: float = Field(0.0, ge=0, lt=0.9, description="share of tokens skipped by each routed sublayer (or block)")
     mod_every: int = Field(2, ge=1, description="route every mod_every-th block (never the first)")
-    mod_routing: ModRouting = "causal_threshold"  # "topk" is per-sequence expert choice: NOT causal
+    # "topk": per-sequence expert choice, NOT causal; "predictor": top-k in training, the MoD paper's auxiliary
+    # predictor at evaluation (causal there only)
+    mod_routing: ModRouting = "causal_threshold"
     # "sublayer": attention and MLP of a routed block each decide per token; "block": one decision per token
     # for the whole block, as in the MoD paper (Raposo et al. 2024; its best: mod_rate 0.875, mod_every 2).
     mod_granularity: ModGranularity = "sublayer"
@@ -74,7 +76,13 @@ class ArchConfig(BaseModel):
 
     @property
     def is_causal(self) -> bool:
-        """True unless per-sequence top-k routing lets a token's fate depend on later tokens."""
+        """True unless per-sequence top-k routing lets a token's fate depend on later tokens (in training;
+        with "predictor" evaluation is causal, see `eval_is_causal`)."""
+        return not (self.routed_blocks and self.mod_routing in ("topk", "predictor"))
+
+    @property
+    def eval_is_causal(self) -> bool:
+        """True unless evaluation (and generation) routes by per-sequence top-k."""
         return not (self.routed_blocks and self.mod_routing == "topk")
 
 

@@ -9,6 +9,7 @@ updates are not counted. Training costs 3x the forward pass. Per sequence of T t
     router of a routed sublayer (not NAG)   2 d T                    r = w . x, every token is scored
                                                                      (one router per block with
                                                                      mod_granularity "block")
+    MoD predictor (mod_routing "predictor") 2 H (d + 1) T            per router, NAG included; H = 32
     NAG gate, every sublayer                2 C d T                  the C pre-activations w_c . u
                                                                      (a block-routed block's MLP: 2 C d c)
     ANCRe mixing into block j               2 j d T                  sum_i p_ij o_i over j states
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from .config import ArchConfig
+from .routing import PREDICTOR_HIDDEN
 
 #: Training FLOPs per forward FLOP: the backward pass costs twice the forward (gradients with
 #: respect to activations and to weights), so a training step costs 3x its forward pass.
@@ -77,9 +79,12 @@ def forward_flops(cfg: ArchConfig, seq_len: int, counts: Mapping[SublayerKey, Co
         parts["attn_proj"] += 8 * d * d * attn_tokens
         parts["attn_core"] += 4 * d * key_pairs
         parts["mlp"] += 6 * d * cfg.mlp_hidden * mlp_tokens
-        if j in routed and cfg.residual != "nag":
+        if j in routed:
             routers = 1 if cfg.mod_granularity == "block" else 2  # one per block, or attention's and MLP's
-            parts["router"] += routers * (2 * d * T * n)  # every token is scored
+            per_token = 0 if cfg.residual == "nag" else 2 * d  # r = w . x (NAG scores by its own gate)
+            if cfg.mod_routing == "predictor":
+                per_token += 2 * PREDICTOR_HIDDEN * (d + 1)  # the auxiliary predictor's two layers
+            parts["router"] += routers * per_token * T * n  # every token is scored
         if cfg.residual == "nag":  # attention's gate scores every token; the MLP's too, unless the block is
             # routed as a whole (then the MLP runs, gate included, on the block's executed tokens only)
             mlp_gated = mlp_tokens if j in routed and cfg.mod_granularity == "block" else T * n
@@ -93,7 +98,7 @@ def forward_flops(cfg: ArchConfig, seq_len: int, counts: Mapping[SublayerKey, Co
 def expected_counts(cfg: ArchConfig, seq_len: int) -> dict[SublayerKey, float]:
     """Executed tokens per sequence of each routed sublayer at the target rate: (1 - mod_rate) T."""
     kept = (1.0 - cfg.mod_rate) * seq_len
-    if cfg.mod_routing == "topk":
+    if cfg.mod_routing in ("topk", "predictor"):  # training keeps each sequence's top-k
         kept = float(max(1, round(kept)))
     return {(kind, j): kept for j in cfg.routed_blocks for kind in ("attn", "mlp")}
 

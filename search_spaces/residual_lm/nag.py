@@ -73,7 +73,7 @@ class NagSublayer(nn.Module):
         if self.router is None:
             self._record(pre, None)
             return self.update(u, s, pre)
-        sel = self.router.select(self.rotation(pre))
+        sel = self.router.select(self.rotation(pre), u)
         u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))  # (N, d), (N,), (N, C)
         u_next, s_next = self.update(u_sel, s_sel, pre_sel, sel)
         self._record(pre, pre_sel)
@@ -126,7 +126,7 @@ class NagBlock(nn.Module):
         if self.block_router is None:
             return self.mlp(*self.attn(u, s))
         pre = self.attn.gate.pre(u)
-        sel = self.block_router.select(self.attn.rotation(pre))  # one decision for the block
+        sel = self.block_router.select(self.attn.rotation(pre), u)  # one decision for the block
         u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))
         self.attn._record(pre, pre_sel)
         u_sel, s_sel = self.mlp(*self.attn.update(u_sel, s_sel, pre_sel, sel))  # the MLP: dense on (N, d)

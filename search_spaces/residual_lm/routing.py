@@ -23,6 +23,13 @@ up to 3.7). An uninitialised threshold executes every token. All of it is saved 
 `mod_routing="topk"` instead keeps the top (1 - mod_rate) * T tokens of each sequence (expert
 choice, Raposo et al. 2024). It hits the rate exactly but is NOT causal.
 
+`mod_routing="predictor"` is the MoD paper's other causal remedy (its auxiliary MLP predictor):
+training decides by per-sequence top-k (not causal), and a small MLP reading the router's input
+(stop-gradient) learns, by binary cross-entropy, whether each token is in its sequence's top-k;
+evaluation and export decide by that predictor alone (keep iff its logit > 0), which is causal.
+The cross-entropy is the router's `aux_loss` after a training forward; the trainer adds it to the
+language-model loss (`ResidualLM.auxiliary_loss`), and it reaches only the predictor.
+
 Executed tokens are gathered into a flat (N, d) batch (`TokenSelection`), so the projections
 of a routed sublayer really do (1 - mod_rate) of the work; attention pads them per sequence.
 """
@@ -34,10 +41,12 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 LEVEL_GAIN = 0.5  # integral gain on the quantile level, per batch
 EVAL_MOMENTUM = 0.1  # weight of the newest training threshold in eval_threshold
+PREDICTOR_HIDDEN = 32  # hidden width of the auxiliary predictor: 2 (d + 1) * 32 FLOPs per token
 
 
 @dataclass
@@ -111,12 +120,20 @@ class DepthRouter(nn.Module):
     level: Tensor
     eval_threshold: Tensor
 
-    def __init__(self, rate: float, routing: str = "causal_threshold"):
+    def __init__(self, rate: float, routing: str = "causal_threshold", d_model: int | None = None):
         super().__init__()
         if not 0 < rate < 1:
             raise ValueError(f"mod_rate: router needs 0 < rate < 1, got {rate}")
+        if routing == "predictor" and d_model is None:
+            raise ValueError("mod_routing='predictor' needs d_model (the predictor reads the router's input)")
         self.rate = rate
         self.routing = routing
+        self.predictor = (
+            nn.Sequential(nn.Linear(d_model, PREDICTOR_HIDDEN), nn.SiLU(), nn.Linear(PREDICTOR_HIDDEN, 1))
+            if routing == "predictor" and d_model is not None
+            else None
+        )
+        self.aux_loss: Tensor | None = None
         self.register_buffer("threshold", torch.tensor(-math.inf))
         self.register_buffer("level", torch.tensor(float(rate)))  # quantile level that hits the rate
         self.register_buffer("eval_threshold", torch.tensor(-math.inf))  # smoothed, for eval and export
@@ -124,10 +141,19 @@ class DepthRouter(nn.Module):
         self.last_counts: Tensor | None = None
         self.last_skip_rate: Tensor | None = None
 
-    def select(self, score: Tensor) -> TokenSelection:
-        """score: (B, T), larger = more worth executing. Returns the executed tokens."""
+    def select(self, score: Tensor, features: Tensor | None = None) -> TokenSelection:
+        """score: (B, T), larger = more worth executing; `features` (B, T, d): the router's input, read by
+        the predictor (mod_routing="predictor" only). Returns the executed tokens."""
         score = score.detach()
-        if self.routing == "topk":
+        self.aux_loss = None
+        if self.predictor is not None:
+            if features is None:
+                raise ValueError("mod_routing='predictor': select() needs the router's input features")
+            logits = self.predictor(features.detach()).squeeze(-1)  # (B, T)
+            keep = self._topk_mask(score) if self.training else logits > 0
+            if self.training:
+                self.aux_loss = F.binary_cross_entropy_with_logits(logits.float(), keep.float())
+        elif self.routing == "topk":
             keep = self._topk_mask(score)
         else:
             keep = score > (self.threshold if self.training else self.eval_threshold)  # carried in
@@ -163,7 +189,7 @@ class LinearRouter(DepthRouter):
     """
 
     def __init__(self, d_model: int, rate: float, routing: str = "causal_threshold"):
-        super().__init__(rate, routing)
+        super().__init__(rate, routing, d_model)
         self.scorer = nn.Linear(d_model, 1, bias=False)
 
     def score(self, h: Tensor) -> Tensor:

@@ -65,3 +65,15 @@ def test_block_routing_is_causal(family, train_mode):
     model = warmed_model(cfg)
     for t in (0, 5, cfg.seq_len - 2):
         assert _max_leak(model, cfg, t, train_mode) < ROUNDING
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("granularity", ["sublayer", "block"])
+def test_predictor_routing_is_causal_at_evaluation_only(family, granularity):
+    """The MoD paper's auxiliary predictor decides at evaluation (causal); training keeps each sequence's top-k."""
+    cfg = small_cfg(residual=family, mod_rate=0.5, mod_routing="predictor", mod_granularity=granularity)
+    assert not cfg.is_causal and cfg.eval_is_causal
+    model = warmed_model(cfg)
+    for t in (0, 5, cfg.seq_len - 2):
+        assert _max_leak(model, cfg, t, train_mode=False) < ROUNDING
+    assert max(_max_leak(model, cfg, t, True) for t in (4, 8, 11)) > 1000 * ROUNDING

@@ -25,6 +25,8 @@ MOD = [
     {"mod_rate": 0.4, "mod_routing": "topk"},
     {"mod_rate": 0.5, "mod_every": 1, "mod_granularity": "block"},
     {"mod_rate": 0.875, "mod_every": 2, "mod_granularity": "block"},
+    {"mod_rate": 0.5, "mod_every": 1, "mod_routing": "predictor"},
+    {"mod_rate": 0.875, "mod_every": 2, "mod_granularity": "block", "mod_routing": "predictor"},
 ]
 
 

@@ -190,3 +190,31 @@ def test_block_routing_equals_the_dense_block_on_the_kept_tokens(family):
         idx = tokens(cfg)
         with torch.no_grad():
             torch.testing.assert_close(routed(idx), dense(idx), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_predictor_learns_the_top_k_decisions_and_its_loss_reaches_only_the_predictor(family):
+    cfg = small_cfg(residual=family, mod_rate=0.5, mod_every=1, seq_len=32, mod_routing="predictor")
+    model = build_model(cfg).train()
+    predictors = {n for n, _ in model.named_parameters() if ".predictor." in n}
+    assert predictors
+    model(tokens(cfg, batch=8))
+    aux = model.auxiliary_loss()
+    params = dict(model.named_parameters())
+    grads = torch.autograd.grad(aux, list(params.values()), allow_unused=True)
+    touched = {n for (n, _), g in zip(params.items(), grads, strict=True) if g is not None and g.abs().sum() > 0}
+    assert touched and touched <= predictors  # stop-gradient inputs: nothing else learns from it
+    first = float(aux.detach())
+    opt = torch.optim.Adam([params[n] for n in sorted(predictors)], lr=1e-2)
+    for i in range(150):
+        model(tokens(cfg, batch=8, seed=i))
+        opt.zero_grad()
+        model.auxiliary_loss().backward()
+        opt.step()
+    assert float(model.auxiliary_loss().detach()) < 0.7 * first
+    model.eval()
+    with torch.no_grad():
+        model(tokens(cfg, batch=16, seed=999))
+    assert model.auxiliary_loss() is None  # evaluation: the predictor decides, nothing to learn
+    for router in model.routers().values():
+        assert abs(float(router.last_skip_rate) - 0.5) < 0.2

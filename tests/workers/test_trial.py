@@ -54,3 +54,38 @@ def test_a_crash_is_recorded_with_its_reason(corpus):
     result = run_trial(cfg, 1e12, corpus, run=RUN)
     assert result.status == "failed" and result.val_loss == math.inf
     assert "vocab_size=64" in result.failure_reason and "\n" not in result.failure_reason
+
+
+@pytest.mark.parametrize("family", ["cascaded", "nag"])
+def test_a_predictor_routed_trial_trains_its_predictor_and_evaluates_causally(corpus, family):
+    """mod_routing="predictor": the trainer adds the predictors' cross-entropy, so the evaluation (decided by the
+    predictor) skips near the target rate; the training FLOPs count the predictor on every token."""
+    cfg = flavour(
+        "debug", vocab_size=256, seq_len=32, residual=family, mod_rate=0.5, mod_routing="predictor", n_layers=2
+    )
+    result = run_trial(cfg, 4e9, corpus, seed=0, run=RUN, width_probe=False)
+    assert result.status == "completed", result.failure_reason
+    assert math.isfinite(result.val_loss) and result.val_loss < math.log(256)
+    skip = result.diagnostics["skip_rate"]  # recorded in evaluation mode: the predictor's decisions
+    assert skip and all(0.2 < rate < 0.8 for rate in skip.values())
+
+
+@pytest.mark.parametrize("with_aux", [True, False])
+def test_the_train_step_adds_the_predictors_loss(corpus, with_aux):
+    """Only the predictors' cross-entropy moves the predictors (the LM loss cannot reach them)."""
+    import torch
+
+    from search_spaces.residual_lm import build_model
+    from workers.train import TrainState, _train_step, build_optimizer
+
+    cfg = flavour("debug", vocab_size=256, seq_len=32, mod_rate=0.5, mod_routing="predictor")
+    model = build_model(cfg).train()
+    if not with_aux:
+        model.auxiliary_loss = lambda: None  # the trainer as it was: LM loss only
+    optim = OptimConfig()
+    opt = build_optimizer(model, optim)
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if ".predictor." in n}
+    batch = (corpus.train[:64].long().view(2, 32), corpus.train[1:65].long().view(2, 32))
+    _train_step(model, opt, batch, 1e-2, optim, "fp32", torch.device("cpu"), TrainState())
+    moved = [n for n, p in model.named_parameters() if n in before and not torch.equal(p, before[n])]
+    assert bool(moved) == with_aux
