@@ -311,10 +311,16 @@ def training_step(cfg: ArchConfig, batch: int, device: torch.device, backend_nam
     return step
 
 
-def time_families(shapes: Shapes, device: torch.device, backends: list[str]) -> dict:
-    """Median step time of every (family, MoD rate, backend), interleaved round by round."""
+def time_families(
+    shapes: Shapes, device: torch.device, backends: list[str], variants: dict[str, dict] = FAMILY_VARIANTS
+) -> dict:
+    """Median step time of every (variant, backend), interleaved round by round.
+
+    `variants` maps a name to ArchConfig knobs beside `shapes.model` (default: each family at MoD 0
+    and 0.25); rows are keyed `name/backend`.
+    """
     steps, rows = {}, {}
-    for name, knobs in FAMILY_VARIANTS.items():
+    for name, knobs in variants.items():
         cfg = ArchConfig(**shapes.model, **knobs)
         for backend_name in backends:
             key = f"{name}/{backend_name}"
@@ -384,6 +390,38 @@ def reference_overhead(ops: dict, rows: dict, shapes: Shapes) -> dict:
     }
 
 
+def paths_and_backends(device: torch.device, reference_only: bool = False) -> tuple[list[str], list[str]]:
+    """The op paths (triton, compile) and step backends (triton, reference) this device can run."""
+    triton_runs = not reference_only and (device.type == "cuda" or interpreting())
+    paths = (["triton"] if triton_runs else []) + (["compile"] if device.type == "cuda" else [])
+    backends = (["triton"] if triton_runs else []) + ["reference"]
+    return paths, backends
+
+
+def time_ops(
+    shapes: Shapes,
+    dtypes: list[torch.dtype],
+    device: torch.device,
+    paths: list[str],
+    peak: float | None,
+    copy_peak: float | None,
+) -> dict:
+    """`time_op` of every op case and dtype, keyed `op/fp32` or `op/bf16`."""
+    cases = {
+        "nag_epilogue": nag_case,
+        "add_rmsnorm": add_rmsnorm_case,
+        "rmsnorm": rmsnorm_case,
+        **{f"ancre_mix_j{j}": ancre_case(j) for j in shapes.ancre_states},
+    }
+    return {
+        f"{name}/{str(dt).removeprefix('torch.').replace('float32', 'fp32').replace('bfloat16', 'bf16')}": time_op(
+            name, case, shapes, dt, device, paths, peak, copy_peak
+        )
+        for name, case in cases.items()
+        for dt in dtypes
+    }
+
+
 def verdicts(ops: dict, ratios: dict) -> dict:
     met = {}
     for key, row in ops.items():
@@ -431,25 +469,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     device = torch.device(args.device)
     shapes = SMOKE if args.smoke else FULL if device.type == "cuda" else CPU
-    triton_runs = not args.reference_only and (device.type == "cuda" or interpreting())
-    paths = (["triton"] if triton_runs else []) + (["compile"] if device.type == "cuda" else [])
-    backends = (["triton"] if triton_runs else []) + ["reference"]
+    paths, backends = paths_and_backends(device, args.reference_only)
     dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" or args.smoke else [])
     peak, copy_peak = spec_bandwidth(device), measured_copy_bandwidth(device)
-
-    cases = {
-        "nag_epilogue": nag_case,
-        "add_rmsnorm": add_rmsnorm_case,
-        "rmsnorm": rmsnorm_case,
-        **{f"ancre_mix_j{j}": ancre_case(j) for j in shapes.ancre_states},
-    }
-    ops = {
-        f"{name}/{str(dt).removeprefix('torch.').replace('float32', 'fp32').replace('bfloat16', 'bf16')}": time_op(
-            name, case, shapes, dt, device, paths, peak, copy_peak
-        )
-        for name, case in cases.items()
-        for dt in dtypes
-    }
+    ops = time_ops(shapes, dtypes, device, paths, peak, copy_peak)
     families = time_families(shapes, device, backends)
     ratios = step_ratios(families, backends)
     result = {
