@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,13 @@ ladder-efficiency: $(STAMP)
 # equal training compute, every family, two seeds (issue 13)
 mod-published: $(STAMP)
 	$(PY) benchmarks/mod_published.py --out benchmarks/results/mod_published.json
+
+# Every GPU question in one prepared session (issue 14): run `bash benchmarks/gpu_session.sh` on a lent GPU
+gpu-session-smoke: $(STAMP)
+	TRITON_INTERPRET=1 OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_session.py --smoke --out /tmp/gpu_session_smoke.json
+
+gpu-session-prepare: $(STAMP)
+	PYTHON=$(PY) bash benchmarks/gpu_session.sh prepare
 
 search-efficiency: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json
