@@ -12,7 +12,11 @@ tokens), with the same optimiser settings and held-out set, for two seeds:
 - sublayer 0.25: attention and MLP each skip 25% of tokens on every other block (the routing this
   project had by default before block routing; `mod_granularity="sublayer"`);
 - block 0.875: the MoD paper's best setting (Raposo et al. 2024, arXiv 2404.02258): whole blocks
-  routed at 12.5% capacity on every other block (`mod_granularity="block"`, `mod_every=2`).
+  routed at 12.5% capacity on every other block (`mod_granularity="block"`, `mod_every=2`), decided
+  causally by a threshold carried in from earlier batches (this project's rule);
+- block 0.875 predictor: the same, decided as the paper does: top-k per sequence in training and
+  its auxiliary causal predictor at evaluation (`mod_routing="predictor"`). Beside the threshold
+  rule it answers "which causal decision": realised skip rate at evaluation and loss.
 
 Reported per run: validation loss, tokens trained, executed FLOPs per token, the realised skip rate of
 the routers (last evaluation) and wall time; per setting: the mean loss and its gap to dense, against
@@ -37,6 +41,7 @@ SETTINGS = {
     "dense": dict(mod_rate=0.0),
     "sublayer_0.25": dict(mod_rate=0.25, mod_every=2, mod_granularity="sublayer"),
     "block_0.875": dict(mod_rate=0.875, mod_every=2, mod_granularity="block"),
+    "block_0.875_predictor": dict(mod_rate=0.875, mod_every=2, mod_granularity="block", mod_routing="predictor"),
 }
 SEEDS = (0, 1)
 
@@ -93,7 +98,11 @@ def summarise(rows: list[dict]) -> dict:
             verdict = "dense wins: the paper's setting loses at this scale and budget"
         else:
             verdict = "no clear winner: the paper's setting is within twice the seed noise of dense or the old default"
+        threshold_vs_predictor = {
+            "val_loss": {"threshold": mean["block_0.875"], "predictor": mean["block_0.875_predictor"]},
+        }
         out[family] = {
+            "causal_decision": threshold_vs_predictor,
             "mean_val_loss": mean,
             "gap_to_dense": gap,
             "seed_noise": noise,
@@ -113,10 +122,10 @@ def plot(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.25
+    width = 0.2
     for k, setting in enumerate(SETTINGS):
         gaps = [summary[f]["gap_to_dense"][setting] if f in summary else math.nan for f in FAMILIES]
-        ax.bar([i + (k - 1) * width for i in range(len(FAMILIES))], gaps, width, label=setting)
+        ax.bar([i + (k - 1.5) * width for i in range(len(FAMILIES))], gaps, width, label=setting)
     for i, f in enumerate(FAMILIES):
         noise = (summary.get(f) or {}).get("seed_noise")
         if noise:

@@ -130,11 +130,12 @@ def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
         timeout=600,
     )
     result = json.loads(out.read_text())
-    assert len(result["runs"]) == 3 * 3 * 2 and out.with_suffix(".png").stat().st_size > 10_000
+    assert len(result["runs"]) == 3 * 4 * 2 and out.with_suffix(".png").stat().st_size > 10_000
     assert set(result["summary"]) == {"cascaded", "nag", "ancre"}
     for s in result["summary"].values():
         assert s["gap_to_dense"]["dense"] == 0.0 and s["verdict"]
         assert s["realised_skip_rate"]["dense"] == 0.0 < s["realised_skip_rate"]["block_0.875"]
+        assert set(s["causal_decision"]["val_loss"]) == {"threshold", "predictor"}
     runs = {(r["family"], r["setting"]): r for r in result["runs"] if r["seed"] == 0}
     for family in ("cascaded", "nag", "ancre"):  # iso-FLOP: fewer executed FLOPs per token buy more tokens
         dense, paper = runs[(family, "dense")], runs[(family, "block_0.875")]
