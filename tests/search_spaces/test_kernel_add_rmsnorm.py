@@ -188,3 +188,69 @@ def test_kernels_compile_for_sm90_with_vector_loads(tmp_path):
         name, has_cubin, vector_loads, loads = line.split()
         assert has_cubin == "True", name
         assert int(vector_loads) == int(loads) > 0, f"{name}: {vector_loads} of {loads} global loads are vectorised"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("with_delta", [True, False])
+@pytest.mark.parametrize("use", ["both", "h_only", "z_only"])
+def test_the_eager_path_equals_autograd_through_the_reference(dtype, with_delta, use):
+    """The reference backend's written-out backward: identical forward values, the same gradients as
+    autograd through `add_rmsnorm_reference`, whichever outputs the loss uses (the previous path)."""
+    if use == "z_only" and not with_delta:
+        pytest.skip("without delta, z is x itself")
+    x, delta, weight = inputs((3, 5), 40, dtype, with_delta, device="cpu")
+    ref_inputs = [t.detach().clone().requires_grad_(True) if t is not None else None for t in (x, delta, weight)]
+    with use_backend("reference"):
+        z, h = add_rmsnorm(x, delta, weight, EPS)
+    z_ref, h_ref = add_rmsnorm_reference(*ref_inputs, EPS)
+    assert torch.equal(z, z_ref) and torch.equal(h, h_ref) and h.dtype == h_ref.dtype
+    gen = torch.Generator().manual_seed(1)
+    gz, gh = (torch.randn(z.shape, generator=gen).to(dtype) for _ in range(2))
+
+    def loss(z, h):
+        return {"both": (z * gz).sum() + (h * gh).sum(), "h_only": (h * gh).sum(), "z_only": (z * gz).sum()}[use]
+
+    loss(z, h).backward()
+    loss(z_ref, h_ref).backward()
+    tol = dict(rtol=2e-2, atol=2e-2) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-6)
+    for mine, theirs in zip((x, delta, weight), ref_inputs, strict=True):
+        if mine is None:
+            continue
+        if theirs.grad is None:
+            assert mine.grad is None or not mine.grad.any()
+            continue
+        assert mine.grad.dtype == theirs.grad.dtype
+        torch.testing.assert_close(mine.grad, theirs.grad, **tol)
+
+
+@pytest.mark.parametrize("family", ["cascaded", "ancre"])
+def test_models_train_as_on_the_previous_path(family, monkeypatch):
+    """A whole model's loss is identical and its gradients equal to autograd through the reference."""
+    from helpers import small_cfg, tokens
+    from search_spaces.residual_lm import build_model
+    from search_spaces.residual_lm.ops import add_rmsnorm as module
+
+    cfg = small_cfg(residual=family, mod_rate=0.25)
+    idx = tokens(cfg)
+
+    def loss_and_grads(model):
+        with use_backend("reference"):
+            loss = model(idx).logsumexp(-1).mean()
+        loss.backward()
+        return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    previous = build_model(cfg)
+    previous.load_state_dict(model.state_dict())
+    loss, grads = loss_and_grads(model)
+
+    def through_reference(x, delta, weight, eps):
+        z, h = add_rmsnorm_reference(x, delta, weight, eps)
+        return h if delta is None else (z, h)
+
+    monkeypatch.setattr(module._AddRMSNormEager, "apply", through_reference)
+    previous_loss, previous_grads = loss_and_grads(previous)
+    assert torch.equal(loss, previous_loss) and grads.keys() == previous_grads.keys()
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, previous_grads[name], rtol=1e-4, atol=1e-6, msg=name)
