@@ -2,7 +2,9 @@
 
 One run measures, side by side and interleaved (so machine noise hits every model alike):
 - the machine's fp32 matmul peak (best GFLOP/s of square torch.mm over a few sizes);
-- step time (forward + backward + AdamW) of the reference GPT and of each residual_lm variant
+- step time (forward + backward + AdamW) of the reference GPT (nanoGPT's architecture), of a plain
+  LLaMA-style reference with `cascaded`'s architecture (RMSNorm, RoPE, SwiGLU; tells implementation
+  overhead from architecture cost) and of each residual_lm variant
   at d_model 128, 4 layers, 4 heads, seq 128, batch 16, byte vocabulary;
 - tokens/s, ratio to the reference, step-time ratios (NAG and ANCRe vs cascaded, MoD at 0.25 vs
   dense per family, routed per sublayer and per block, and cascaded at MoD rates 0.125-0.875 beside
@@ -33,6 +35,7 @@ from search_spaces.residual_lm import (
     build_model,
     training_flops,
 )
+from search_spaces.residual_lm.common import apply_rope, rope_frequencies
 
 log = logging.getLogger("cpu_throughput")
 
@@ -105,6 +108,47 @@ class ReferenceGPT(nn.Module):
         d = self.wte.weight.shape[1]
         weights = sum(p.numel() for n, p in self.named_parameters() if p.dim() == 2 and not n.startswith("wpe"))
         return 2 * weights + len(self.blocks) * 4 * d * (seq_len + 1) / 2
+
+
+class ReferenceLlama(nn.Module):
+    """The same architecture as `cascaded`, written plainly: RMSNorm (torch's), RoPE, SwiGLU, untied head,
+    no routers, no dispatch, no custom autograd. Beside it, `cascaded`'s step time is implementation
+    overhead; beside nanoGPT's, this one's is the cost of the architecture."""
+
+    def __init__(self, cfg: ArchConfig):
+        super().__init__()
+        d, h = cfg.d_model, cfg.mlp_hidden
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.emb = nn.Embedding(cfg.vocab_size, d)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(
+                dict(
+                    n1=nn.RMSNorm(d, eps=1e-6),
+                    qkv=nn.Linear(d, 3 * d, bias=False),
+                    o=nn.Linear(d, d, bias=False),
+                    n2=nn.RMSNorm(d, eps=1e-6),
+                    w_in=nn.Linear(d, 2 * h, bias=False),
+                    w_out=nn.Linear(h, d, bias=False),
+                )
+            )
+            for _ in range(cfg.n_layers)
+        )
+        self.norm = nn.RMSNorm(d, eps=1e-6)
+        self.head = nn.Linear(d, cfg.vocab_size, bias=False)
+        self.register_buffer("freqs", rope_frequencies(cfg.seq_len, cfg.head_dim), persistent=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        B, T = idx.shape
+        x = self.emb(idx)
+        freqs = self.freqs[:T, None]
+        for b in self.blocks:
+            q, k, v = b["qkv"](b["n1"](x)).view(B, T, 3, self.n_heads, self.head_dim).unbind(2)
+            q, k = apply_rope(q, freqs).transpose(1, 2), apply_rope(k, freqs).transpose(1, 2)
+            y = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True)
+            x = x + b["o"](y.transpose(1, 2).reshape(B, T, -1))
+            gate, up = b["w_in"](b["n2"](x)).chunk(2, dim=-1)
+            x = x + b["w_out"](F.silu(gate) * up)
+        return self.head(self.norm(x))
 
 
 def matmul_peak_gflops(sizes=(512, 1024, 2048), repeats: int = 5) -> dict:
@@ -187,6 +231,8 @@ def build_models() -> tuple[dict, dict]:
         ref,
         (TRAINING_FLOPS_PER_FORWARD_FLOP * ref.forward_flops_per_token(SIZE["seq_len"])),
     )
+    plain = ArchConfig(**SIZE)
+    models["reference_llama"], train_flops["reference_llama"] = ReferenceLlama(plain), training_flops(plain, 1)
     for name, knobs in VARIANTS.items():
         cfg = ArchConfig(**SIZE, **knobs)
         models[name], train_flops[name] = build_model(cfg).train(), training_flops(cfg, 1)
@@ -211,6 +257,8 @@ def summarise(times: dict, train_flops: dict, models: dict, peak: float) -> dict
     step = {n: r["median_step_s"] for n, r in rows.items()}
     ratios = {
         "cascaded_vs_reference_tokens_per_s": step["reference_gpt"] / step["cascaded"],
+        "cascaded_vs_reference_llama_tokens_per_s": step["reference_llama"] / step["cascaded"],
+        "reference_llama_vs_reference_gpt_tokens_per_s": step["reference_gpt"] / step["reference_llama"],
         "nag_vs_cascaded_step_time": step["nag"] / step["cascaded"],
         "ancre_vs_cascaded_step_time": step["ancre"] / step["cascaded"],
         **{

@@ -19,7 +19,9 @@ def test_cpu_throughput_writes_its_json(tmp_path):
     out = tmp_path / "cpu.json"
     _run("benchmarks/cpu_throughput.py", "--rounds", "1", "--per-round", "1", "--warmup", "0", "--out", str(out))
     result = json.loads(out.read_text())
-    assert {"reference_gpt", "cascaded", "nag", "ancre", "nag_mod0.25"} <= set(result["models"])
+    assert {"reference_gpt", "reference_llama", "cascaded", "nag", "ancre", "nag_mod0.25_block"} <= set(
+        result["models"]
+    )
     assert result["matmul_peak"]["gflops"] > 0 and result["machine"]["cpu"]
     for row in result["models"].values():
         assert row["tokens_per_s"] > 0 and 0 < row["share_of_peak"] < 1.5
