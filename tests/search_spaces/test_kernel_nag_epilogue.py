@@ -13,7 +13,6 @@ from search_spaces.residual_lm.ops import backend, use_backend
 from search_spaces.residual_lm.ops.nag_epilogue import (
     nag_epilogue,
     nag_epilogue_bytes,
-    nag_epilogue_eager,
     nag_epilogue_reference,
 )
 
@@ -98,26 +97,6 @@ CASES = [  # (rows, d, C): not a power of two, a power of two, one row, d = 1, s
     pytest.param(8, 1, 2, id="d1"),
     pytest.param(37, 96, 8, id="two-programs"),
 ]
-
-
-@pytest.mark.parametrize("n, d, c", CASES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_the_eager_path_equals_autograd_through_the_reference(n, d, c, dtype):
-    """The CPU path (the rotation's backward written out): identical forward values, the same 7 gradients."""
-    inputs = [x.detach().cpu().to(dtype).requires_grad_() for x in epilogue_inputs(n, d, c)]
-    upstream = (torch.randn(n, d, dtype=dtype), torch.randn(n, dtype=dtype))
-    expected = outputs_and_grads(nag_epilogue_reference, inputs, upstream)
-    actual = outputs_and_grads(nag_epilogue_eager, inputs, upstream)
-    assert torch.equal(actual[0], expected[0]) and torch.equal(actual[1], expected[1])
-    for name, a, e in zip(NAMES[2:], actual[2:], expected[2:], strict=True):
-        assert a.dtype == e.dtype, name
-        assert_close_scaled(a, e, 1e-5 if dtype == torch.float32 else 1e-10, name)
-
-
-def test_the_eager_path_gradcheck_float64():
-    u, f, s, pre, w, beta, alpha = (x.detach().cpu().double() for x in epilogue_inputs(4, 6, 3))
-    inputs = [x.requires_grad_() for x in (u, f, s, pre, w, beta, alpha)]
-    assert torch.autograd.gradcheck(nag_epilogue_eager, inputs, eps=1e-6, atol=1e-7)
 
 
 @needs_triton
@@ -260,31 +239,3 @@ def test_kernels_compile_for_sm90(tmp_path):
     for name in ("forward", "backward"):
         has_cubin, vector_loads = lines[name].split()
         assert has_cubin == "True" and int(vector_loads) > 0, (name, lines[name])
-
-
-@pytest.mark.parametrize("mod_rate", [0.0, 0.5])
-def test_a_nag_model_trains_as_on_the_previous_path(mod_rate, monkeypatch):
-    """Whole-model loss identical and gradients equal to autograd through the reference (the previous path)."""
-    from helpers import small_cfg, tokens
-    from search_spaces.residual_lm import build_model
-    from search_spaces.residual_lm.ops import nag_epilogue as module
-
-    cfg = small_cfg(residual="nag", mod_rate=mod_rate)
-    idx = tokens(cfg)
-
-    def loss_and_grads(model):
-        with use_backend("reference"):
-            loss = model(idx).logsumexp(-1).mean()
-        loss.backward()
-        return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-
-    torch.manual_seed(0)
-    model = build_model(cfg)
-    previous = build_model(cfg)
-    previous.load_state_dict(model.state_dict())
-    loss, grads = loss_and_grads(model)
-    monkeypatch.setattr(module, "nag_epilogue_eager", nag_epilogue_reference)
-    previous_loss, previous_grads = loss_and_grads(previous)
-    assert torch.equal(loss, previous_loss) and grads.keys() == previous_grads.keys()
-    for name, grad in grads.items():
-        assert_close_scaled(grad, previous_grads[name], 1e-4, name)

@@ -48,7 +48,7 @@ def add_rmsnorm_reference(x: Tensor, delta: Tensor | None, weight: Tensor, eps: 
 def add_rmsnorm(x: Tensor, delta: Tensor | None, weight: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
     """(z, h) for x, delta (..., d) and weight (d,): the Triton kernels where `backend` says so, else
     `_AddRMSNormEager` (PyTorch ops with the backward written out: the same values as autograd through
-    `add_rmsnorm_reference`, in a third fewer ops' time on CPU).
+    `add_rmsnorm_reference`; forward + backward 0.97 ms against 1.36 at (2048, 128) on 2 CPU threads).
 
     With delta None, z is x itself (no copy) and only h is computed.
     """
