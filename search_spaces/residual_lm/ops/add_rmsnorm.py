@@ -125,19 +125,17 @@ class _AddRMSNorm(torch.autograd.Function):
                 **cfg,
             )
         ctx.save_for_backward(z, weight)
-        ctx.eps, ctx.has_delta = eps, has_delta
-        ctx.input_dtypes = (x.dtype, delta.dtype if has_delta else None)
-        ctx.set_materialize_grads(False)
+        ctx.eps = eps
+        _remember_inputs(ctx, x, delta)
         return (z, h) if has_delta else h
 
     @staticmethod
     def backward(ctx, *grads):
-        grad_z, grad_h = grads if ctx.has_delta else (None, grads[0])
+        grad_z, grad_h = _split_grads(ctx, grads)
         z, weight = ctx.saved_tensors
         n, d = z.shape
-        if grad_h is None:  # h unused: z's gradient passes straight through
-            grad_total = grad_z if grad_z is not None else torch.zeros_like(z)
-            return (*_input_grads(ctx, grad_total), torch.zeros_like(weight), None)
+        if grad_h is None:
+            return _h_unused(ctx, grad_z, z, weight)
         grad_total = torch.empty_like(z)
         cfg = _launch(d)
         programs = _backward_programs(z.device, triton.cdiv(n, cfg["BLOCK_M"]))
@@ -177,18 +175,15 @@ class _AddRMSNormEager(torch.autograd.Function):
         n = zc * r
         h = (n * weight.to(compute)).to(z.dtype)
         ctx.save_for_backward(n, r, weight)
-        ctx.has_delta = has_delta
-        ctx.input_dtypes = (x.dtype, delta.dtype if has_delta else None)
-        ctx.set_materialize_grads(False)
+        _remember_inputs(ctx, x, delta)
         return (z, h) if has_delta else h
 
     @staticmethod
     def backward(ctx, *grads):
-        grad_z, grad_h = grads if ctx.has_delta else (None, grads[0])
+        grad_z, grad_h = _split_grads(ctx, grads)
         n, r, weight = ctx.saved_tensors
-        if grad_h is None:  # h unused: z's gradient passes straight through
-            grad_total = grad_z if grad_z is not None else torch.zeros_like(n)
-            return (*_input_grads(ctx, grad_total), torch.zeros_like(weight), None)
+        if grad_h is None:
+            return _h_unused(ctx, grad_z, n, weight)
         gh = grad_h.to(n.dtype)
         gn = gh * weight.to(n.dtype)
         grad_total = r * (gn - n * (gn * n).mean(-1, keepdim=True))
@@ -196,6 +191,24 @@ class _AddRMSNormEager(torch.autograd.Function):
             grad_total = grad_total + grad_z
         grad_w = (gh * n).reshape(-1, n.shape[-1]).sum(0).to(weight.dtype)
         return (*_input_grads(ctx, grad_total), grad_w, None)
+
+
+def _remember_inputs(ctx, x: Tensor, delta: Tensor | None) -> None:
+    """What both Functions' backward needs of the inputs: whether delta came, and the grads' dtypes."""
+    ctx.has_delta = delta is not None
+    ctx.input_dtypes = (x.dtype, None if delta is None else delta.dtype)
+    ctx.set_materialize_grads(False)
+
+
+def _split_grads(ctx, grads: tuple) -> tuple[Tensor | None, Tensor | None]:
+    """(dz, dh): z is an output only when delta came."""
+    return grads if ctx.has_delta else (None, grads[0])
+
+
+def _h_unused(ctx, grad_z: Tensor | None, like: Tensor, weight: Tensor) -> tuple:
+    """h took no gradient: z's passes straight through to x and delta, none reaches the weight."""
+    grad_total = grad_z if grad_z is not None else torch.zeros_like(like)
+    return (*_input_grads(ctx, grad_total), torch.zeros_like(weight), None)
 
 
 def _input_grads(ctx, grad_total: Tensor) -> tuple[Tensor, Tensor | None]:
