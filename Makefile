@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published small-configs compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,13 @@ gpu-session-smoke: $(STAMP)
 
 gpu-session-prepare: $(STAMP)
 	PYTHON=$(PY) bash benchmarks/gpu_session.sh prepare
+
+# CPU throughput across the space's sizes, and torch.compile's saving against its compile time (issue 14)
+small-configs: $(STAMP)
+	$(PY) benchmarks/small_configs.py --out benchmarks/results/small_configs.json
+
+compile-cpu: $(STAMP)
+	$(PY) benchmarks/compile_cpu.py --out benchmarks/results/compile_cpu.json
 
 search-efficiency: $(STAMP)
 	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json

@@ -154,3 +154,13 @@ def test_small_configs_table_times_both_paths(tmp_path):
         for path in ("previous", "current"):
             assert row[path]["tokens_per_s"] > 0 and 0 < row[path]["share_of_peak"] < 1.5
         assert row["speedup"] > 0
+
+
+def test_compile_benchmark_reports_its_break_even(tmp_path):
+    out = tmp_path / "compile.json"
+    _run("benchmarks/compile_cpu.py", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
+    result = json.loads(out.read_text())
+    (row,) = result["families"].values()
+    assert row["compile_s"] > 0 and row["eager_step_s"] > 0 and row["compiled_step_s"] > 0
+    assert row["compiled_vs_eager"] == pytest.approx(row["compiled_step_s"] / row["eager_step_s"])
+    assert result["verdict"]
