@@ -27,27 +27,12 @@ from pathlib import Path
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="resnas-inductor-")
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from cpu_throughput import machine_info  # noqa: E402
+from cpu_throughput import BATCH, machine_info, make_step  # noqa: E402
 from search_spaces.residual_lm import ArchConfig, build_model, flavour  # noqa: E402
 
 FAMILIES = ("cascaded", "nag", "ancre")
-BATCH = 16
 PROXY_STEPS = 200  # a default proxy trial at the bench size (2e12 training FLOPs)
-
-
-def make_step(model: torch.nn.Module, cfg: ArchConfig):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batch = torch.randint(0, cfg.vocab_size, (BATCH, cfg.seq_len + 1), generator=torch.Generator().manual_seed(0))
-
-    def step() -> None:
-        loss = F.cross_entropy(model(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
 
 
 def measure(cfg: ArchConfig, rounds: int, per_round: int) -> dict:
@@ -55,7 +40,7 @@ def measure(cfg: ArchConfig, rounds: int, per_round: int) -> dict:
     eager_model = build_model(cfg).train()
     compiled_model = build_model(cfg).train()
     compiled_model.load_state_dict(eager_model.state_dict())
-    eager, compiled = make_step(eager_model, cfg), make_step(torch.compile(compiled_model), cfg)
+    eager, compiled = make_step(eager_model), make_step(torch.compile(compiled_model))
     start = time.perf_counter()
     compiled()
     compile_s = time.perf_counter() - start
@@ -83,12 +68,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compile_cpu.json"))
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--per-round", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="the debug flavour, one family: every path, no meaning")
+    parser.add_argument("--smoke", action="store_true", help="1 layer at d 32, one family: every path, no meaning")
     args = parser.parse_args()
     torch.set_num_threads(2)
     families = FAMILIES[:1] if args.smoke else FAMILIES
-    size = "debug" if args.smoke else "bench"
-    rows = {fam: measure(flavour(size, residual=fam), args.rounds, args.per_round) for fam in families}
+    size = dict(n_layers=1, d_model=32, n_heads=2) if args.smoke else {}  # cpu_throughput's batch: bench's seq, vocab
+    rows = {fam: measure(flavour("bench", residual=fam, **size), args.rounds, args.per_round) for fam in families}
     pays = [
         fam for fam, r in rows.items() if r["break_even_steps"] is not None and r["break_even_steps"] < PROXY_STEPS / 4
     ]
@@ -97,7 +82,13 @@ def main() -> None:
         if pays
         else f"not taken for proxy trials: none breaks even within a quarter of a proxy trial ({PROXY_STEPS} steps)"
     )
-    result = {"machine": machine_info(), "size": size, "batch": BATCH, "families": rows, "verdict": verdict}
+    result = {
+        "machine": machine_info(),
+        "size": flavour("bench", **size).model_dump(),
+        "batch": BATCH,
+        "families": rows,
+        "verdict": verdict,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["families"], indent=2), "\n", verdict)

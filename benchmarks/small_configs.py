@@ -30,16 +30,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from cpu_throughput import machine_info, matmul_peak_gflops
+from cpu_throughput import BATCH, SIZE, machine_info, make_step, matmul_peak_gflops
 from search_spaces.residual_lm import ArchConfig, build_model, training_flops
 from search_spaces.residual_lm.ops import add_rmsnorm as add_rmsnorm_module
 
 SIZES = [(2, 64), (4, 64), (2, 128), (4, 128), (4, 192), (8, 192)]  # (n_layers, d_model)
 FAMILIES = ("cascaded", "nag")
-FIXED = dict(vocab_size=256, seq_len=128, n_heads=2)
-BATCH = 16
+FIXED = dict(vocab_size=SIZE["vocab_size"], seq_len=SIZE["seq_len"], n_heads=2)  # cpu_throughput's step and batch
 
 
 @contextlib.contextmanager
@@ -58,22 +56,6 @@ def previous_path() -> Iterator[None]:
         add_rmsnorm_module._AddRMSNormEager.apply = eager_apply  # type: ignore[method-assign]
 
 
-def make_step(cfg: ArchConfig):
-    torch.manual_seed(0)
-    model = build_model(cfg).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batch = torch.randint(0, cfg.vocab_size, (BATCH, cfg.seq_len + 1), generator=torch.Generator().manual_seed(0))
-
-    def step() -> None:
-        logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
-
-
 def measure(rounds: int, per_round: int) -> dict:
     torch.set_num_threads(2)
     peak = matmul_peak_gflops()["gflops"]
@@ -81,7 +63,8 @@ def measure(rounds: int, per_round: int) -> dict:
     for family in FAMILIES:
         for n_layers, d in SIZES:
             cfg = ArchConfig(**FIXED, residual=family, n_layers=n_layers, d_model=d)
-            cases[f"{family}_L{n_layers}_d{d}"] = (cfg, make_step(cfg))
+            torch.manual_seed(0)
+            cases[f"{family}_L{n_layers}_d{d}"] = (cfg, make_step(build_model(cfg).train()))
     times: dict[tuple[str, str], list[float]] = {(name, p): [] for name in cases for p in ("previous", "current")}
     for _ in range(rounds + 1):  # the first round warms up and is dropped
         for name, (_, step) in cases.items():

@@ -52,6 +52,7 @@ are cached per (n_boot, seed), so ranking many trials costs one bootstrap per st
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -123,11 +124,12 @@ class _Data:
     loss: np.ndarray
     w: np.ndarray  # seeds averaged into each rung mean
 
-    @property
+    @functools.cached_property
     def point_trial(self) -> np.ndarray:
+        """(points,): the trial of each point (computed once: every bootstrap replicate reads it)."""
         return self.onehot.argmax(axis=1)
 
-    @property
+    @functools.cached_property
     def fit_mask(self) -> np.ndarray:
         return self.stage1_trials[self.point_trial]
 
@@ -176,11 +178,6 @@ class StudyFit:
     @property
     def trials(self) -> tuple[int, ...]:
         return tuple(sorted(self._trials))
-
-    @property
-    def E(self) -> float | None:
-        """The study's shared floor (None when nothing could be fitted)."""
-        return next(iter(self.groups.values())).E if self.groups else None
 
     def params(self, trial: int) -> tuple[float, float, float, str]:
         """(E, A, alpha, group) of L(C) = E + A * C^-alpha for `trial`, C in training FLOPs."""

@@ -71,12 +71,12 @@ class NagSublayer(nn.Module):
     def forward(self, u: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
         pre = self.gate.pre(u)  # (B, T, C): the gate's matmul; the rest of the gate is fused
         if self.router is None:
-            self._record(pre, None)
+            self.record(pre, None)
             return self.update(u, s, pre)
         sel = self.router.select(self.rotation(pre), u)
         u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))  # (N, d), (N,), (N, C)
         u_next, s_next = self.update(u_sel, s_sel, pre_sel, sel)
-        self._record(pre, pre_sel)
+        self.record(pre, pre_sel)
         return scatter_stream(u, s, sel, u_next, s_next)
 
     @torch.no_grad()
@@ -86,12 +86,10 @@ class NagSublayer(nn.Module):
 
     def update(self, u: Tensor, s: Tensor, pre: Tensor, sel: TokenSelection | None = None) -> tuple[Tensor, Tensor]:
         """(u', s') of the tokens given: all of them (B, T, ...), or the executed ones (N, ...) of `sel`."""
-        return nag_epilogue(
-            u, self.inner(u, sel) if sel is not None else self.inner(u), s, pre, *self.gate.shape_params(), self.alpha
-        )
+        return nag_epilogue(u, self.inner(u, sel), s, pre, *self.gate.shape_params(), self.alpha)
 
     @torch.no_grad()
-    def _record(self, pre: Tensor, pre_executed: Tensor | None) -> None:
+    def record(self, pre: Tensor, pre_executed: Tensor | None) -> None:
         """Mean gate over all tokens and mean rotation angle over the executed ones."""
         if self.recording:
             p, beta = self.gate.shape_params()
@@ -128,7 +126,7 @@ class NagBlock(nn.Module):
         pre = self.attn.gate.pre(u)
         sel = self.block_router.select(self.attn.rotation(pre), u)  # one decision for the block
         u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))
-        self.attn._record(pre, pre_sel)
+        self.attn.record(pre, pre_sel)
         u_sel, s_sel = self.mlp(*self.attn.update(u_sel, s_sel, pre_sel, sel))  # the MLP: dense on (N, d)
         return scatter_stream(u, s, sel, u_sel, s_sel)
 

@@ -57,9 +57,9 @@ def test_a_crash_is_recorded_with_its_reason(corpus):
 
 
 @pytest.mark.parametrize("family", ["cascaded", "nag"])
-def test_a_predictor_routed_trial_trains_its_predictor_and_evaluates_causally(corpus, family):
-    """mod_routing="predictor": the trainer adds the predictors' cross-entropy, so the evaluation (decided by the
-    predictor) skips near the target rate; the training FLOPs count the predictor on every token."""
+def test_a_predictor_routed_trial_completes_and_is_diagnosed_by_its_predictor(corpus, family):
+    """mod_routing="predictor" end to end: the trial learns, and its diagnostics (an evaluation-mode forward, where
+    the predictor decides) record a skip rate per router. That the trainer trains the predictor is the next test's."""
     cfg = flavour(
         "debug", vocab_size=256, seq_len=32, residual=family, mod_rate=0.5, mod_routing="predictor", n_layers=2
     )
