@@ -31,6 +31,7 @@ from search_spaces.residual_lm import (
     ResidualLM,
     build_model,
 )
+from search_spaces.residual_lm.parametrization import tensor_rules
 
 from .budget import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder, wsd_learning_rate
 from .data import TokenizedCorpus, TrainBatches, validation_batches
@@ -39,6 +40,7 @@ from .status import TrialStatus
 log = logging.getLogger(__name__)
 
 Precision = Literal["fp32", "bf16"]
+ADAM_EPS = 1e-8  # torch's default; scaled per tensor under `completep`
 
 
 class OptimConfig(BaseModel):
@@ -82,23 +84,30 @@ def learning_rate(step: int, steps: int, optim: OptimConfig) -> float:
 
 
 def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
-    """AdamW with three groups: decayed matrices, undecayed vectors/scalars, NAG gates at a capped LR."""
-    gate, decay, no_decay = [], [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:  # e.g. frozen ANCRe coefficients
-            continue
-        if ".gate." in name or name.endswith(".alpha"):
-            gate.append(p)
-        elif p.dim() >= 2:
-            decay.append(p)
-        else:
-            no_decay.append(p)
-    groups = [
-        {"params": decay, "weight_decay": optim.weight_decay, "lr_scale": 1.0},
-        {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
-        {"params": gate, "weight_decay": 0.0, "lr_scale": min(1.0, optim.nag_gate_lr / optim.lr)},
-    ]
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=optim.lr, betas=(optim.beta1, optim.beta2))
+    """AdamW over three kinds of parameter: decayed matrices, undecayed vectors and scalars, and NAG's
+    gates and alphas at a capped learning rate; each kind split further by the parametrization's
+    per-tensor learning-rate, weight-decay and epsilon factors (`parametrization.tensor_rules`;
+    all 1 under `standard`, which leaves exactly these three groups). A group's `lr_scale` is
+    what the schedule's rate is multiplied by."""
+    rules = tensor_rules(model)
+    gate_scale = min(1.0, optim.nag_gate_lr / optim.lr)
+    groups: dict[tuple, dict] = {}
+    for kind in ("decay", "no_decay", "gate"):  # group order as before the parametrization option
+        for name, p in model.named_parameters():
+            if not p.requires_grad:  # e.g. frozen ANCRe coefficients
+                continue
+            gate = ".gate." in name or name.endswith(".alpha")
+            if kind != ("gate" if gate else "decay" if p.dim() >= 2 else "no_decay"):
+                continue
+            rule = rules[name]
+            lr_scale = (gate_scale if gate else 1.0) * rule.lr_scale
+            decay = optim.weight_decay * rule.weight_decay_scale if kind == "decay" else 0.0
+            eps = ADAM_EPS * rule.eps_scale
+            group = groups.setdefault(
+                (kind, lr_scale, decay, eps), {"params": [], "weight_decay": decay, "lr_scale": lr_scale, "eps": eps}
+            )
+            group["params"].append(p)
+    return torch.optim.AdamW(list(groups.values()), lr=optim.lr, betas=(optim.beta1, optim.beta2), eps=ADAM_EPS)
 
 
 @dataclass

@@ -19,8 +19,10 @@ from torch import Tensor, nn
 
 from .base import ResidualLM
 from .cascaded import PreNormBlock, rms_norm
+from .common import scaled
 from .config import ArchConfig
 from .ops.ancre_mix import ancre_mix
+from .parametrization import logit_multiplier
 
 
 class AncreConnectivity(nn.Module):
@@ -50,6 +52,7 @@ class AncreLM(ResidualLM):
         self.blocks = nn.ModuleList(PreNormBlock(cfg, j) for j in range(1, cfg.n_layers + 1))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.connectivity = AncreConnectivity(cfg.n_layers, cfg.ancre_tau)
+        self.logit_multiplier = logit_multiplier(cfg)  # muP's 1/m_d (1 under standard)
         self.init_weights()
 
     def hidden(self, idx: Tensor) -> Tensor:
@@ -63,7 +66,7 @@ class AncreLM(ResidualLM):
         return states[-1]
 
     def head(self, z: Tensor) -> Tensor:
-        return rms_norm(self.norm, z) @ self.unembedding.T  # (B, T, V)
+        return scaled(rms_norm(self.norm, z), self.logit_multiplier) @ self.unembedding.T  # (B, T, V)
 
     def diagnostics(self) -> dict:
         return {**super().diagnostics(), "ancre_p": self.connectivity.matrix().tolist()}

@@ -9,7 +9,6 @@ so training steps pay nothing for them; executed FLOPs are always known after a 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from typing import Any, Literal, overload
 
@@ -17,6 +16,7 @@ from torch import Tensor, nn
 
 from .config import ArchConfig
 from .flops import SublayerKey, forward_flops
+from .parametrization import standard_init_std, tensor_rules
 from .routing import DepthRouter, LinearRouter
 
 INIT_STD = 0.02  # GPT-2 / nanoGPT
@@ -42,15 +42,18 @@ class ResidualLM(nn.Module):
         return self.tok_emb.weight if self.lm_head is None else self.lm_head.weight
 
     def init_weights(self) -> None:
-        """N(0, 0.02) everywhere; output projections of sublayers scaled by 1/sqrt(2L) (GPT-2)."""
+        """Every matrix from N(0, std^2): GPT-2's N(0, 0.02), the sublayers' output projections at
+        0.02 / sqrt(2L), under `standard`; under `completep` those stds at the base depth L_0, times
+        the tensor's width rule (`parametrization.tensor_rules`)."""
+        if self.tok_emb.weight.is_meta:  # a shape-only build (parametrization._growing_dims)
+            return
+        completep = self.cfg.parametrization == "completep"
+        rules = tensor_rules(self)
+        depth = self.cfg.base_depth if completep else self.cfg.n_layers
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = (
-                    INIT_STD / math.sqrt(2 * self.cfg.n_layers)
-                    if name.endswith(("out_proj.weight", "w_out.weight"))
-                    else INIT_STD
-                )
-                nn.init.normal_(p, 0.0, std)
+                std = standard_init_std(name, INIT_STD, depth)
+                nn.init.normal_(p, 0.0, std * rules[name].init_scale if completep else std)
 
     def routers(self) -> dict[SublayerKey, DepthRouter]:
         """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block).

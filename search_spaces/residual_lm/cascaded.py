@@ -20,9 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from .base import ResidualLM, make_router
-from .common import CausalSelfAttention, SwiGLU
+from .common import CausalSelfAttention, SwiGLU, scaled
 from .config import ArchConfig
 from .ops.add_rmsnorm import add_rmsnorm
+from .parametrization import branch_multiplier, logit_multiplier
 from .routing import Delta, LinearRouter, gather_tokens
 
 
@@ -57,9 +58,9 @@ class PreNormBlock(nn.Module):
     def __init__(self, cfg: ArchConfig, index: int):
         super().__init__()
         self.attn_norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, branch_multiplier(cfg))  # f(x) / m_L under completep
         self.mlp_norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
-        self.mlp = SwiGLU(cfg)
+        self.mlp = SwiGLU(cfg, branch_multiplier(cfg))
         self.attn_router = make_router(cfg, index, linear=True)
         self.mlp_router = make_router(cfg, index, linear=True)
         self.block_router = make_router(cfg, index, linear=True, granularity="block")
@@ -90,6 +91,7 @@ class CascadedLM(ResidualLM):
         super().__init__(cfg)
         self.blocks = nn.ModuleList(PreNormBlock(cfg, j) for j in range(1, cfg.n_layers + 1))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
+        self.logit_multiplier = logit_multiplier(cfg)  # muP's 1/m_d (1 under standard)
         self.init_weights()
 
     def hidden(self, idx: Tensor) -> Tensor:
@@ -102,4 +104,4 @@ class CascadedLM(ResidualLM):
         return x
 
     def head(self, z: Tensor) -> Tensor:
-        return rms_norm(self.norm, z) @ self.unembedding.T  # (B, T, V)
+        return scaled(rms_norm(self.norm, z), self.logit_multiplier) @ self.unembedding.T  # (B, T, V)

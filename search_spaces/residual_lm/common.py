@@ -3,6 +3,8 @@
 Sublayers accept either a dense batch x: (B, T, d), or the executed tokens of a routed
 sublayer x: (N, d) together with their `TokenSelection`. Attention then runs over the
 selected tokens only (keys and queries alike), with RoPE at their original positions.
+Each sublayer multiplies its output by `output_multiplier`: CompleteP's branch multiplier 1/m_L
+in the pre-norm families, 1 elsewhere (and skipped when 1).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ArchConfig
+from .parametrization import attention_scale
 from .routing import TokenSelection
 
 
@@ -31,14 +34,21 @@ def apply_rope(x: Tensor, freqs: Tensor) -> Tensor:
     return torch.view_as_real(pairs * freqs).flatten(-2).type_as(x)
 
 
+def scaled(y: Tensor, multiplier: float) -> Tensor:
+    """y * multiplier, and y itself when the multiplier is 1 (`standard` stays bit-exact)."""
+    return y if multiplier == 1.0 else y * multiplier
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal attention: 8 d^2 projection FLOPs per token plus 4 d per attended key."""
 
     freqs: Tensor  # buffer, registered in __init__ (declared here for type checkers)
 
-    def __init__(self, cfg: ArchConfig):
+    def __init__(self, cfg: ArchConfig, output_multiplier: float = 1.0):
         super().__init__()
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        self.scale = attention_scale(cfg)  # None: SDPA's 1/sqrt(head_dim)
+        self.output_multiplier = output_multiplier
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.register_buffer("freqs", rope_frequencies(cfg.seq_len, cfg.head_dim), persistent=False)
@@ -46,7 +56,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor, sel: TokenSelection | None = None) -> Tensor:
         qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (B, T, 3, nh, hs) or (N, ...)
         if sel is None:
-            return self.out_proj(self._attend(qkv, self.freqs[: x.shape[1]]))
+            return scaled(self.out_proj(self._attend(qkv, self.freqs[: x.shape[1]])), self.output_multiplier)
         if sel.max_count == 0:
             return x  # (0, d): nothing executed
         # Pad per sequence: kept tokens stay in order, so a causal mask over the compact index is
@@ -55,24 +65,25 @@ class CausalSelfAttention(nn.Module):
         positions = sel.positions.new_zeros(sel.batch * sel.max_count).index_copy(0, sel.padded_index, sel.positions)
         freqs = self.freqs[positions].unflatten(0, (sel.batch, sel.max_count))  # (B, K, hs/2)
         y = self._attend(padded.unflatten(0, (sel.batch, sel.max_count)), freqs)  # (B, K, d)
-        return self.out_proj(y.flatten(0, 1).index_select(0, sel.padded_index))  # (N, d)
+        return scaled(self.out_proj(y.flatten(0, 1).index_select(0, sel.padded_index)), self.output_multiplier)
 
     def _attend(self, qkv: Tensor, freqs: Tensor) -> Tensor:
         """Causal attention of qkv: (B, T, 3, nh, hs), RoPE freqs (T or (B, T), hs/2) -> (B, T, d)."""
         qk = apply_rope(qkv[:, :, :2], freqs[..., None, None, :])  # q and k at once
         q, k = qk.transpose(1, 3).unbind(2)  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, qkv[:, :, 2].transpose(1, 2), is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, qkv[:, :, 2].transpose(1, 2), is_causal=True, scale=self.scale)
         return y.transpose(1, 2).flatten(2)
 
 
 class SwiGLU(nn.Module):
     """w_out(silu(x W_gate) * (x W_up)): 6 d h FLOPs per token (Shazeer 2020)."""
 
-    def __init__(self, cfg: ArchConfig):
+    def __init__(self, cfg: ArchConfig, output_multiplier: float = 1.0):
         super().__init__()
+        self.output_multiplier = output_multiplier
         self.w_in = nn.Linear(cfg.d_model, 2 * cfg.mlp_hidden, bias=False)  # gate and up, fused
         self.w_out = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
 
     def forward(self, x: Tensor, sel: TokenSelection | None = None) -> Tensor:
         gate, up = self.w_in(x).chunk(2, dim=-1)
-        return self.w_out(F.silu(gate) * up)
+        return scaled(self.w_out(F.silu(gate) * up), self.output_multiplier)

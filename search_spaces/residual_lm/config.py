@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 ResidualFamily = Literal["cascaded", "nag", "ancre"]
 ModRouting = Literal["causal_threshold", "topk", "predictor"]
 ModGranularity = Literal["sublayer", "block"]
+Parametrization = Literal["standard", "completep"]
 
 
 class ArchConfig(BaseModel):
@@ -39,6 +40,12 @@ class ArchConfig(BaseModel):
     mod_granularity: ModGranularity = "sublayer"
     nag_gate_components: int = Field(32, ge=1, le=1024, description="C in the NAG sigmoid-mixture gate")
     tie_embeddings: bool = False
+    # "standard": GPT-2 init, one learning rate; "completep": muP in width and CompleteP in depth, equal to
+    # "standard" at (base_width, base_depth), so that the best learning rate stays put as d and L change
+    # (`parametrization.py` has the rules).
+    parametrization: Parametrization = "standard"
+    base_width: int = Field(128, ge=2, description="d_model at which 'completep' equals 'standard'")
+    base_depth: int = Field(4, ge=1, le=512, description="n_layers at which 'completep' equals 'standard'")
 
     @model_validator(mode="after")
     def _check_heads(self) -> ArchConfig:

@@ -9,8 +9,10 @@ The stream is a unit-RMS direction u (||u|| = sqrt d) and a log-norm lane s; x =
     update     tan(theta) = alpha_l m,  u' = cos(theta) u + sin(theta) v,  s' = s + log1p((alpha_l m)^2) / 2
     output     logits = (W_hat u / d) exp(s),  W_hat = unembedding rows at unit RMS
 
-alpha_l starts at l^-0.5 (l = 1..2L counts sublayers). The update's relative size is alpha m
-whatever ||x|| is, and scaling e by c > 0 changes only s (by log c): the tests check both.
+alpha_l starts at l^-0.5 (l = 1..2L counts sublayers); under `completep` the rotation uses c_L alpha_l
+(`parametrization.nag_rotation_multiplier`: the total initial rotation does not grow with depth).
+The update's relative size is alpha m whatever ||x|| is, and scaling e by c > 0 changes only s
+(by log c): the tests check both.
 Under Mixture-of-Depths the score is the rotation the sublayer would apply, |alpha m|, known
 before the sublayer runs; a skipped token keeps (u, s). With `mod_granularity="block"` the block
 decides once, by its attention sublayer's rotation, and a kept token runs both sublayers (gathered
@@ -28,9 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import ResidualLM, make_router
-from .common import CausalSelfAttention, SwiGLU
+from .common import CausalSelfAttention, SwiGLU, scaled
 from .config import ArchConfig
 from .ops.nag_epilogue import NORM_EPS, nag_epilogue, nag_gate
+from .parametrization import nag_rotation_multiplier
 from .routing import DepthRouter, TokenSelection, gather_tokens
 
 
@@ -63,6 +66,7 @@ class NagSublayer(nn.Module):
         self.inner = inner
         self.gate = NagGate(cfg.d_model, cfg.nag_gate_components)
         self.alpha = nn.Parameter(torch.tensor(position**-0.5))  # l^-0.5, l = 1..2L
+        self.rotation_multiplier = nag_rotation_multiplier(cfg)  # c_L (1 under standard)
         self.router = make_router(cfg, block, linear=False)
         self.recording = False
         self.last_angle: Tensor | None = None
@@ -82,11 +86,15 @@ class NagSublayer(nn.Module):
     @torch.no_grad()
     def rotation(self, pre: Tensor) -> Tensor:
         """|alpha m|: the rotation this sublayer would apply, known before it runs (the MoD score)."""
-        return (self.alpha * nag_gate(pre, *self.gate.shape_params())).abs()
+        return (self.scaled_alpha() * nag_gate(pre, *self.gate.shape_params())).abs()
 
     def update(self, u: Tensor, s: Tensor, pre: Tensor, sel: TokenSelection | None = None) -> tuple[Tensor, Tensor]:
         """(u', s') of the tokens given: all of them (B, T, ...), or the executed ones (N, ...) of `sel`."""
-        return nag_epilogue(u, self.inner(u, sel), s, pre, *self.gate.shape_params(), self.alpha)
+        return nag_epilogue(u, self.inner(u, sel), s, pre, *self.gate.shape_params(), self.scaled_alpha())
+
+    def scaled_alpha(self) -> Tensor:
+        """The alpha the rotation uses: c_L alpha_l."""
+        return scaled(self.alpha, self.rotation_multiplier)
 
     @torch.no_grad()
     def record(self, pre: Tensor, pre_executed: Tensor | None) -> None:
@@ -96,7 +104,7 @@ class NagSublayer(nn.Module):
             gate = nag_gate(pre.float(), p, beta)
             executed = gate if pre_executed is None else nag_gate(pre_executed.float(), p, beta)
             self.last_gate = gate.mean()
-            self.last_angle = torch.atan((self.alpha * executed).abs()).mean()
+            self.last_angle = torch.atan((self.scaled_alpha() * executed).abs()).mean()
 
 
 def scatter_stream(u: Tensor, s: Tensor, sel: TokenSelection, u_next: Tensor, s_next: Tensor) -> tuple[Tensor, Tensor]:
@@ -174,5 +182,5 @@ class NagLM(ResidualLM):
             **super().diagnostics(),
             "nag_angle": [None if s.last_angle is None else float(s.last_angle) for s in subs],
             "nag_gate": [None if s.last_gate is None else float(s.last_gate) for s in subs],
-            "nag_alpha": [float(s.alpha.detach()) for s in subs],
+            "nag_alpha": [float(s.scaled_alpha().detach()) for s in subs],  # c_L alpha_l, as the rotation uses it
         }

@@ -1,0 +1,157 @@
+"""How initialisation, AdamW learning rates and forward multipliers scale with width and depth.
+
+`standard`: GPT-2's rules. Every matrix starts at N(0, sigma^2), sigma = 0.02, the sublayers' output
+projections at sigma / sqrt(2L); one AdamW learning rate for all of them (NAG's gates and alphas
+at a capped rate). The best learning rate then moves with width and depth, so a search that
+compares sizes at one rate partly compares how well each size suits that rate.
+
+`completep`: muP in width (Yang et al. 2022, arXiv 2203.03466) with CompleteP in depth (Dey et
+al. 2025, arXiv 2505.01618, alpha = 1), relative to a base shape (d_0 = `base_width`, L_0 =
+`base_depth`) at which it equals `standard` exactly. With m_d = d / d_0 and m_L = L / L_0, every
+tensor is classified by which of its dimensions grow with width (muP's "infinite" dimensions,
+found by building the same model at width 2d on the meta device, as the `mup` package does with
+base shapes):
+
+    kind       grows with width      examples                      init std      lr        wd        eps
+    hidden     fan-in and fan-out    qkv, out_proj, w_in, w_out    s / m_d^1/2   lr / m_d  wd m_d    eps / (m_d m_L)
+    readout    fan-in only           MoD router, NAG gate, pred.   s / m_d       lr / m_d  wd m_d    eps / m_d
+    input      fan-out only          embedding, norm gains         s             lr        wd        eps
+    finite     nothing               NAG alpha, ANCRe logits       as built      lr        wd        eps
+    unembed    fan-in only           lm_head (or the tied table)   s             lr        wd        eps
+
+where s is the tensor's `standard` init at the base depth (the output projections' s / sqrt(2 L_0):
+under CompleteP depth enters through the branch multiplier only). Weight decay scales with m_d
+so that AdamW's per-step shrink lr * wd is width-free. The unembedding is a readout whose 1/m_d
+sits in the forward pass (muP's output multiplier) so that a tied table can keep the embedding's
+rules. Forward multipliers:
+
+    logits        W_U norm(z) / m_d                 cascaded, ANCRe (NAG's head already divides
+                                                    by d with unit-RMS rows: muP as built)
+    branches      x + f(x) / m_L                    cascaded, ANCRe (CompleteP, alpha = 1)
+    NAG rotation  tan(theta) = c_L alpha_l m        c_L = S(2 L_0) / S(2 L), S(n) = sum_{l<=n} l^-1/2
+    attention     softmax(q.k sqrt(hd_0) / hd)      hd_0 = d_0 / n_heads: 1/sqrt(hd) at the base, 1/hd beyond
+
+NAG's branch is a rotation of a unit-RMS stream: its size does not depend on the sublayer's output
+scale, so 1/m_L has nothing to act on. What grows with depth is the total rotation sum_l alpha_l,
+and c_L holds that sum at init to its base value (alpha_l = l^-1/2 makes it grow like sqrt(L)).
+The gate's C pre-activations read the d-wide stream: a readout. ANCRe's mixing logits are
+finite (their number grows with depth, each is a scalar in a softmax over a convex combination
+of states, which keeps the stream's scale whatever L is). The MoD predictor's second layer
+(32 -> 1) is finite.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from .config import ArchConfig
+
+if TYPE_CHECKING:
+    from .base import ResidualLM
+
+TensorKind = Literal["hidden", "readout", "input", "finite", "unembed"]
+
+
+@dataclass(frozen=True)
+class TensorRule:
+    """One tensor's scaling under the model's parametrization (every factor 1.0 under `standard`)."""
+
+    kind: TensorKind
+    init_scale: float  # multiplies the tensor's `standard` init std at the base depth
+    lr_scale: float  # multiplies the AdamW learning rate
+    weight_decay_scale: float
+    eps_scale: float
+
+
+def width_multiplier(cfg: ArchConfig) -> float:
+    """m_d = d / d_0 under `completep`, 1 under `standard`."""
+    return cfg.d_model / cfg.base_width if cfg.parametrization == "completep" else 1.0
+
+
+def depth_multiplier(cfg: ArchConfig) -> float:
+    """m_L = L / L_0 under `completep`, 1 under `standard`."""
+    return cfg.n_layers / cfg.base_depth if cfg.parametrization == "completep" else 1.0
+
+
+def logit_multiplier(cfg: ArchConfig) -> float:
+    """muP's output multiplier 1/m_d on the unembedding (cascaded and ANCRe heads)."""
+    return 1.0 / width_multiplier(cfg)
+
+
+def branch_multiplier(cfg: ArchConfig) -> float:
+    """CompleteP's residual-branch multiplier 1/m_L (alpha = 1; cascaded and ANCRe sublayers)."""
+    return 1.0 / depth_multiplier(cfg)
+
+
+def _inverse_sqrt_sum(n: int) -> float:
+    return sum(k**-0.5 for k in range(1, n + 1))
+
+
+def nag_rotation_multiplier(cfg: ArchConfig) -> float:
+    """c_L = S(2 L_0) / S(2 L): NAG's total initial rotation sum_l alpha_l held at its base value."""
+    if cfg.parametrization != "completep":
+        return 1.0
+    return _inverse_sqrt_sum(2 * cfg.base_depth) / _inverse_sqrt_sum(2 * cfg.n_layers)
+
+
+def attention_scale(cfg: ArchConfig) -> float | None:
+    """The q.k scale: None (SDPA's 1/sqrt(hd)) under `standard`, sqrt(hd_0) / hd under `completep`."""
+    if cfg.parametrization != "completep" or cfg.d_model == cfg.base_width:
+        return None  # the same value, left to SDPA so that the base shape is bit-exact `standard`
+    return math.sqrt(cfg.base_width / cfg.n_heads) / cfg.head_dim
+
+
+def standard_init_std(name: str, init_std: float, depth: int) -> float:
+    """GPT-2's init: sigma, and sigma / sqrt(2 depth) for the sublayers' output projections."""
+    if name.endswith(("out_proj.weight", "w_out.weight")):
+        return init_std / math.sqrt(2 * depth)
+    return init_std
+
+
+def _growing_dims(model: ResidualLM) -> dict[str, tuple[bool, bool]]:
+    """Per parameter (fan-out grows, fan-in grows) with width, from a meta-device build at width 2d."""
+    cfg = model.cfg
+    wide_cfg = cfg.model_copy(update={"d_model": 2 * cfg.d_model})
+    with torch.device("meta"):
+        wide = type(model)(wide_cfg)
+    wide_shapes = {name: p.shape for name, p in wide.named_parameters()}
+    grows = {}
+    for name, p in model.named_parameters():
+        wide_shape = wide_shapes[name]
+        changed = [a != b for a, b in zip(p.shape, wide_shape, strict=True)]
+        if p.dim() == 2:
+            grows[name] = (changed[0], changed[1])  # nn.Linear / nn.Embedding weights are (out, in)
+        else:
+            grows[name] = (any(changed), False)  # vectors: a width-sized one is an "input" (norm gains, biases)
+    return grows
+
+
+def tensor_rules(model: ResidualLM) -> dict[str, TensorRule]:
+    """Every parameter's `TensorRule` (see the module docstring for the table)."""
+    cfg = model.cfg
+    if cfg.parametrization == "standard":
+        return {name: TensorRule("finite", 1.0, 1.0, 1.0, 1.0) for name, _ in model.named_parameters()}
+    m_d, m_l = width_multiplier(cfg), depth_multiplier(cfg)
+    unembed = {id(model.unembedding)}
+    embedding = {id(model.tok_emb.weight)}
+    grows = _growing_dims(model)
+    rules = {}
+    for name, p in model.named_parameters():
+        out_grows, in_grows = grows[name]
+        if id(p) in unembed and id(p) not in embedding:
+            rules[name] = TensorRule("unembed", 1.0, 1.0, 1.0, 1.0)
+        elif id(p) in embedding:  # a tied table keeps the embedding's rules; the head multiplies by 1/m_d
+            rules[name] = TensorRule("input", 1.0, 1.0, 1.0, 1.0)
+        elif out_grows and in_grows:
+            rules[name] = TensorRule("hidden", m_d**-0.5, 1.0 / m_d, m_d, 1.0 / (m_d * m_l))
+        elif in_grows:
+            rules[name] = TensorRule("readout", 1.0 / m_d, 1.0 / m_d, m_d, 1.0 / m_d)
+        elif out_grows:
+            rules[name] = TensorRule("input", 1.0, 1.0, 1.0, 1.0)
+        else:
+            rules[name] = TensorRule("finite", 1.0, 1.0, 1.0, 1.0)
+    return rules
