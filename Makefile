@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published small-configs compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published transfer small-configs compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,12 @@ ladder-efficiency: $(STAMP)
 # equal training compute, every family, two seeds (issue 13)
 mod-published: $(STAMP)
 	$(PY) benchmarks/mod_published.py --out benchmarks/results/mod_published.json
+
+# Learning-rate sweeps at widths 64-256 and depths 2-16, standard vs completep, every family, iso-FLOP,
+# and the search replayed on the table (issue 13); `report` alone re-reads the committed table
+transfer: $(STAMP)
+	$(PY) benchmarks/transfer.py build --runs benchmarks/data/transfer_runs.csv
+	$(PY) benchmarks/transfer.py report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
 
 # Every GPU question in one prepared session (issue 14): run `bash benchmarks/gpu_session.sh` on a lent GPU
 gpu-session-smoke: $(STAMP)

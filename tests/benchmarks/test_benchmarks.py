@@ -164,3 +164,34 @@ def test_compile_benchmark_reports_its_break_even(tmp_path):
     assert row["compile_s"] > 0 and row["eager_step_s"] > 0 and row["compiled_step_s"] > 0
     assert row["compiled_vs_eager"] == pytest.approx(row["compiled_step_s"] / row["eager_step_s"])
     assert result["verdict"]
+
+
+def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
+    """Build a tiny table (both parametrizations, both sweeps), then report drift, losses and the replay."""
+    runs, out = tmp_path / "transfer.csv", tmp_path / "transfer.json"
+    for args in (["build", "--smoke", "--runs", str(runs)], ["report", "--runs", str(runs), "--out", str(out)]):
+        subprocess.run(
+            [sys.executable, "transfer.py", *args],
+            cwd=ROOT / "benchmarks",
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    result = json.loads(out.read_text())
+    assert result["rows"] == 3 * 2 * 3 * 2  # families x parametrizations x shapes x rates
+    for family in ("cascaded", "nag", "ancre"):
+        for par in ("standard", "completep"):
+            s = result["summary"][family][par]
+            assert s["width_drift"] >= 1 and s["depth_drift"] >= 1 and s["max_loss_given_up_at_base_lr"] >= 0
+        # at the base shape both parametrizations are the same model: identical losses at every rate
+        base = "d{}_L{}".format(*result["summary"]["base_shape"])
+        assert result["summary"][family]["standard"]["loss_at_best_lr"][base] == pytest.approx(
+            result["summary"][family]["completep"]["loss_at_best_lr"][base], abs=1e-6
+        )
+    replay = result["search_replay"]["strategies"]
+    assert set(replay) == {"standard_lr_searched", "standard_base_lr", "completep_base_lr"}
+    for entry in replay.values():
+        assert 0 < entry["ceiling_share"] <= 1 + 1e-9
+        curve = entry["tpe"]["mean_share_per_trial"]
+        assert all(a <= b + 1e-12 for a, b in zip(curve, curve[1:], strict=False))  # hypervolume never falls
+    assert out.with_suffix(".png").stat().st_size > 10_000

@@ -82,6 +82,19 @@ def test_shipped_space_loads_with_the_documented_knobs(space):
     assert space.params["lr"] == FloatParam(low=3e-4, high=1e-2, log=True)
 
 
+def test_shipped_completep_space_differs_from_the_default_only_in_parametrization_and_rate(space):
+    """space_completep.yaml is the default space under completep with a narrow rate range; nothing else drifts."""
+    completep = load_space(default_space_path().with_name("space_completep.yaml"))
+    assert {k: v for k, v in completep.fixed.items() if k not in ("parametrization", "base_width", "base_depth")} == (
+        space.fixed
+    )
+    assert completep.fixed["parametrization"] == "completep"
+    assert {k: v for k, v in completep.params.items() if k != "lr"} == {k: v for k, v in space.params.items() if k != "lr"}
+    assert completep.params["lr"].high / completep.params["lr"].low < space.params["lr"].high / space.params["lr"].low / 4
+    arch, _, _ = to_configs(completep, suggest(completep, optuna.create_study().ask()))
+    assert arch.parametrization == "completep" and (arch.base_width, arch.base_depth) == (64, 4)
+
+
 def test_spec_round_trips(space):
     assert SearchSpace.model_validate(space.spec()) == space
 

@@ -1,0 +1,356 @@
+"""Does the best learning rate stay put across widths and depths? `standard` versus `completep`.
+
+    python benchmarks/transfer.py build  --runs benchmarks/data/transfer_runs.csv    # ~70 min here
+    python benchmarks/transfer.py report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
+    python benchmarks/transfer.py build --smoke --runs /tmp/t.csv    # every path, tiny (then `report`)
+
+`build` trains, with `workers.trial.run_trial` on the shipped corpus, every family under both
+parametrizations at every learning rate of `RATES` (8, log-spaced by 2x, 5e-4 to 6.4e-2) and every shape of
+`SHAPES`: a width sweep d = 64, 128, 256 at L = 4 and a depth sweep L = 2, 4, 8, 16 at d = 64, all
+at one training budget (iso-FLOP: a smaller shape trains on more tokens, as in a search). The
+`completep` base shape is (d_0, L_0) = (64, 4), the point both sweeps share, where both
+parametrizations are the same model. seq 64, batch 8, 4 heads, seed 0, 1 torch thread per job,
+2 jobs at a time. Rows are appended to the CSV as they finish; a rerun skips the rows it has.
+
+`report` reads the table and writes, per family and parametrization:
+- each shape's best rate, refined by a parabola through the three lowest points in log(lr);
+- the drift of the best rate across the width sweep and across the depth sweep (max / min): the
+  goal is within 2x under `completep`, and larger under `standard`;
+- each shape's loss at its own best rate and at the base shape's best rate (what a search gets
+  when it does not search the rate), under both;
+and, for the search (issue 13, item 3), a replay on the table: how many trials a random search
+over (family, shape) needs to reach 95% of the table's hypervolume (val loss vs executed FLOPs per
+token) when it (a) samples the rate per trial from all of them under `standard`, (b) uses the base
+shape's best rate under `standard`, (c) uses the base shape's best rate under `completep`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import multiprocessing as mp
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from cpu_throughput import machine_info
+
+FAMILIES = ("cascaded", "nag", "ancre")
+PARAMETRIZATIONS = ("standard", "completep")
+RATES = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
+BASE = (64, 4)  # (d_0, L_0)
+WIDTHS = (64, 128, 256)  # at L_0
+DEPTHS = (2, 4, 8, 16)  # at d_0
+SHAPES = sorted({(d, BASE[1]) for d in WIDTHS} | {(BASE[0], n) for n in DEPTHS})
+BUDGET = 1e12
+SEQ_LEN, BATCH, HEADS = 64, 8, 4
+SMOKE = dict(base=(32, 2), widths=(32, 64), depths=(1, 2), budget=1e9, rates=(3e-3, 1e-2))
+COLUMNS = ["family", "parametrization", "d_model", "n_layers", "lr", "status", "val_loss",
+           "executed_flops_per_token", "tokens_seen", "steps", "wall_time_s"]  # fmt: skip
+
+
+def arch(family: str, parametrization: str, d_model: int, n_layers: int, base: tuple[int, int]):
+    from search_spaces.residual_lm import ArchConfig
+
+    return ArchConfig(
+        residual=family, d_model=d_model, n_layers=n_layers, n_heads=HEADS, seq_len=SEQ_LEN,
+        parametrization=parametrization, base_width=base[0], base_depth=base[1],
+    )  # fmt: skip
+
+
+def run_one(job: tuple) -> dict:
+    import torch
+
+    from search_spaces.residual_lm import flops_per_token
+    from workers.data import DataConfig, load_corpus
+    from workers.train import OptimConfig, RunConfig
+    from workers.trial import run_trial
+
+    torch.set_num_threads(1)
+    family, parametrization, d_model, n_layers, lr, base, budget = job
+    cfg = arch(family, parametrization, d_model, n_layers, base)
+    run = RunConfig(batch_size=BATCH, eval_sequences=128, evals=1)
+    result = run_trial(cfg, budget, load_corpus(DataConfig()), seed=0, run=run, optim=OptimConfig(lr=lr),
+                       width_probe=False)  # fmt: skip
+    return {
+        "family": family, "parametrization": parametrization, "d_model": d_model, "n_layers": n_layers,
+        "lr": lr, "status": str(result.status),
+        "val_loss": result.val_loss if result.val_loss is not None and math.isfinite(result.val_loss) else math.inf,
+        "executed_flops_per_token": flops_per_token(cfg).executed, "tokens_seen": result.tokens_seen,
+        "steps": result.tokens_seen // (BATCH * SEQ_LEN), "wall_time_s": round(result.wall_time_s, 2),
+    }  # fmt: skip
+
+
+def job_key(row: dict) -> tuple:
+    return (row["family"], row["parametrization"], int(row["d_model"]), int(row["n_layers"]), float(row["lr"]))
+
+
+def build(path: Path, smoke: bool) -> None:
+    base = SMOKE["base"] if smoke else BASE
+    widths, depths = (SMOKE["widths"], SMOKE["depths"]) if smoke else (WIDTHS, DEPTHS)
+    shapes = sorted({(d, base[1]) for d in widths} | {(base[0], n) for n in depths})
+    rates = SMOKE["rates"] if smoke else RATES
+    budget = SMOKE["budget"] if smoke else BUDGET
+    done = {job_key(r) for r in read_rows(path)} if path.exists() else set()
+    jobs = [
+        (f, p, d, n, lr, base, budget)
+        for d, n in sorted(shapes, key=lambda s: -s[0] * s[0] * s[1])  # the longest runs first
+        for f in FAMILIES for p in PARAMETRIZATIONS for lr in rates
+        if (f, p, d, n, lr) not in done
+    ]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    start = time.perf_counter()
+    with path.open("a", newline="") as fh, mp.get_context("spawn").Pool(2) as pool:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        if new:
+            writer.writeheader()
+        for k, row in enumerate(pool.imap_unordered(run_one, jobs), start=1):
+            writer.writerow(row)
+            fh.flush()
+            print(f"[{k}/{len(jobs)} {time.perf_counter() - start:6.0f}s] {job_key(row)} loss {row['val_loss']:.4f}")
+
+
+def read_rows(path: Path) -> list[dict]:
+    with path.open() as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        for col in ("d_model", "n_layers", "tokens_seen", "steps"):
+            r[col] = int(r[col])
+        for col in ("lr", "val_loss", "executed_flops_per_token", "wall_time_s"):
+            r[col] = float(r[col])
+    return rows
+
+
+def best_rate(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(lr*, loss at the best measured rate) from (lr, loss) points: a parabola in log lr through the
+    lowest point and its two neighbours (the grid's edge: the edge rate itself)."""
+    points = sorted(points)
+    losses = [loss for _, loss in points]
+    i = int(np.argmin(losses))
+    if not 0 < i < len(points) - 1 or not all(map(math.isfinite, losses[i - 1 : i + 2])):
+        return points[i][0], losses[i]
+    x = [math.log(lr) for lr, _ in points[i - 1 : i + 2]]
+    a, b, _ = np.polyfit(x, losses[i - 1 : i + 2], 2)
+    vertex = -b / (2 * a) if a > 0 else x[1]
+    return math.exp(min(max(vertex, x[0]), x[2])), losses[i]
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Per family and parametrization: best rates, their drift over each sweep, losses (see the docstring)."""
+    base = _base_shape(rows)
+    out: dict = {"base_shape": list(base)}
+    for family in FAMILIES:
+        for par in PARAMETRIZATIONS:
+            mine = [r for r in rows if r["family"] == family and r["parametrization"] == par]
+            if mine:
+                out.setdefault(family, {})[par] = _sweep_summary(mine, base)
+    return out
+
+
+def _sweep_summary(rows: list[dict], base: tuple[int, int]) -> dict:
+    def shape(r: dict) -> tuple[int, int]:
+        return r["d_model"], r["n_layers"]
+
+    shapes = sorted({shape(r) for r in rows})
+    rates = sorted({r["lr"] for r in rows})
+    best = {s: best_rate([(r["lr"], r["val_loss"]) for r in rows if shape(r) == s]) for s in shapes}
+    base_lr = min((r for r in rows if shape(r) == base), key=lambda r: r["val_loss"])["lr"]
+    at_base_lr = {s: next(r["val_loss"] for r in rows if shape(r) == s and r["lr"] == base_lr) for s in shapes}
+
+    def drift(sweep: list[tuple[int, int]]) -> float:
+        return max(best[s][0] for s in sweep) / min(best[s][0] for s in sweep)
+
+    name = {s: f"d{s[0]}_L{s[1]}" for s in shapes}
+    return {
+        "best_lr": {name[s]: best[s][0] for s in shapes},
+        "loss_at_best_lr": {name[s]: best[s][1] for s in shapes},
+        "best_at_grid_edge": [name[s] for s in shapes if best[s][0] in (rates[0], rates[-1])],
+        "base_best_lr": base_lr,
+        "loss_at_base_lr": {name[s]: at_base_lr[s] for s in shapes},
+        "width_drift": drift([s for s in shapes if s[1] == base[1]]),
+        "depth_drift": drift([s for s in shapes if s[0] == base[0]]),
+        "max_loss_given_up_at_base_lr": max(at_base_lr[s] - best[s][1] for s in shapes),
+    }
+
+
+def _base_shape(rows: list[dict]) -> tuple[int, int]:
+    """The shape both sweeps share: the one whose width appears at several depths and depth at several widths."""
+    shapes = {(r["d_model"], r["n_layers"]) for r in rows}
+    return next(s for s in shapes if sum(t[0] == s[0] for t in shapes) > 1 and sum(t[1] == s[1] for t in shapes) > 1)
+
+
+STRATEGIES = {  # name -> (parametrization, rate: "searched" over every rate, or the base shape's best)
+    "standard_lr_searched": ("standard", "searched"),
+    "standard_base_lr": ("standard", "base"),
+    "completep_base_lr": ("completep", "base"),
+}
+REPLAY_SAMPLERS = ("random", "tpe")
+
+
+def _as_row(r: dict) -> SimpleNamespace:
+    """A table row as `nas.pareto` reads it."""
+    return SimpleNamespace(status="completed" if math.isfinite(r["val_loss"]) else "diverged",
+                           val_loss=r["val_loss"], executed_flops_per_token=r["executed_flops_per_token"])  # fmt: skip
+
+
+def replay_search(rows: list[dict], summary: dict, seeds: int, n_trials: int) -> dict:
+    """Trials an Optuna search over (family, shape[, lr]) needs to reach 95% of the table's hypervolume.
+
+    The table's hypervolume is that of every row (both parametrizations, every rate): the best front
+    any search here can find. Reference: 0.05 nats above the worst shape's loss at its best rate, and
+    1.1 x the largest executed FLOPs per token (a config worse than every tuned one counts for nothing).
+    """
+    import optuna
+
+    from nas.pareto import hypervolume, hypervolume_curve
+    from nas.study import make_sampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    worst_tuned = max(v for f in FAMILIES for p in PARAMETRIZATIONS if p in summary.get(f, {})
+                      for v in summary[f][p]["loss_at_best_lr"].values())  # fmt: skip
+    ref = (worst_tuned + 0.05, 1.1 * max(r["executed_flops_per_token"] for r in rows))
+    full_hv = hypervolume([_as_row(r) for r in rows], ref)
+    table = {job_key(r): _as_row(r) for r in rows}
+    shapes = sorted({(r["d_model"], r["n_layers"]) for r in rows})
+    rates = sorted({r["lr"] for r in rows})
+    out: dict = {"reference_point": list(ref), "table_hypervolume": full_hv, "strategies": {}}
+    for name, (par, rate) in STRATEGIES.items():
+        reachable = [table[(f, par, d, n, lr)] for f in FAMILIES for d, n in shapes
+                     for lr in (rates if rate == "searched" else [summary[f][par]["base_best_lr"]])]  # fmt: skip
+        entry: dict = {"ceiling_share": hypervolume(reachable, ref) / full_hv}
+        for sampler in REPLAY_SAMPLERS:
+            curves = []
+            for seed in range(seeds):
+                picked = []
+
+                def objective(trial, picked=picked, par=par, rate=rate):
+                    family = trial.suggest_categorical("residual", list(FAMILIES))
+                    d, n = shapes[trial.suggest_categorical("shape", list(range(len(shapes))))]
+                    lr = (
+                        trial.suggest_categorical("lr", rates)
+                        if rate == "searched"
+                        else summary[family][par]["base_best_lr"]
+                    )
+                    picked.append(table[(family, par, d, n, lr)])
+                    return picked[-1].val_loss if math.isfinite(picked[-1].val_loss) else float("inf"), picked[
+                        -1
+                    ].executed_flops_per_token
+
+                study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler(sampler, seed))
+                study.optimize(objective, n_trials=n_trials)
+                curves.append(np.array(hypervolume_curve(picked, ref)) / full_hv)
+            curves_arr = np.array(curves)
+            reach = [int(np.nonzero(c >= 0.95)[0][0]) + 1 if (c >= 0.95).any() else None for c in curves_arr]
+            hits = [t for t in reach if t is not None]
+            entry[sampler] = {
+                "mean_share_per_trial": curves_arr.mean(axis=0).round(4).tolist(),
+                "seeds_reaching_95pct": len(hits),
+                "median_trials_to_95pct": statistics.median(hits) if hits else None,
+                "mean_share_at_20_trials": float(curves_arr[:, min(19, n_trials - 1)].mean()),
+            }
+        out["strategies"][name] = entry
+    return out
+
+
+def plot(rows: list[dict], summary: dict, replay: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = tuple(summary["base_shape"])
+    fig, axes = plt.subplots(3, 4, figsize=(17, 11), squeeze=False)
+    for i, family in enumerate(FAMILIES):
+        for j, (par, sweep) in enumerate([(p, s) for p in PARAMETRIZATIONS for s in ("width", "depth")]):
+            ax = axes[i][j]
+            mine = [r for r in rows if r["family"] == family and r["parametrization"] == par]
+            in_sweep = [r for r in mine if (r["n_layers"] == base[1] if sweep == "width" else r["d_model"] == base[0])]
+            shapes = sorted({(r["d_model"], r["n_layers"]) for r in in_sweep})
+            for d, n in shapes:
+                pts = sorted((r["lr"], r["val_loss"]) for r in mine if (r["d_model"], r["n_layers"]) == (d, n))
+                ax.plot([p[0] for p in pts], [min(p[1], 6.0) for p in pts], "o-", label=f"d{d} L{n}")
+            ax.set_xscale("log")
+            drift = summary[family][par][f"{sweep}_drift"] if par in summary.get(family, {}) else math.nan
+            ax.set(title=f"{family}, {par}: {sweep} (best-lr drift {drift:.1f}x)", xlabel="learning rate",
+                   ylabel="val loss (nats/token)")  # fmt: skip
+            losses = [r["val_loss"] for r in mine if math.isfinite(r["val_loss"])]
+            if losses:
+                ax.set_ylim(min(losses) - 0.05, min(max(losses), min(losses) + 1.0))
+            ax.legend(fontsize=7)
+    fig.suptitle("Validation loss vs learning rate at equal training compute (iso-FLOP), standard vs completep")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, entry in replay["strategies"].items():
+        for sampler, style in (("random", "--"), ("tpe", "-")):
+            curve = entry[sampler]["mean_share_per_trial"]
+            ax.plot(range(1, len(curve) + 1), curve, style, label=f"{name} ({sampler})")
+    ax.axhline(0.95, color="k", lw=0.6)
+    ax.set(
+        xlabel="trials", ylabel="hypervolume / table's", title="Search over (family, shape[, lr]) replayed on the table"
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path.with_name(path.stem + "_search.png"), dpi=100)
+    plt.close(fig)
+
+
+def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
+    rows = read_rows(runs)
+    summary = summarise(rows)
+    replay = replay_search(rows, summary, seeds, n_trials)
+    goals = {
+        family: {
+            par: {"width_drift_within_2x": summary[family][par]["width_drift"] <= 2.0,
+                  "depth_drift_within_2x": summary[family][par]["depth_drift"] <= 2.0}
+            for par in PARAMETRIZATIONS if par in summary.get(family, {})
+        }
+        for family in FAMILIES if family in summary
+    }  # fmt: skip
+    result = {
+        "machine": machine_info(),
+        "runs_file": str(runs),
+        "rows": len(rows),
+        "build_seconds_summed": sum(r["wall_time_s"] for r in rows),
+        "summary": summary,
+        "goals": goals,
+        "search_replay": replay,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(rows, summary, replay, out.with_suffix(".png"))
+    brief = {f: {p: {k: summary[f][p][k] for k in ("width_drift", "depth_drift", "base_best_lr",
+                                                     "max_loss_given_up_at_base_lr")}
+                     for p in summary[f]} for f in FAMILIES if f in summary}  # fmt: skip
+    print(json.dumps({"drift": brief, "search": {n: {s: e[s]["median_trials_to_95pct"] for s in REPLAY_SAMPLERS}
+                                                 | {"ceiling": e["ceiling_share"]}
+                                                 for n, e in replay["strategies"].items()}}, indent=1))  # fmt: skip
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="train the table (appends to --runs, skipping rows it has)")
+    b.add_argument("--runs", type=Path, default=Path("benchmarks/data/transfer_runs.csv"))
+    b.add_argument("--smoke", action="store_true", help="tiny shapes, 2 rates, tiny budget: every path, no meaning")
+    r = sub.add_parser("report", help="summary JSON, plot and search replay from the table")
+    r.add_argument("--runs", type=Path, default=Path("benchmarks/data/transfer_runs.csv"))
+    r.add_argument("--out", type=Path, default=Path("benchmarks/results/transfer.json"))
+    args = parser.parse_args()
+    if args.command == "build":
+        build(args.runs, args.smoke)
+    else:
+        report(args.runs, args.out)
+
+
+if __name__ == "__main__":
+    main()
