@@ -89,8 +89,10 @@ def test_shipped_completep_space_differs_from_the_default_only_in_parametrizatio
         space.fixed
     )
     assert completep.fixed["parametrization"] == "completep"
-    assert {k: v for k, v in completep.params.items() if k != "lr"} == {k: v for k, v in space.params.items() if k != "lr"}
-    assert completep.params["lr"].high / completep.params["lr"].low < space.params["lr"].high / space.params["lr"].low / 4
+    same = lambda params: {k: v for k, v in params.items() if k != "lr"}  # noqa: E731
+    assert same(completep.params) == same(space.params)
+    narrow, wide = completep.params["lr"], space.params["lr"]
+    assert narrow.high / narrow.low < wide.high / wide.low / 4
     arch, _, _ = to_configs(completep, suggest(completep, optuna.create_study().ask()))
     assert arch.parametrization == "completep" and (arch.base_width, arch.base_depth) == (64, 4)
 
