@@ -1,6 +1,6 @@
 """Does the best learning rate stay put across widths and depths? `standard` versus `completep`.
 
-    python benchmarks/transfer.py build  --runs benchmarks/data/transfer_runs.csv    # ~70 min here
+    python benchmarks/transfer.py build  --runs benchmarks/data/transfer_runs.csv    # ~75 min here
     python benchmarks/transfer.py report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
     python benchmarks/transfer.py build --smoke --runs /tmp/t.csv    # every path, tiny (then `report`)
 
@@ -12,22 +12,29 @@ at one training budget (iso-FLOP: a smaller shape trains on more tokens, as in a
 parametrizations are the same model. seq 64, batch 8, 4 heads, seed 0, 1 torch thread per job,
 2 jobs at a time. Rows are appended to the CSV as they finish; a rerun skips the rows it has.
 
+It then runs the iso-token check (cascaded, into `<runs>_iso_tokens.csv`): the base shape trained for
+as many steps as the widest shape, and the shallowest for as many as the deepest, every rate, both
+parametrizations, so that a pair differs in size only, not in horizon (at iso-FLOP a bigger model
+also trains for fewer steps, and shorter runs want higher rates).
+
 `report` reads the table and writes, per family and parametrization:
 - each shape's best rate, refined by a parabola through the three lowest points in log(lr);
 - the drift of the best rate across the width sweep and across the depth sweep (max / min): the
   goal is within 2x under `completep`, and larger under `standard`;
 - each shape's loss at its own best rate and at the base shape's best rate (what a search gets
   when it does not search the rate), under both;
-and, for the search (issue 13, item 3), a replay on the table: how many trials a random search
-over (family, shape) needs to reach 95% of the table's hypervolume (val loss vs executed FLOPs per
+and, for the search (issue 13, item 3), a replay on the table: how many trials a search (TPE,
+random) over (family, shape) needs to reach 95% of the table's hypervolume (val loss vs executed FLOPs per
 token) when it (a) samples the rate per trial from all of them under `standard`, (b) uses the base
-shape's best rate under `standard`, (c) uses the base shape's best rate under `completep`.
+shape's best rate under `standard`, (c) uses the base shape's best rate under `completep`; and,
+from the iso-token table, each pair's best-rate drift.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import multiprocessing as mp
@@ -49,7 +56,7 @@ DEPTHS = (2, 4, 8, 16)  # at d_0
 SHAPES = sorted({(d, BASE[1]) for d in WIDTHS} | {(BASE[0], n) for n in DEPTHS})
 BUDGET = 1e12
 SEQ_LEN, BATCH, HEADS = 64, 8, 4
-SMOKE = dict(base=(32, 2), widths=(32, 64), depths=(1, 2), budget=1e9, rates=(3e-3, 1e-2))
+SMOKE = dict(base=(32, 2), widths=(32, 64), depths=(1, 3), budget=1e9, rates=(3e-3, 1e-2))
 COLUMNS = ["family", "parametrization", "d_model", "n_layers", "lr", "status", "val_loss",
            "executed_flops_per_token", "tokens_seen", "steps", "wall_time_s"]  # fmt: skip
 
@@ -91,18 +98,44 @@ def job_key(row: dict) -> tuple:
 
 
 def build(path: Path, smoke: bool) -> None:
+    """The iso-FLOP table into `path`, then the iso-token check into `iso_token_path(path)`."""
     base = SMOKE["base"] if smoke else BASE
     widths, depths = (SMOKE["widths"], SMOKE["depths"]) if smoke else (WIDTHS, DEPTHS)
     shapes = sorted({(d, base[1]) for d in widths} | {(base[0], n) for n in depths})
     rates = SMOKE["rates"] if smoke else RATES
     budget = SMOKE["budget"] if smoke else BUDGET
-    done = {job_key(r) for r in read_rows(path)} if path.exists() else set()
     jobs = [
         (f, p, d, n, lr, base, budget)
         for d, n in sorted(shapes, key=lambda s: -s[0] * s[0] * s[1])  # the longest runs first
         for f in FAMILIES for p in PARAMETRIZATIONS for lr in rates
-        if (f, p, d, n, lr) not in done
     ]  # fmt: skip
+    run_jobs(jobs, path)
+    run_jobs(iso_token_jobs(base, max(widths), (min(depths), max(depths)), rates, budget), iso_token_path(path))
+
+
+def iso_token_path(path: Path) -> Path:
+    return path.with_name(path.stem + "_iso_tokens.csv")
+
+
+def iso_token_jobs(base: tuple[int, int], widest: int, depths: tuple[int, int], rates, budget: float) -> list[tuple]:
+    """The iso-token check (cascaded): the base shape at the widest shape's token count, and the shallowest
+    at the deepest's, so that a pair differs in size and not in the number of steps."""
+    from search_spaces.residual_lm import tokens_for, training_flops
+
+    jobs = []
+    for big, small in (((widest, base[1]), base), ((base[0], depths[1]), (base[0], depths[0]))):
+        steps = round(tokens_for(arch("cascaded", "standard", *big, base), budget) / (BATCH * SEQ_LEN))
+        for d, n in (big, small):
+            cfg = arch("cascaded", "standard", d, n, base)  # FLOPs per token do not depend on the parametrization
+            flops = training_flops(cfg, steps * BATCH * SEQ_LEN) * (1 + 1e-6)  # exactly `steps` whole batches
+            jobs += [("cascaded", p, d, n, lr, base, flops) for p in PARAMETRIZATIONS for lr in rates]
+    return jobs
+
+
+def run_jobs(jobs: list[tuple], path: Path) -> None:
+    """Run the jobs missing from `path` (2 at a time), appending each row as it finishes."""
+    done = {job_key(r) for r in read_rows(path)} if path.exists() else set()
+    jobs = [j for j in jobs if tuple(j[:5]) not in done]
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     start = time.perf_counter()
@@ -303,9 +336,34 @@ def plot(rows: list[dict], summary: dict, replay: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def iso_token_check(rows: list[dict]) -> dict:
+    """Per pair of shapes trained for the same number of steps: each one's best rate and the drift."""
+    out: dict = {}
+    shapes = sorted({(r["d_model"], r["n_layers"]) for r in rows})
+    steps = {s: next(r["steps"] for r in rows if (r["d_model"], r["n_layers"]) == s) for s in shapes}
+    for par in PARAMETRIZATIONS:
+        best = {
+            s: best_rate([(r["lr"], r["val_loss"]) for r in rows if r["parametrization"] == par
+                          and (r["d_model"], r["n_layers"]) == s])[0]
+            for s in shapes
+        }  # fmt: skip
+        for s, t in itertools.combinations(shapes, 2):
+            if steps[s] == steps[t] and (s[0] == t[0] or s[1] == t[1]):
+                sweep = "depth" if s[0] == t[0] else "width"
+                out.setdefault(par, {})[sweep] = {
+                    "shapes": [f"d{s[0]}_L{s[1]}", f"d{t[0]}_L{t[1]}"],
+                    "steps": steps[s],
+                    "best_lr": [best[s], best[t]],
+                    "drift": max(best[s], best[t]) / min(best[s], best[t]),
+                }
+    return out
+
+
 def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
     rows = read_rows(runs)
     summary = summarise(rows)
+    iso_path = iso_token_path(runs)
+    iso = iso_token_check(read_rows(iso_path)) if iso_path.exists() else None
     replay = replay_search(rows, summary, seeds, n_trials)
     goals = {
         family: {
@@ -323,16 +381,21 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
         "summary": summary,
         "goals": goals,
         "search_replay": replay,
+        "iso_token_check": iso,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     plot(rows, summary, replay, out.with_suffix(".png"))
-    brief = {f: {p: {k: summary[f][p][k] for k in ("width_drift", "depth_drift", "base_best_lr",
-                                                     "max_loss_given_up_at_base_lr")}
-                     for p in summary[f]} for f in FAMILIES if f in summary}  # fmt: skip
-    print(json.dumps({"drift": brief, "search": {n: {s: e[s]["median_trials_to_95pct"] for s in REPLAY_SAMPLERS}
-                                                 | {"ceiling": e["ceiling_share"]}
-                                                 for n, e in replay["strategies"].items()}}, indent=1))  # fmt: skip
+    brief = {
+        f: {
+            p: {k: summary[f][p][k] for k in ("width_drift", "depth_drift", "max_loss_given_up_at_base_lr")}
+            for p in summary[f]
+        }
+        for f in FAMILIES
+        if f in summary
+    }
+    trials = {n: {s: e[s]["median_trials_to_95pct"] for s in REPLAY_SAMPLERS} for n, e in replay["strategies"].items()}
+    print(json.dumps({"iso_token_check": iso, "drift": brief, "search_trials_to_95pct": trials}, indent=1))
     return result
 
 

@@ -178,7 +178,7 @@ def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
             timeout=600,
         )
     result = json.loads(out.read_text())
-    assert result["rows"] == 3 * 2 * 3 * 2  # families x parametrizations x shapes x rates
+    assert result["rows"] == 3 * 2 * 4 * 2  # families x parametrizations x shapes x rates
     for family in ("cascaded", "nag", "ancre"):
         for par in ("standard", "completep"):
             s = result["summary"][family][par]
@@ -195,3 +195,6 @@ def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
         curve = entry["tpe"]["mean_share_per_trial"]
         assert all(a <= b + 1e-12 for a, b in zip(curve, curve[1:], strict=False))  # hypervolume never falls
     assert out.with_suffix(".png").stat().st_size > 10_000
+    iso = result["iso_token_check"]  # each pair trained for equal steps, both parametrizations
+    assert set(iso) == {"standard", "completep"} and all(set(v) == {"width", "depth"} for v in iso.values())
+    assert all(pair["drift"] >= 1 for v in iso.values() for pair in v.values())
