@@ -6,7 +6,7 @@
 
 `build` trains, with `workers.trial.run_trial` on the shipped corpus, every family under both
 parametrizations at every learning rate of `RATES` (8, log-spaced by 2x, 5e-4 to 6.4e-2) and every shape of
-`SHAPES`: a width sweep d = 64, 128, 256 at L = 4 and a depth sweep L = 2, 4, 8, 16 at d = 64, all
+two sweeps: a width sweep d = 64, 128, 256 at L = 4 and a depth sweep L = 2, 4, 8, 16 at d = 64, all
 at one training budget (iso-FLOP: a smaller shape trains on more tokens, as in a search). The
 `completep` base shape is (d_0, L_0) = (64, 4), the point both sweeps share, where both
 parametrizations are the same model. seq 64, batch 8, 4 heads, seed 0, 1 torch thread per job,
@@ -53,7 +53,6 @@ RATES = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 BASE = (64, 4)  # (d_0, L_0)
 WIDTHS = (64, 128, 256)  # at L_0
 DEPTHS = (2, 4, 8, 16)  # at d_0
-SHAPES = sorted({(d, BASE[1]) for d in WIDTHS} | {(BASE[0], n) for n in DEPTHS})
 BUDGET = 1e12
 SEQ_LEN, BATCH, HEADS = 64, 8, 4
 SMOKE = dict(base=(32, 2), widths=(32, 64), depths=(1, 3), budget=1e9, rates=(3e-3, 1e-2))

@@ -1,12 +1,34 @@
-"""Small configurations, deterministic inputs and warmed models shared by the tests."""
+"""Small configurations, deterministic inputs, warmed models and a script runner shared by the tests."""
 
 from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, flavour
 
 FAMILIES = ("cascaded", "nag", "ancre")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(*args: str, cwd: Path = ROOT, env: dict | None = None, timeout: int = 300) -> None:
+    """`python *args` in a subprocess (a benchmark script, say); raises with its output if it fails."""
+    subprocess.run([sys.executable, *args], cwd=cwd, check=True, capture_output=True, timeout=timeout, env=env)
+
+
+def import_benchmark(name: str) -> ModuleType:
+    """A script of benchmarks/ as a module (it imports its siblings by bare name, as when run from there)."""
+    bench = str(ROOT / "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(bench)
 
 
 def small_cfg(**overrides) -> ArchConfig:

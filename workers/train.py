@@ -92,22 +92,22 @@ def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
     rules = tensor_rules(model)
     gate_scale = min(1.0, optim.nag_gate_lr / optim.lr)
     groups: dict[tuple, dict] = {}
-    for kind in ("decay", "no_decay", "gate"):  # group order as before the parametrization option
-        for name, p in model.named_parameters():
-            if not p.requires_grad:  # e.g. frozen ANCRe coefficients
-                continue
-            gate = ".gate." in name or name.endswith(".alpha")
-            if kind != ("gate" if gate else "decay" if p.dim() >= 2 else "no_decay"):
-                continue
-            rule = rules[name]
-            lr_scale = (gate_scale if gate else 1.0) * rule.lr_scale
-            decay = optim.weight_decay * rule.weight_decay_scale if kind == "decay" else 0.0
-            eps = ADAM_EPS * rule.eps_scale
-            group = groups.setdefault(
-                (kind, lr_scale, decay, eps), {"params": [], "weight_decay": decay, "lr_scale": lr_scale, "eps": eps}
-            )
-            group["params"].append(p)
-    return torch.optim.AdamW(list(groups.values()), lr=optim.lr, betas=(optim.beta1, optim.beta2), eps=ADAM_EPS)
+    for name, p in model.named_parameters():
+        if not p.requires_grad:  # e.g. frozen ANCRe coefficients
+            continue
+        gate = ".gate." in name or name.endswith(".alpha")
+        kind = "gate" if gate else "decay" if p.dim() >= 2 else "no_decay"
+        rule = rules[name]
+        lr_scale = (gate_scale if gate else 1.0) * rule.lr_scale
+        decay = optim.weight_decay * rule.weight_decay_scale if kind == "decay" else 0.0
+        eps = ADAM_EPS * rule.eps_scale
+        group = groups.setdefault(
+            (kind, lr_scale, decay, eps), {"params": [], "weight_decay": decay, "lr_scale": lr_scale, "eps": eps}
+        )
+        group["params"].append(p)
+    order = ("decay", "no_decay", "gate")  # the group order from before the parametrization option
+    ordered = [group for _, group in sorted(groups.items(), key=lambda item: order.index(item[0][0]))]
+    return torch.optim.AdamW(ordered, lr=optim.lr, betas=(optim.beta1, optim.beta2), eps=ADAM_EPS)
 
 
 @dataclass

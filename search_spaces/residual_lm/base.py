@@ -47,13 +47,11 @@ class ResidualLM(nn.Module):
         the tensor's width rule (`parametrization.tensor_rules`)."""
         if self.tok_emb.weight.is_meta:  # a shape-only build (parametrization._growing_dims)
             return
-        completep = self.cfg.parametrization == "completep"
-        rules = tensor_rules(self)
-        depth = self.cfg.base_depth if completep else self.cfg.n_layers
+        rules = tensor_rules(self)  # init_scale 1 under standard
+        depth = self.cfg.base_depth if self.cfg.parametrization == "completep" else self.cfg.n_layers
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = standard_init_std(name, INIT_STD, depth)
-                nn.init.normal_(p, 0.0, std * rules[name].init_scale if completep else std)
+                nn.init.normal_(p, 0.0, standard_init_std(name, INIT_STD, depth) * rules[name].init_scale)
 
     def routers(self) -> dict[SublayerKey, DepthRouter]:
         """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block).

@@ -136,22 +136,24 @@ def tensor_rules(model: ResidualLM) -> dict[str, TensorRule]:
     if cfg.parametrization == "standard":
         return {name: TensorRule("finite", 1.0, 1.0, 1.0, 1.0) for name, _ in model.named_parameters()}
     m_d, m_l = width_multiplier(cfg), depth_multiplier(cfg)
-    unembed = {id(model.unembedding)}
-    embedding = {id(model.tok_emb.weight)}
+    by_kind = {
+        "hidden": TensorRule("hidden", m_d**-0.5, 1.0 / m_d, m_d, 1.0 / (m_d * m_l)),
+        "readout": TensorRule("readout", 1.0 / m_d, 1.0 / m_d, m_d, 1.0 / m_d),
+        **{kind: TensorRule(kind, 1.0, 1.0, 1.0, 1.0) for kind in ("input", "finite", "unembed")},
+    }
     grows = _growing_dims(model)
     rules = {}
     for name, p in model.named_parameters():
         out_grows, in_grows = grows[name]
-        if id(p) in unembed and id(p) not in embedding:
-            rules[name] = TensorRule("unembed", 1.0, 1.0, 1.0, 1.0)
-        elif id(p) in embedding:  # a tied table keeps the embedding's rules; the head multiplies by 1/m_d
-            rules[name] = TensorRule("input", 1.0, 1.0, 1.0, 1.0)
+        if p is model.tok_emb.weight:  # also a tied unembedding: it keeps the embedding's rules (the head has 1/m_d)
+            kind = "input"
+        elif p is model.unembedding:
+            kind = "unembed"
         elif out_grows and in_grows:
-            rules[name] = TensorRule("hidden", m_d**-0.5, 1.0 / m_d, m_d, 1.0 / (m_d * m_l))
+            kind = "hidden"
         elif in_grows:
-            rules[name] = TensorRule("readout", 1.0 / m_d, 1.0 / m_d, m_d, 1.0 / m_d)
-        elif out_grows:
-            rules[name] = TensorRule("input", 1.0, 1.0, 1.0, 1.0)
+            kind = "readout"
         else:
-            rules[name] = TensorRule("finite", 1.0, 1.0, 1.0, 1.0)
+            kind = "input" if out_grows else "finite"
+        rules[name] = by_kind[kind]
     return rules

@@ -1,25 +1,16 @@
 """benchmarks/ancre_case_study.py: reading B's construction, and both readings in the outputs."""
 
-import importlib
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks"
+from helpers import import_benchmark, run_script
 
 
 @pytest.fixture(scope="module")
 def cs():
-    sys.path.insert(0, str(BENCH))  # the script imports its siblings by bare name, as when run from benchmarks/
-    try:
-        return importlib.import_module("ancre_case_study")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("ancre_case_study")
 
 
 def _one_hot_logits(depth: int, shortcuts: list[tuple[int, int]]) -> torch.Tensor:
@@ -76,8 +67,7 @@ def test_reading_b_at_the_1to2_corner_is_cascaded_without_the_output_shortcut(cs
 
 @pytest.mark.slow  # runs the script in a subprocess: 16 short GD runs
 def test_case_study_writes_both_readings_side_by_side_with_a_verdict(tmp_path):
-    cmd = [sys.executable, "benchmarks/ancre_case_study.py", "--steps", "300", "--out-dir", str(tmp_path)]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    run_script("benchmarks/ancre_case_study.py", "--steps", "300", "--out-dir", str(tmp_path))
     result = json.loads((tmp_path / "ancre_case_study.json").read_text())
     assert (tmp_path / "ancre_case_study.png").stat().st_size > 30_000
     assert set(result["readings"]) == {"A", "B"}
@@ -97,3 +87,8 @@ def test_case_study_writes_both_readings_side_by_side_with_a_verdict(tmp_path):
     summary = result["summary"]
     assert set(summary["readings_reproduce"]) == {"A", "B"} and "Verdict:" in summary["verdict"]
     assert {"ANCRe(tau=0.01)", "ANCRe-B(tau=0.01)", "0:1", "0:2", "cascaded"} <= set(result["results"]["K=3"])
+    assert set(summary["exponential_gap_reproduced"]) == {"K=3", "K=4"}
+    runs = result["results"]["K=3"]
+    assert runs["0:2"]["losses"][-1] < runs["0:2"]["losses"][0]
+    p = runs["ANCRe(tau=0.01)"]["p_matrix"]  # ingoing coefficients into each node sum to one
+    assert all(abs(sum(row[j] for row in p) - 1) < 1e-9 for j in range(1, len(p)))

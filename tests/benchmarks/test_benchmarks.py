@@ -1,23 +1,19 @@
 """The benchmark scripts stay runnable: tiny settings, real outputs with the documented fields."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
+import os
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from helpers import ROOT, run_script
+
+BENCH = ROOT / "benchmarks"
 pytestmark = pytest.mark.slow  # each runs a benchmark script in a subprocess
-
-
-def _run(*args: str) -> None:
-    subprocess.run([sys.executable, *args], cwd=ROOT, check=True, capture_output=True, timeout=300)
 
 
 def test_cpu_throughput_writes_its_json(tmp_path):
     out = tmp_path / "cpu.json"
-    _run("benchmarks/cpu_throughput.py", "--rounds", "1", "--per-round", "1", "--warmup", "0", "--out", str(out))
+    run_script("benchmarks/cpu_throughput.py", "--rounds", "1", "--per-round", "1", "--warmup", "0", "--out", str(out))
     result = json.loads(out.read_text())
     assert {"reference_gpt", "reference_llama", "cascaded", "nag", "ancre", "nag_mod0.25_block"} <= set(
         result["models"]
@@ -30,20 +26,8 @@ def test_cpu_throughput_writes_its_json(tmp_path):
 
 def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     runs, out = tmp_path / "runs.csv", tmp_path / "fidelity.json"
-    subprocess.run(
-        [sys.executable, "fidelity.py", "build", "--smoke", "--runs", str(runs)],
-        cwd=ROOT / "benchmarks",
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    subprocess.run(
-        [sys.executable, "fidelity.py", "report", "--runs", str(runs), "--out", str(out)],
-        cwd=ROOT / "benchmarks",
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    run_script("fidelity.py", "build", "--smoke", "--runs", str(runs), cwd=BENCH, timeout=600)
+    run_script("fidelity.py", "report", "--runs", str(runs), "--out", str(out), cwd=BENCH)
     summary = json.loads(out.read_text())["summary"]
     assert summary["configs"] == 3 and len(summary["rung_flops"]) == 3
     assert summary["target_flops"] == 10 * max(summary["rung_flops"])
@@ -52,32 +36,11 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     assert 0 <= summary["hypervolume_ratio"] <= 1 + 1e-9 and out.with_suffix(".png").stat().st_size > 10_000
 
 
-def test_ancre_case_study_writes_curves_and_plot(tmp_path):
-    _run("benchmarks/ancre_case_study.py", "--steps", "300", "--out-dir", str(tmp_path))
-    result = json.loads((tmp_path / "ancre_case_study.json").read_text())
-    assert (tmp_path / "ancre_case_study.png").stat().st_size > 10_000
-    assert set(result["summary"]["exponential_gap_reproduced"]) == {"K=3", "K=4"}
-    runs = result["results"]["K=3"]
-    assert {"0:1", "0:2", "ANCRe(tau=0.01)"} <= set(runs)
-    assert runs["0:2"]["losses"][-1] < runs["0:2"]["losses"][0]
-    p = runs["ANCRe(tau=0.01)"]["p_matrix"]  # ingoing coefficients into each node sum to one
-    assert all(abs(sum(row[j] for row in p) - 1) < 1e-9 for j in range(1, len(p)))
-
-
 def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     """On CPU the Triton kernels run in the interpreter: each op's three paths and every family step."""
-    import os
-
     out = tmp_path / "gpu.json"
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [sys.executable, "benchmarks/gpu_kernels.py", "--smoke", "--out", str(out)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
-        env=env,
-    )
+    run_script("benchmarks/gpu_kernels.py", "--smoke", "--out", str(out), env=env)
     result = json.loads(out.read_text())
     assert result["machine"]["triton_interpreter"] and result["targets_met"] is None
     assert {"nag_epilogue/fp32", "nag_epilogue/bf16", "add_rmsnorm/fp32", "ancre_mix_j3/fp32"} <= set(result["ops"])
@@ -92,29 +55,10 @@ def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
 
 def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgres_admin_url):
     """A small run of the load benchmark on the test PostgreSQL server: exact integrity counts."""
-    import os
-
     out = tmp_path / "load.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [
-            sys.executable,
-            "benchmarks/store_load.py",
-            "--trials",
-            "16",
-            "--concurrency",
-            "2",
-            "--admin-url",
-            _postgres_admin_url,
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
-        env=env,
-    )
+    args = ["--trials", "16", "--concurrency", "2", "--admin-url", _postgres_admin_url, "--out", str(out)]
+    run_script("benchmarks/store_load.py", *args, env=env)
     result = json.loads(out.read_text())
     integrity = result["integrity"]
     assert integrity["store_rows"] == integrity["distinct_trial_numbers"] == integrity["optuna_complete"] == 16
@@ -124,13 +68,7 @@ def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgre
 
 def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     out = tmp_path / "mod.json"
-    subprocess.run(
-        [sys.executable, "mod_published.py", "--smoke", "--out", str(out)],
-        cwd=ROOT / "benchmarks",
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
+    run_script("mod_published.py", "--smoke", "--out", str(out), cwd=BENCH, timeout=600)
     result = json.loads(out.read_text())
     assert len(result["runs"]) == 3 * 4 * 2 and out.with_suffix(".png").stat().st_size > 10_000
     assert set(result["summary"]) == {"cascaded", "nag", "ancre"}
@@ -147,7 +85,7 @@ def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
 
 def test_small_configs_table_times_both_paths(tmp_path):
     out = tmp_path / "small.json"
-    _run("benchmarks/small_configs.py", "--rounds", "1", "--per-round", "1", "--out", str(out))
+    run_script("benchmarks/small_configs.py", "--rounds", "1", "--per-round", "1", "--out", str(out))
     configs = json.loads(out.read_text())["configs"]
     assert len(configs) == 12 and {"cascaded_L2_d64", "nag_L8_d192"} <= set(configs)
     for row in configs.values():
@@ -158,7 +96,7 @@ def test_small_configs_table_times_both_paths(tmp_path):
 
 def test_compile_benchmark_reports_its_break_even(tmp_path):
     out = tmp_path / "compile.json"
-    _run("benchmarks/compile_cpu.py", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
+    run_script("benchmarks/compile_cpu.py", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
     result = json.loads(out.read_text())
     (row,) = result["families"].values()
     assert row["compile_s"] > 0 and row["eager_step_s"] > 0 and row["compiled_step_s"] > 0
@@ -169,14 +107,8 @@ def test_compile_benchmark_reports_its_break_even(tmp_path):
 def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     """Build a tiny table (both parametrizations, both sweeps), then report drift, losses and the replay."""
     runs, out = tmp_path / "transfer.csv", tmp_path / "transfer.json"
-    for args in (["build", "--smoke", "--runs", str(runs)], ["report", "--runs", str(runs), "--out", str(out)]):
-        subprocess.run(
-            [sys.executable, "transfer.py", *args],
-            cwd=ROOT / "benchmarks",
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
+    run_script("transfer.py", "build", "--smoke", "--runs", str(runs), cwd=BENCH, timeout=600)
+    run_script("transfer.py", "report", "--runs", str(runs), "--out", str(out), cwd=BENCH)
     result = json.loads(out.read_text())
     assert result["rows"] == 3 * 2 * 4 * 2  # families x parametrizations x shapes x rates
     for family in ("cascaded", "nag", "ancre"):

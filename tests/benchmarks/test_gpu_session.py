@@ -1,42 +1,27 @@
 """benchmarks/gpu_session.py in smoke mode on CPU: every stage answers, a failing stage stops none of the others."""
 
-import importlib
 import json
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks"
+from helpers import import_benchmark, run_script
+
 STAGES = ["env", "kernel_ops", "kernel_steps", "mod_ratios", "proxy_trials"]
 pytestmark = pytest.mark.slow  # trains tiny models and three proxy trials
 
 
 @pytest.fixture(scope="module")
 def gs():
-    sys.path.insert(0, str(BENCH))  # the script imports its siblings by bare name, as when run from benchmarks/
-    try:
-        return importlib.import_module("gpu_session")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("gpu_session")
 
 
 def test_smoke_session_runs_every_stage_and_writes_its_json(tmp_path):
     """As CI runs it: a subprocess, Triton's interpreter for the kernel paths."""
     out = tmp_path / "gpu_session.json"
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    subprocess.run(
-        [sys.executable, "benchmarks/gpu_session.py", "--smoke", "--out", str(out)],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        timeout=300,
-        env=env,
-    )
+    run_script("benchmarks/gpu_session.py", "--smoke", "--out", str(out), env=env)
     record = json.loads(out.read_text())
     assert record["session"]["finished"] and record["session"]["smoke"]
     assert list(record["stages"]) == STAGES

@@ -1,27 +1,22 @@
 """benchmarks/ladder_efficiency.py on a small synthetic table: compute accounting, scores, proposers, outputs."""
 
 import csv
-import importlib
 import itertools
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+from helpers import import_benchmark
+
 RUNGS, TARGET = (3e10, 9e10, 2.7e11), 2.7e12
 ARCHS = [(2, 32), (4, 32), (2, 64)]  # (n_layers, d_model); (4, 64) is missing, as (6, 96) is in the real table
 
 
 @pytest.fixture(scope="module")
 def le():
-    sys.path.insert(0, str(BENCH))  # the script imports its siblings by bare name, as when run from benchmarks/
-    try:
-        return importlib.import_module("ladder_efficiency")
-    finally:
-        sys.path.remove(str(BENCH))
+    return import_benchmark("ladder_efficiency")
 
 
 def _loss(amplitude: float, flops: float) -> float:
