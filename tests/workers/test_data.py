@@ -325,8 +325,11 @@ def test_validation_batches_fixed_and_from_val_stream(shipped):
     assert [x.shape[0] for x, _ in first] == [8, 8, 4]
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, second, strict=False))
     windows = torch.cat([torch.cat([x, y[:, -1:]], dim=1) for x, y in first])
-    for k, w in enumerate(windows):  # the first 20 windows of the validation stream, in order
-        assert torch.equal(w, corpus.val[k * seq_len : k * seq_len + seq_len + 1].long())
+    total = (corpus.val.numel() - 1) // seq_len  # non-overlapping windows in the stream
+    starts = [k * (total - 1) // 19 * seq_len for k in range(20)]  # spread evenly, first to last
+    assert starts[-1] + seq_len + 1 <= corpus.val.numel() < starts[-1] + 2 * seq_len + 1
+    for start, w in zip(starts, windows, strict=True):
+        assert torch.equal(w, corpus.val[start : start + seq_len + 1].long())
     assert all(x.dtype == y.dtype == torch.int64 and torch.equal(x[:, 1:], y[:, :-1]) for x, y in first)
 
 
