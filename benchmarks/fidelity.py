@@ -1,21 +1,24 @@
 """Fidelity: does the ranking the search predicts at the target budget match the ranking trained for real there?
 
-    python benchmarks/fidelity.py build    # real runs -> benchmarks/data/fidelity_runs.csv (40-70 min here)
+    python benchmarks/fidelity.py build    # real runs -> benchmarks/data/fidelity_runs.csv (45 min here)
     python benchmarks/fidelity.py report --out benchmarks/results/fidelity.json   # JSON + PNG from the table
 
 `build` measures a fixed set of 24 configs (every family x widths 32/64/96 x depths 2/4/6, less the
 three largest; MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) with
-`workers.trial.run_trial` exactly as a search's worker does: a 3-rung ladder (C0, 3 C0, 9 C0,
-warmup-stable-decay, cooldown branches), twice (seeds 0 and 1). The truth is a single run at
-T = 10 x the top rung (seed 0; seed 1 too on 8 configs, for the noise ceiling). Jobs run in 2
-processes of 1 torch thread each (the machine's 2 cores).
+`workers.trial.run_trial` exactly as a search's worker does: a 4-rung ladder (C0, 2 C0, 4 C0, 8 C0,
+C0 = 2.25e10 FLOPs, warmup-stable-decay, cooldown branches; `nas search --rungs 4 --eta 2`), twice
+(seeds 0 and 1). The truth is the mean of two runs
+(seeds 0 and 1) at T = 10 x the top rung: one run's seed noise is as large as most gaps between
+configs at T, and the mean halves its variance. Jobs run in 2 processes of 1 torch thread each (the
+machine's 2 cores); a killed build resumes, running only the jobs the table lacks.
 
 `report` fits the search's model (`nas.extrapolate`: L = E + A C^-alpha, E shared by the study and
 alpha by a family) over the rung points and predicts each config's loss at T, as `nas.fidelity` does in a
-search. It replays the search's promotion (`nas.promotion`, eta 3, configs arriving in table
+search. It replays the search's promotion (`nas.promotion`, eta 2, configs arriving in table
 order) to say how much of the ladder a search would have run, and compares rankings with the
 truth: Kendall tau-b for the prediction and three baselines (lowest rung, top rung, parameter
-count with bigger better), the truth's seed-vs-seed tau (noise ceiling), whether the true best is
+count with bigger better), also against the seed-0 run alone, the truth's seed-vs-seed tau and the
+noise ceiling (the tau a perfect predictor would reach against this noisy truth), whether the true best is
 in the predicted top 3, the hypervolume of the predicted front scored on true losses over the true
 front's, the ladder's compute over the truth's, and how many truth pairs cross between the
 lowest rung and the truth (a benchmark without crossings could not tell a method from the lowest
@@ -48,8 +51,12 @@ RUNS_CSV = HERE / "data" / "fidelity_runs.csv"
 FAMILIES = ("cascaded", "nag", "ancre")
 WIDTHS, DEPTHS, MOD_RATES = (32, 64, 96), (2, 4, 6), (0.0, 0.25, 0.5)
 FIXED = dict(vocab_size=256, seq_len=64, n_heads=2, mod_every=2)
-LOWEST_RUNG, RUNGS, ETA, TRUTH_RATIO = 3e10, 3, 3.0, 10.0
-RUN = dict(batch_size=8, eval_sequences=64, evals=1, report_every=1000)
+# 4 rungs at ratio 2 (C0 .. 8 C0, the span of 3 rungs at ratio 3): the held-out check (fit the lower rungs,
+# predict the top one) then sees 3 points per config, enough to test a per-config exponent
+LOWEST_RUNG, RUNGS, ETA, TRUTH_RATIO = 2.25e10, 4, 2.0, 10.0
+# 256 held-out sequences (16k tokens spread over the held-out text; a search's default is 128): the
+# evaluation's sampling noise on a gap between two runs falls to 0.004 nats (0.008 at 64 sequences)
+RUN = dict(batch_size=8, eval_sequences=256, evals=1, report_every=1000)
 COLUMNS = [
     "config",
     "residual",
@@ -102,8 +109,7 @@ def jobs(smoke: bool) -> list[Job]:
     out = []
     for i, arch in enumerate(configs(smoke)):
         out += [Job(i, arch, "ladder", seed, top) for seed in (0, 1)]
-        second = i % 3 == (i // 8) % 3  # 8 of 24 configs, spread over families, sizes and MoD rates
-        out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top) for seed in ((0, 1) if second else (0,))]
+        out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top) for seed in (0, 1)]
     return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
 
 
@@ -149,11 +155,16 @@ def run_job(job: Job) -> list[dict]:
 
 
 def build(out: Path, smoke: bool) -> None:
-    start, todo = time.perf_counter(), jobs(smoke)
+    """Run every job whose rows the table does not hold yet (a killed build resumes where it stopped)."""
+    fresh = not out.exists() or out.stat().st_size == 0
+    done_before = set() if fresh else {(r["config"], r["kind"], r["seed"]) for r in read(out)}
+    start = time.perf_counter()
+    todo = [j for j in jobs(smoke) if (j.config, j.kind, j.seed) not in done_before]
     out.parent.mkdir(parents=True, exist_ok=True)
-    with mp.get_context("spawn").Pool(2) as pool, out.open("w", newline="") as f:
+    with mp.get_context("spawn").Pool(2) as pool, out.open("a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
+        if fresh:
+            writer.writeheader()
         for done, rows in enumerate(pool.imap_unordered(run_job, todo), 1):
             writer.writerows(rows)
             f.flush()
@@ -208,8 +219,11 @@ def report(path: Path, out: Path) -> dict:
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder"]
     truth_rows = [r for r in rows if r["kind"] == "truth"]
-    truth = {r["config"]: r["val_loss"] for r in truth_rows if r["seed"] == 0}
-    truth_seed1 = {r["config"]: r["val_loss"] for r in rows if r["kind"] == "truth" and r["seed"] == 1}
+    runs_at_truth: dict[int, list[float]] = {}
+    for r in truth_rows:
+        runs_at_truth.setdefault(r["config"], []).append(r["val_loss"])
+    truth = {c: float(np.mean(v)) for c, v in runs_at_truth.items()}  # the seed mean: the truth's noise / sqrt(n)
+    truth_seed = {s: {r["config"]: r["val_loss"] for r in truth_rows if r["seed"] == s} for s in (0, 1)}
     target = next(r["budget_flops"] for r in rows if r["kind"] == "truth")
     points = [RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], r["seed"]) for r in ladder]
     predicted = predictions(points, target)
@@ -240,8 +254,15 @@ def report(path: Path, out: Path) -> dict:
             "lowest_rung": tau(lowest, truth),
             "top_rung": tau(top, truth),
             "parameter_count": tau(params, truth),
-            "truth_seed_vs_seed": tau(truth, truth_seed1),
+            "truth_seed_vs_seed": tau(truth_seed[0], truth_seed[1]),
         },
+        "kendall_tau_vs_seed0_truth": {
+            "prediction": tau(predicted, truth_seed[0]),
+            "lowest_rung": tau(lowest, truth_seed[0]),
+            "top_rung": tau(top, truth_seed[0]),
+            "parameter_count": tau(params, truth_seed[0]),
+        },
+        "truth_seeds_per_config": float(np.mean([len(v) for v in runs_at_truth.values()])),
         "prediction_mean_abs_error": float(np.mean([abs(predicted[c] - truth[c]) for c in truth])),
         "ladder_check": ladder_check(ladder),
         "true_best_in_predicted_top3": order[0] in sorted(predicted, key=predicted.get)[:3],
@@ -258,7 +279,8 @@ def report(path: Path, out: Path) -> dict:
             [RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in truth_rows]
         ),
         "truth_spread_sd": float(np.std(list(truth.values()), ddof=1)),
-        "tau_ceiling": tau_ceiling(truth_rows, truth),
+        "tau_ceiling": tau_ceiling(truth_rows, runs_at_truth),
+        "tau_ceiling_seed0_truth": tau_ceiling(truth_rows, {c: v[:1] for c, v in runs_at_truth.items()}),
         "goals": {"prediction_tau": 0.8, "hypervolume_ratio": 0.95, "ladder_compute_share": 0.15},
     }
     result = {
@@ -285,18 +307,21 @@ def report(path: Path, out: Path) -> dict:
     return result
 
 
-def tau_ceiling(truth_rows: list[dict], truth: dict[int, float]) -> float | None:
-    """The Kendall tau a perfect predictor of each config's mean loss would reach against one noisy truth run.
+def tau_ceiling(truth_rows: list[dict], runs: dict[int, list[float]]) -> float | None:
+    """The Kendall tau a perfect predictor of each config's expected loss would reach against a noisy truth:
+    the mean of `runs[c]` (one loss per seed) per config.
 
-    With seed noise s (pooled over the repeated truth runs) and spread sd of the truth losses, the share
-    of the truth's variance that is signal is r = 1 - s^2 / sd^2; for Gaussian scores the correlation of
-    the mean with one run is sqrt(r), and Kendall tau = (2 / pi) arcsin(correlation) (Greiner's relation).
+    With seed noise s (pooled over the repeated truth runs), n seeds per config and spread sd of the
+    truth (the seed means), the share of the truth's variance that is signal is r = 1 - s^2 / (n sd^2);
+    for Gaussian scores the correlation of the expected loss with the truth is sqrt(r), and Kendall
+    tau = (2 / pi) arcsin(correlation) (Greiner's relation).
     """
     noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in truth_rows])
-    spread = float(np.std(list(truth.values()), ddof=1))
+    spread = float(np.std([np.mean(v) for v in runs.values()], ddof=1))
     if noise is None or spread == 0.0:
         return None
-    return 2.0 / math.pi * math.asin(math.sqrt(max(0.0, 1.0 - (noise / spread) ** 2)))
+    n = float(np.mean([len(v) for v in runs.values()]))
+    return 2.0 / math.pi * math.asin(math.sqrt(max(0.0, 1.0 - noise**2 / (n * spread**2))))
 
 
 def ladder_check(ladder: list[dict]) -> dict:

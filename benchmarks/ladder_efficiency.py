@@ -4,9 +4,9 @@
         --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it, well under a minute
 
 Every search here is replayed on the fidelity benchmark's table (`benchmarks/fidelity.py build`: 24
-configs, each on a 3-rung ladder C0, 3 C0, 9 C0 and trained for real at T = 10 x 9 C0), so a
-search costs CPU seconds and its compute is counted, not spent. Only seed-0 runs are used, as a
-search runs each config once.
+configs, each on a 4-rung ladder C0, 2 C0, 4 C0, 8 C0 and trained for real at T = 10 x 8 C0 with
+two seeds), so a search costs CPU seconds and its compute is counted, not spent. Only seed-0 ladder
+runs are used, as a search runs each config once; the truth is the mean of the two runs at T.
 
 Proposers. `random`: a uniform permutation of the 24 configs (seed s), shared by every strategy of
 seed s, so strategies are compared on the same orders. `tpe`: `nas.study.make_sampler("tpe", s)`
@@ -16,8 +16,9 @@ layers) is told FAIL at no cost, and a repeat is told its earlier values at no c
 would pay for it again, so this flatters TPE), until every config is proposed or `--max-asks`.
 
 Strategies, each spending compute per proposed config and keeping a front:
-- `ladder`: the search's own method. The config trains at rung 0; after each rung r < 2 it climbs
-  only if `nas.promotion.should_promote` (eta 3) ranks it in the best ceil(n/3) of the n configs that
+- `ladder`: the search's own method. The config trains at rung 0; after each rung below the top it
+  climbs only if `nas.promotion.should_promote` (eta = the table's budget ratio, `fidelity.ETA`)
+  ranks it in the best ceil(n/eta) of the n configs that
   reached rung r so far, by non-dominated sorting on (predicted loss at T, executed FLOPs/token),
   the prediction from `fidelity.predictions` (the search's fit) over the points up to rung r; the
   trial id is the arrival order (as in `fidelity.replay_promotion`, which replays table order).
@@ -26,9 +27,9 @@ Strategies, each spending compute per proposed config and keeping a front:
   A run stopped at rung r costs C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus
   the cooldown branches of the rungs below (`workers.budget`; the JSON checks this against the
   table's measured compute of the full ladder).
-- `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, 9 C0 or T), costing
+- `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, the top rung or T), costing
   that budget; the front by the loss measured there. `target` is plain search at the target
-  budget: its losses ARE the truth.
+  budget: it measures one run at T (seed 0), the truth being the mean of two.
 
 Scores, after each proposal, of the strategy's front with each member at its TRUE loss (the truth
 run at T), over the true front of all 24 configs (`Scorer`):
@@ -84,7 +85,7 @@ COOLDOWN = LadderConfig().cooldown  # the fidelity table was built with the defa
 
 @dataclass(frozen=True)
 class Table:
-    """The seed-0 runs of the fidelity table: rung losses and the truth at T, per config."""
+    """The seed-0 ladder runs of the fidelity table (rung losses) and the truth at T (mean over its seeds)."""
 
     family: dict[int, str]
     flops: dict[int, float]  # executed forward FLOPs per token
@@ -92,6 +93,7 @@ class Table:
     rung_loss: dict[int, tuple[float, ...]]  # loss at rung 0, 1, ...
     budgets: tuple[float, ...]  # training FLOPs of rung 0, 1, ...
     truth: dict[int, float]
+    at_target: dict[int, float]  # seed 0's run at T: what a search at the target measures
     target: float
     ladder_compute: float  # median measured compute of a full ladder run (the cost model's check)
 
@@ -107,7 +109,8 @@ class Table:
 def load(path: Path) -> Table:
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder" and r["seed"] == 0]
-    truth = {r["config"]: r for r in rows if r["kind"] == "truth" and r["seed"] == 0}
+    truth_runs = [r for r in rows if r["kind"] == "truth"]
+    truth = {r["config"]: r for r in truth_runs if r["seed"] == 0}
     budgets = tuple(sorted({r["budget_flops"] for r in ladder}))
     rung_loss = {c: [math.inf] * len(budgets) for c in truth}
     for r in ladder:
@@ -120,7 +123,8 @@ def load(path: Path) -> Table:
         by_arch={(r["residual"], r["n_layers"], r["d_model"]): c for c, r in truth.items()},
         rung_loss={c: tuple(v) for c, v in rung_loss.items()},
         budgets=budgets,
-        truth={c: r["val_loss"] for c, r in truth.items()},
+        truth={c: float(np.mean([t["val_loss"] for t in truth_runs if t["config"] == c])) for c in truth},
+        at_target={c: r["val_loss"] for c, r in truth.items()},
         target=next(iter(truth.values()))["budget_flops"],
         ladder_compute=float(np.median([r["compute_flops"] for r in ladder])),
     )
@@ -190,7 +194,7 @@ def make_strategy(name: str, table: Table) -> Ladder | SingleBudget:
     if name == "top_rung":
         return SingleBudget({c: v[-1] for c, v in table.rung_loss.items()}, table.budgets[-1])
     if name == "target":
-        return SingleBudget(table.truth, table.target)
+        return SingleBudget(table.at_target, table.target)
     raise ValueError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 

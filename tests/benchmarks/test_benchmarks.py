@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from helpers import ROOT, run_script
+from helpers import ROOT, import_benchmark, run_script
 
 BENCH = ROOT / "benchmarks"
 pytestmark = pytest.mark.slow  # each runs a benchmark script in a subprocess
@@ -29,7 +29,8 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     run_script("fidelity.py", "build", "--smoke", "--runs", str(runs), cwd=BENCH, timeout=600)
     run_script("fidelity.py", "report", "--runs", str(runs), "--out", str(out), cwd=BENCH)
     summary = json.loads(out.read_text())["summary"]
-    assert summary["configs"] == 3 and len(summary["rung_flops"]) == 3
+    assert summary["configs"] == 3 and len(summary["rung_flops"]) == import_benchmark("fidelity").RUNGS
+    assert summary["truth_seeds_per_config"] == 2 and summary["tau_ceiling"] is not None
     assert summary["target_flops"] == 10 * max(summary["rung_flops"])
     assert set(summary["kendall_tau"]) >= {"prediction", "lowest_rung", "top_rung", "parameter_count"}
     assert 0 < summary["ladder_compute_share_with_promotion"] <= summary["ladder_compute_share"] < 1
