@@ -54,7 +54,7 @@ FIXED = dict(vocab_size=256, seq_len=64, n_heads=2, mod_every=2)
 # 4 rungs at ratio 2 (C0 .. 8 C0, the span of 3 rungs at ratio 3): the held-out check (fit the lower rungs,
 # predict the top one) then sees 3 points per config, enough to test a per-config exponent
 LOWEST_RUNG, RUNGS, ETA, TRUTH_RATIO = 2.25e10, 4, 2.0, 10.0
-# 256 held-out sequences (16k tokens spread over the held-out text; a search's default is 128): the
+# 256 held-out sequences (16k tokens spread over the held-out text; a search's default is 64): the
 # evaluation's sampling noise on a gap between two runs falls to 0.004 nats (0.008 at 64 sequences)
 RUN = dict(batch_size=8, eval_sequences=256, evals=1, report_every=1000)
 COLUMNS = [

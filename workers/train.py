@@ -67,7 +67,7 @@ class RunConfig(BaseModel):
     batch_size: int = Field(16, ge=1, le=4096)
     precision: Precision = "fp32"  # measured in benchmarks/precision.py: see README
     eval_sequences: int = Field(
-        128, ge=2, description="held-out sequences (spread over the held-out text) for val loss and the width probe"
+        64, ge=2, description="held-out sequences (spread over the held-out text) for val loss and the width probe"
     )
     evals: int = Field(4, ge=1, description="validation passes over the run (the last at the end)")
     report_every: int = Field(10, ge=1, description="steps between progress reports")
