@@ -7,10 +7,10 @@
 three largest; MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) with
 `workers.trial.run_trial` exactly as a search's worker does: a 4-rung ladder (C0, 2 C0, 4 C0, 8 C0,
 C0 = 2.25e10 FLOPs, warmup-stable-decay, cooldown branches; `nas search --rungs 4 --eta 2`), twice
-(seeds 0 and 1). The truth is the mean of two runs
-(seeds 0 and 1) at T = 10 x the top rung: one run's seed noise is as large as most gaps between
-configs at T, and the mean halves its variance. Jobs run in 2 processes of 1 torch thread each (the
-machine's 2 cores); a killed build resumes, running only the jobs the table lacks.
+(seeds 0 and 1). The truth is the mean of two runs (seeds 0 and 1) at T = 10 x the top rung: one
+run's seed noise is as large as many gaps between configs at T, and the mean halves its variance.
+Jobs run in 2 processes of 1 torch thread each (the machine's 2 cores); a killed build resumes,
+running only the jobs the table lacks.
 
 `report` fits the search's model (`nas.extrapolate`: L = E + A C^-alpha, E shared by the study and
 alpha by a family) over the rung points and predicts each config's loss at T, as `nas.fidelity` does in a
@@ -18,8 +18,8 @@ search. It replays the search's promotion (`nas.promotion`, eta 2, configs arriv
 order) to say how much of the ladder a search would have run, and compares rankings with the
 truth: Kendall tau-b for the prediction and three baselines (lowest rung, top rung, parameter
 count with bigger better), also against the seed-0 run alone, the truth's seed-vs-seed tau and the
-noise ceiling (the tau a perfect predictor would reach against this noisy truth), whether the true best is
-in the predicted top 3, the hypervolume of the predicted front scored on true losses over the true
+noise ceiling (the tau a perfect predictor would reach against this noisy truth), whether the true
+best is in the predicted top 3, the hypervolume of the predicted front scored on true losses over the true
 front's, the ladder's compute over the truth's, and how many truth pairs cross between the
 lowest rung and the truth (a benchmark without crossings could not tell a method from the lowest
 rung). `--smoke` runs every path at tiny size (CI).
