@@ -154,12 +154,16 @@ def run_job(job: Job) -> list[dict]:
     return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
 
 
+def pending_jobs(out: Path, smoke: bool) -> list[Job]:
+    """The jobs whose rows the table at `out` does not hold yet (all of them without a table)."""
+    done = {(r["config"], r["kind"], r["seed"]) for r in read(out)} if out.exists() else set()
+    return [j for j in jobs(smoke) if (j.config, j.kind, j.seed) not in done]
+
+
 def build(out: Path, smoke: bool) -> None:
-    """Run every job whose rows the table does not hold yet (a killed build resumes where it stopped)."""
+    """Run the pending jobs, appending their rows (a killed build resumes where it stopped)."""
     fresh = not out.exists() or out.stat().st_size == 0
-    done_before = set() if fresh else {(r["config"], r["kind"], r["seed"]) for r in read(out)}
-    start = time.perf_counter()
-    todo = [j for j in jobs(smoke) if (j.config, j.kind, j.seed) not in done_before]
+    start, todo = time.perf_counter(), pending_jobs(out, smoke)
     out.parent.mkdir(parents=True, exist_ok=True)
     with mp.get_context("spawn").Pool(2) as pool, out.open("a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -180,6 +184,15 @@ def read(path: Path) -> list[dict]:
         for k in ("mod_rate", "executed_flops_per_token", "budget_flops", "val_loss", "compute_flops", "wall_time_s"):
             r[k] = float(r[k])
     return rows
+
+
+def truth_runs(rows: list[dict]) -> dict[int, list[float]]:
+    """Each config's losses at T, one per seed (the truth is their mean)."""
+    runs: dict[int, list[float]] = {}
+    for r in rows:
+        if r["kind"] == "truth":
+            runs.setdefault(r["config"], []).append(r["val_loss"])
+    return runs
 
 
 def tau(a: dict[int, float], b: dict[int, float]) -> float | None:
@@ -219,9 +232,7 @@ def report(path: Path, out: Path) -> dict:
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder"]
     truth_rows = [r for r in rows if r["kind"] == "truth"]
-    runs_at_truth: dict[int, list[float]] = {}
-    for r in truth_rows:
-        runs_at_truth.setdefault(r["config"], []).append(r["val_loss"])
+    runs_at_truth = truth_runs(rows)
     truth = {c: float(np.mean(v)) for c, v in runs_at_truth.items()}  # the seed mean: the truth's noise / sqrt(n)
     truth_seed = {s: {r["config"]: r["val_loss"] for r in truth_rows if r["seed"] == s} for s in (0, 1)}
     target = next(r["budget_flops"] for r in rows if r["kind"] == "truth")
@@ -280,7 +291,7 @@ def report(path: Path, out: Path) -> dict:
         ),
         "truth_spread_sd": float(np.std(list(truth.values()), ddof=1)),
         "tau_ceiling": tau_ceiling(truth_rows, runs_at_truth),
-        "tau_ceiling_seed0_truth": tau_ceiling(truth_rows, {c: v[:1] for c, v in runs_at_truth.items()}),
+        "tau_ceiling_seed0_truth": tau_ceiling(truth_rows, {c: [loss] for c, loss in truth_seed[0].items()}),
         "goals": {"prediction_tau": 0.8, "hypervolume_ratio": 0.95, "ladder_compute_share": 0.15},
     }
     result = {

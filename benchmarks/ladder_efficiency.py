@@ -66,7 +66,7 @@ import numpy as np
 import optuna
 
 from cpu_throughput import machine_info
-from fidelity import ETA, RUNS_CSV, predictions, read
+from fidelity import ETA, RUNS_CSV, predictions, read, truth_runs
 from nas.extrapolate import RungPoint
 from nas.pareto import hypervolume, pareto_rows
 from nas.promotion import Candidate, should_promote
@@ -109,8 +109,7 @@ class Table:
 def load(path: Path) -> Table:
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder" and r["seed"] == 0]
-    truth_runs = [r for r in rows if r["kind"] == "truth"]
-    truth = {r["config"]: r for r in truth_runs if r["seed"] == 0}
+    truth = {r["config"]: r for r in rows if r["kind"] == "truth" and r["seed"] == 0}
     budgets = tuple(sorted({r["budget_flops"] for r in ladder}))
     rung_loss = {c: [math.inf] * len(budgets) for c in truth}
     for r in ladder:
@@ -123,7 +122,7 @@ def load(path: Path) -> Table:
         by_arch={(r["residual"], r["n_layers"], r["d_model"]): c for c, r in truth.items()},
         rung_loss={c: tuple(v) for c, v in rung_loss.items()},
         budgets=budgets,
-        truth={c: float(np.mean([t["val_loss"] for t in truth_runs if t["config"] == c])) for c in truth},
+        truth={c: float(np.mean(v)) for c, v in truth_runs(rows).items()},
         at_target={c: r["val_loss"] for c, r in truth.items()},
         target=next(iter(truth.values()))["budget_flops"],
         ladder_compute=float(np.median([r["compute_flops"] for r in ladder])),

@@ -1,5 +1,6 @@
 """The benchmark scripts stay runnable: tiny settings, real outputs with the documented fields."""
 
+import csv
 import json
 import os
 
@@ -35,6 +36,21 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     assert set(summary["kendall_tau"]) >= {"prediction", "lowest_rung", "top_rung", "parameter_count"}
     assert 0 < summary["ladder_compute_share_with_promotion"] <= summary["ladder_compute_share"] < 1
     assert 0 <= summary["hypervolume_ratio"] <= 1 + 1e-9 and out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_a_fidelity_build_resumes_with_only_the_jobs_its_table_lacks(tmp_path):
+    fidelity = import_benchmark("fidelity")
+    runs = tmp_path / "runs.csv"
+    everything = fidelity.pending_jobs(runs, smoke=True)  # no table yet: every job
+    assert everything == fidelity.jobs(smoke=True)
+    done = [everything[0], next(j for j in everything if j.kind != everything[0].kind)]
+    with runs.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fidelity.COLUMNS)
+        writer.writeheader()
+        for job in done:  # one row per job is enough to mark it done
+            row = dict.fromkeys(fidelity.COLUMNS, 0)
+            writer.writerow({**row, "config": job.config, "kind": job.kind, "seed": job.seed, "residual": "nag"})
+    assert fidelity.pending_jobs(runs, smoke=True) == [j for j in everything if j not in done]
 
 
 def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
