@@ -13,8 +13,9 @@ Jobs run in 2 processes of 1 torch thread each (the machine's 2 cores); a killed
 running only the jobs the table lacks.
 
 `report` fits the search's model (`nas.extrapolate`: L = E + A C^-alpha, E shared by the study and
-alpha by a family) over the rung points and predicts each config's loss at T, as `nas.fidelity` does in a
-search. It replays the search's promotion (`nas.promotion`, eta 2, configs arriving in table
+alpha by a family) over the rung points a search would hold (seed 0 of every config, the second seed of
+the configs on the front predicted from seed 0: `nas search --repeat-seeds 1`) and predicts each
+config's loss at T, as `nas.fidelity` does in a search; the ladder's compute share counts those runs. It replays the search's promotion (`nas.promotion`, eta 2, configs arriving in table
 order) to say how much of the ladder a search would have run, and compares rankings with the
 truth: Kendall tau-b for the prediction and three baselines (lowest rung, top rung, parameter
 count with bigger better), also against the seed-0 run alone, the truth's seed-vs-seed tau and the
@@ -36,13 +37,14 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 from scipy.stats import kendalltau
 
 from cpu_throughput import machine_info
 from nas.extrapolate import RungPoint, fit_study, seed_noise
-from nas.pareto import hypervolume
+from nas.pareto import hypervolume, pareto_rows
 from nas.promotion import Candidate, should_promote
 
 HERE = Path(__file__).resolve().parent
@@ -204,6 +206,30 @@ def tau(a: dict[int, float], b: dict[int, float]) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def search_view(
+    points: list[RungPoint], flops: dict[int, float], target: float
+) -> tuple[list[RungPoint], set[int]]:
+    """The rung points a search holds, and the configs it repeated: seed 0 of every config, and the other
+    seeds of the configs on the front at T predicted from seed 0 (`nas search --repeat-seeds 1`: item 5's
+    repeats, a ladder run of another seed each). The table holds both seeds of every config; a search does
+    not pay for, nor see, the second seed of a config off its front."""
+    front = front_of(predictions([p for p in points if p.seed == 0], target), flops)
+    return [p for p in points if p.seed == 0 or p.trial in front], front
+
+
+def as_rows(losses: dict[int, float], flops: dict[int, float]) -> list[SimpleNamespace]:
+    """Configs as the completed trial rows `nas.pareto` reads."""
+    return [
+        SimpleNamespace(number=c, status="completed", val_loss=loss, executed_flops_per_token=flops[c])
+        for c, loss in losses.items()
+    ]
+
+
+def front_of(losses: dict[int, float], flops: dict[int, float]) -> set[int]:
+    """The configs non-dominated by (loss, executed FLOPs per token)."""
+    return {r.number for r in pareto_rows(as_rows(losses, flops))}
+
+
 def predictions(points: list[RungPoint], target: float) -> dict[int, float]:
     fit = fit_study(points)
     return {t: fit.predict(t, target) for t in fit.trials}
@@ -237,11 +263,12 @@ def report(path: Path, out: Path) -> dict:
     truth_seed = {s: {r["config"]: r["val_loss"] for r in truth_rows if r["seed"] == s} for s in (0, 1)}
     target = next(r["budget_flops"] for r in rows if r["kind"] == "truth")
     points = [RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], r["seed"]) for r in ladder]
-    predicted = predictions(points, target)
+    flops = {r["config"]: r["executed_flops_per_token"] for r in ladder}
+    view, repeated = search_view(points, flops, target)
+    predicted = predictions(view, target)
     lowest = {r["config"]: r["val_loss"] for r in ladder if r["seed"] == 0 and r["rung"] == 0}
     top = {r["config"]: r["val_loss"] for r in ladder if r["seed"] == 0 and r["rung"] == RUNGS - 1}
     params = {r["config"]: -float(r["params"]) for r in ladder}  # bigger is better: rank by -params
-    flops = {r["config"]: r["executed_flops_per_token"] for r in ladder}
     reached = replay_promotion(points, flops, target)
     replay_points = [
         RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], 0)
@@ -253,7 +280,8 @@ def report(path: Path, out: Path) -> dict:
     crossings = sum(
         1 for a, b in itertools.combinations(truth, 2) if (lowest[a] - lowest[b]) * (truth[a] - truth[b]) < 0
     )
-    ladder_compute = sum({(r["config"], r["seed"]): r["compute_flops"] for r in ladder}.values())
+    run_compute = {(r["config"], r["seed"]): r["compute_flops"] for r in ladder}
+    ladder_compute = sum(v for (c, seed), v in run_compute.items() if seed == 0 or c in repeated)
     truth_compute = sum(r["compute_flops"] for r in rows if r["kind"] == "truth" and r["seed"] == 0)
     summary = {
         "configs": len(truth),
@@ -261,6 +289,7 @@ def report(path: Path, out: Path) -> dict:
         "rung_flops": sorted({r["budget_flops"] for r in ladder}),
         "kendall_tau": {
             "prediction": tau(predicted, truth),
+            "prediction_every_seed_of_every_config": tau(predictions(points, target), truth),
             "prediction_with_promotion": tau(predicted_replay, truth),
             "lowest_rung": tau(lowest, truth),
             "top_rung": tau(top, truth),
@@ -281,7 +310,9 @@ def report(path: Path, out: Path) -> dict:
         "hypervolume_ratio_nadir": hv_ratio(predicted, truth, flops, nadir=True),
         "hypervolume_ratio_nadir_top_rung": hv_ratio(top, truth, flops, nadir=True),
         "hypervolume_ratio_nadir_lowest_rung": hv_ratio(lowest, truth, flops, nadir=True),
+        "repeated_front": sorted(repeated),
         "ladder_compute_share": ladder_compute / truth_compute,
+        "ladder_compute_share_every_seed_of_every_config": sum(run_compute.values()) / truth_compute,
         "ladder_compute_share_with_promotion": promoted_share(ladder, reached, truth_compute),
         "truth_pairs_crossing_from_lowest_rung": crossings,
         "truth_pairs": math.comb(len(truth), 2),
@@ -361,20 +392,10 @@ def hv_ratio(
     Reference loss ln 256 (a uniform guess) as in a search; with `nadir`, the worst true loss instead:
     against ln 256 the cheapest config alone holds nearly all of the hypervolume (every loss here is far
     below ln 256), so only the nadir ratio shows a front member missed."""
-    from types import SimpleNamespace
-
-    from nas.pareto import pareto_rows
-
-    def rows(losses):
-        return [
-            SimpleNamespace(number=c, status="completed", val_loss=losses[c], executed_flops_per_token=flops[c])
-            for c in truth
-        ]
-
     ref = (max(truth.values()) if nadir else math.log(256), 1.1 * max(flops.values()))
-    chosen = {r.number for r in pareto_rows(rows(predicted))}
-    scored = [r for r in rows(truth) if r.number in chosen]
-    return hypervolume(scored, ref) / hypervolume(rows(truth), ref)
+    chosen = front_of({c: predicted[c] for c in truth}, flops)
+    scored = [r for r in as_rows(truth, flops) if r.number in chosen]
+    return hypervolume(scored, ref) / hypervolume(as_rows(truth, flops), ref)
 
 
 def promoted_share(ladder: list[dict], reached: dict[int, int], truth_compute: float) -> float:

@@ -34,8 +34,29 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     assert summary["truth_seeds_per_config"] == 2 and summary["tau_ceiling"] is not None
     assert summary["target_flops"] == 10 * max(summary["rung_flops"])
     assert set(summary["kendall_tau"]) >= {"prediction", "lowest_rung", "top_rung", "parameter_count"}
-    assert 0 < summary["ladder_compute_share_with_promotion"] <= summary["ladder_compute_share"] < 1
+    assert 0 < summary["ladder_compute_share_with_promotion"] <= summary["ladder_compute_share"]
+    assert summary["ladder_compute_share"] <= summary["ladder_compute_share_every_seed_of_every_config"] < 1
     assert 0 <= summary["hypervolume_ratio"] <= 1 + 1e-9 and out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_the_fidelity_prediction_sees_what_a_search_holds_seed_0_and_the_front_repeated():
+    """Config 0 is cheapest and best at T: the only front member, so the only config whose second seed a
+    search pays for and fits."""
+    fidelity = import_benchmark("fidelity")
+    from nas.extrapolate import RungPoint
+
+    amplitude = {0: 1.0, 1: 1.5, 2: 2.0}
+    points = [
+        RungPoint(c, "cascaded", 1e10 * 2**r, 1.5 + amplitude[c] * (2**r) ** -0.3 + 0.01 * seed, seed)
+        for c in amplitude
+        for r in range(4)
+        for seed in (0, 1)
+    ]
+    view, repeated = fidelity.search_view(points, {0: 1e5, 1: 2e5, 2: 3e5}, 1e12)
+    assert repeated == {0}
+    assert sorted((p.trial, p.seed) for p in view) == sorted(
+        [(c, 0) for c in amplitude for _ in range(4)] + [(0, 1)] * 4
+    )
 
 
 def test_a_fidelity_build_resumes_with_only_the_jobs_its_table_lacks(tmp_path):
