@@ -12,18 +12,19 @@ run's seed noise is as large as many gaps between configs at T, and the mean hal
 Jobs run in 2 processes of 1 torch thread each (the machine's 2 cores); a killed build resumes,
 running only the jobs the table lacks.
 
-`report` fits the search's model (`nas.extrapolate`: L = E + A C^-alpha, E shared by the study and
-alpha by a family) over the rung points a search would hold (seed 0 of every config, the second seed of
-the configs on the front predicted from seed 0: `nas search --repeat-seeds 1`) and predicts each
-config's loss at T, as `nas.fidelity` does in a search; the ladder's compute share counts those runs. It replays the search's promotion (`nas.promotion`, eta 2, configs arriving in table
-order) to say how much of the ladder a search would have run, and compares rankings with the
-truth: Kendall tau-b for the prediction and three baselines (lowest rung, top rung, parameter
-count with bigger better), also against the seed-0 run alone, the truth's seed-vs-seed tau and the
-noise ceiling (the tau a perfect predictor would reach against this noisy truth), whether the true
-best is in the predicted top 3, the hypervolume of the predicted front scored on true losses over the true
-front's, the ladder's compute over the truth's, and how many truth pairs cross between the
-lowest rung and the truth (a benchmark without crossings could not tell a method from the lowest
-rung). `--smoke` runs every path at tiny size (CI).
+`report` fits the search's model (`nas.extrapolate`: L = E + A C^-alpha, E shared by the study and alpha
+by a family) over the rung points a search would hold (seed 0 of every config, the second seed of the
+configs on the front predicted from seed 0: `nas search --repeat-seeds 1`) and predicts each config's
+loss at T, as `nas.fidelity` does in a search; the ladder's compute share counts those runs. It replays
+the search's promotion (`nas.promotion`, eta 2, configs arriving in table order) to say how much of the
+ladder a search would have run, and compares rankings with the truth: Kendall tau-b for the prediction
+and three baselines (lowest rung, top rung, parameter count with bigger better), also against the seed-0
+run alone, the truth's seed-vs-seed tau and the noise ceiling (the tau a perfect predictor would reach
+against this noisy truth), whether the true best is in the predicted top 3, the hypervolume of the
+predicted front scored on true losses over the true front's, the ladder's compute over the truth's, and
+how many truth pairs cross between the lowest rung and the truth (a benchmark without crossings could
+not tell a method from the lowest rung).
+`--smoke` runs every path at tiny size (CI).
 """
 
 from __future__ import annotations
@@ -206,9 +207,7 @@ def tau(a: dict[int, float], b: dict[int, float]) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def search_view(
-    points: list[RungPoint], flops: dict[int, float], target: float
-) -> tuple[list[RungPoint], set[int]]:
+def search_view(points: list[RungPoint], flops: dict[int, float], target: float) -> tuple[list[RungPoint], set[int]]:
     """The rung points a search holds, and the configs it repeated: seed 0 of every config, and the other
     seeds of the configs on the front at T predicted from seed 0 (`nas search --repeat-seeds 1`: item 5's
     repeats, a ladder run of another seed each). The table holds both seeds of every config; a search does
