@@ -12,10 +12,13 @@ at one training budget (iso-FLOP: a smaller shape trains on more tokens, as in a
 parametrizations are the same model. seq 64, batch 8, 4 heads, seed 0, 1 torch thread per job,
 2 jobs at a time. Rows are appended to the CSV as they finish; a rerun skips the rows it has.
 
-It then runs the iso-token check (cascaded, into `<runs>_iso_tokens.csv`): the base shape trained for
-as many steps as the widest shape, and the shallowest for as many as the deepest, every rate, both
+It then runs the iso-token check (every family, into `<runs>_iso_tokens.csv`): the base shape trained
+for as many steps as the widest shape, and the shallowest for as many as the deepest, every rate, both
 parametrizations, so that a pair differs in size only, not in horizon (at iso-FLOP a bigger model
-also trains for fewer steps, and shorter runs want higher rates).
+also trains for fewer steps, and shorter runs want higher rates); and the horizon check (into
+`<runs>_horizon.csv`): the base shape trained for 100, 400 and 1470 steps (its iso-FLOP horizon), every
+family and rate, and NAG again with its gate and alpha rates uncapped (`OptimConfig.nag_gate_lr` 1), which
+measures how fast each family's best rate moves with the horizon alone.
 
 `report` reads the table and writes, per family and parametrization:
 - each shape's best rate, refined by a parabola through the three lowest points in log(lr);
@@ -26,8 +29,9 @@ also trains for fewer steps, and shorter runs want higher rates).
 and, for the search (issue 13, item 3), a replay on the table: how many trials a search (TPE,
 random) over (family, shape) needs to reach 95% of the table's hypervolume (val loss vs executed FLOPs per
 token) when it (a) samples the rate per trial from all of them under `standard`, (b) uses the base
-shape's best rate under `standard`, (c) uses the base shape's best rate under `completep`; and,
-from the iso-token table, each pair's best-rate drift.
+shape's best rate under `standard`, (c) uses the base shape's best rate under `completep`; from the
+iso-token table, each family's and pair's best-rate drift; and from the horizon table, each family's
+exponent beta (lr* ~ steps^-beta) and the drift that the step counts alone of each iso-FLOP sweep imply.
 """
 
 from __future__ import annotations
@@ -57,7 +61,11 @@ BUDGET = 1e12
 SEQ_LEN, BATCH, HEADS = 64, 8, 4
 SMOKE = dict(base=(32, 2), widths=(32, 64), depths=(1, 3), budget=1e9, rates=(3e-3, 1e-2))
 COLUMNS = ["family", "parametrization", "d_model", "n_layers", "lr", "status", "val_loss",
-           "executed_flops_per_token", "tokens_seen", "steps", "wall_time_s"]  # fmt: skip
+           "executed_flops_per_token", "tokens_seen", "steps", "wall_time_s", "nag_gate_lr"]  # fmt: skip
+NAG_GATE_LR = 1e-3  # OptimConfig's cap on NAG's gate and alpha rates (a table without the column used it)
+UNCAPPED = 1.0  # the horizon check's NAG variant: gates and alphas at the model's rate (for lr <= 1)
+HORIZONS = (100, 400, 1470)  # steps of the horizon check (1470: the base shape's at the iso-FLOP budget)
+SMOKE_HORIZONS = (4, 8)
 
 
 def arch(family: str, parametrization: str, d_model: int, n_layers: int, base: tuple[int, int]):
@@ -78,22 +86,35 @@ def run_one(job: tuple) -> dict:
     from workers.trial import run_trial
 
     torch.set_num_threads(1)
-    family, parametrization, d_model, n_layers, lr, base, budget = job
+    family, parametrization, d_model, n_layers, lr, base, budget, *rest = job
+    gate_lr = rest[0] if rest else NAG_GATE_LR
     cfg = arch(family, parametrization, d_model, n_layers, base)
     run = RunConfig(batch_size=BATCH, eval_sequences=128, evals=1)
-    result = run_trial(cfg, budget, load_corpus(DataConfig()), seed=0, run=run, optim=OptimConfig(lr=lr),
-                       width_probe=False)  # fmt: skip
+    optim = OptimConfig(lr=lr, nag_gate_lr=gate_lr)
+    result = run_trial(cfg, budget, load_corpus(DataConfig()), seed=0, run=run, optim=optim, width_probe=False)
     return {
         "family": family, "parametrization": parametrization, "d_model": d_model, "n_layers": n_layers,
         "lr": lr, "status": str(result.status),
         "val_loss": result.val_loss if result.val_loss is not None and math.isfinite(result.val_loss) else math.inf,
         "executed_flops_per_token": flops_per_token(cfg).executed, "tokens_seen": result.tokens_seen,
         "steps": result.tokens_seen // (BATCH * SEQ_LEN), "wall_time_s": round(result.wall_time_s, 2),
+        "nag_gate_lr": gate_lr,
     }  # fmt: skip
 
 
+def gate_lr_of(row: dict) -> float:
+    return float(row.get("nag_gate_lr") or NAG_GATE_LR)
+
+
 def job_key(row: dict) -> tuple:
-    return (row["family"], row["parametrization"], int(row["d_model"]), int(row["n_layers"]), float(row["lr"]))
+    """A row's identity in its table: (family, parametrization, d, L, lr, NAG gate-rate cap, steps). Steps
+    are part of it only in the horizon check's table, the one table holding a shape at several horizons."""
+    return (row["family"], row["parametrization"], int(row["d_model"]), int(row["n_layers"]), float(row["lr"]),
+            gate_lr_of(row))  # fmt: skip
+
+
+def horizon_key(row: dict) -> tuple:
+    return (*job_key(row), int(row["steps"]))
 
 
 def build(path: Path, smoke: bool) -> None:
@@ -110,42 +131,86 @@ def build(path: Path, smoke: bool) -> None:
     ]  # fmt: skip
     run_jobs(jobs, path)
     run_jobs(iso_token_jobs(base, max(widths), (min(depths), max(depths)), rates, budget), iso_token_path(path))
+    run_jobs(horizon_jobs(base, SMOKE_HORIZONS if smoke else HORIZONS, rates), horizon_path(path), with_steps=True)
 
 
 def iso_token_path(path: Path) -> Path:
     return path.with_name(path.stem + "_iso_tokens.csv")
 
 
+def horizon_path(path: Path) -> Path:
+    return path.with_name(path.stem + "_horizon.csv")
+
+
+def exact_steps_budget(cfg, steps: int) -> float:
+    """The training FLOPs that buy exactly `steps` whole batches of `cfg`."""
+    from search_spaces.residual_lm import training_flops
+
+    return training_flops(cfg, steps * BATCH * SEQ_LEN) * (1 + 1e-6)
+
+
+def horizon_jobs(base: tuple[int, int], horizons: tuple[int, ...], rates) -> list[tuple]:
+    """The horizon check: the base shape (where both parametrizations are one model) trained for each number
+    of steps in `horizons`, every family at every rate, and NAG once more with its gate and alpha rates
+    uncapped. How the best rate moves with the horizon is what separates at iso-FLOP a width or depth rule
+    from the number of steps a bigger shape gets."""
+    jobs = []
+    for steps in horizons:
+        for family, gate_lr in [(f, NAG_GATE_LR) for f in FAMILIES] + [("nag", UNCAPPED)]:
+            flops = exact_steps_budget(arch(family, "standard", *base, base), steps)
+            jobs += [(family, "standard", *base, lr, base, flops, gate_lr) for lr in rates]
+    return jobs
+
+
 def iso_token_jobs(base: tuple[int, int], widest: int, depths: tuple[int, int], rates, budget: float) -> list[tuple]:
-    """The iso-token check (cascaded): the base shape at the widest shape's token count, and the shallowest
-    at the deepest's, so that a pair differs in size and not in the number of steps."""
-    from search_spaces.residual_lm import tokens_for, training_flops
+    """The iso-token check (every family): the base shape at the widest shape's token count, and the
+    shallowest at the deepest's, so that a pair differs in size and not in the number of steps (the steps
+    are cascaded's at `budget`, the same for every family)."""
+    from search_spaces.residual_lm import tokens_for
 
     jobs = []
     for big, small in (((widest, base[1]), base), ((base[0], depths[1]), (base[0], depths[0]))):
         steps = round(tokens_for(arch("cascaded", "standard", *big, base), budget) / (BATCH * SEQ_LEN))
-        for d, n in (big, small):
-            cfg = arch("cascaded", "standard", d, n, base)  # FLOPs per token do not depend on the parametrization
-            flops = training_flops(cfg, steps * BATCH * SEQ_LEN) * (1 + 1e-6)  # exactly `steps` whole batches
-            jobs += [("cascaded", p, d, n, lr, base, flops) for p in PARAMETRIZATIONS for lr in rates]
+        for family, (d, n) in itertools.product(FAMILIES, (big, small)):
+            cfg = arch(family, "standard", d, n, base)  # FLOPs per token do not depend on the parametrization
+            jobs += [
+                (family, p, d, n, lr, base, exact_steps_budget(cfg, steps)) for p in PARAMETRIZATIONS for lr in rates
+            ]
     return jobs
 
 
-def run_jobs(jobs: list[tuple], path: Path) -> None:
-    """Run the jobs missing from `path` (2 at a time), appending each row as it finishes."""
-    done = {job_key(r) for r in read_rows(path)} if path.exists() else set()
-    jobs = [j for j in jobs if tuple(j[:5]) not in done]
+def run_jobs(jobs: list[tuple], path: Path, *, with_steps: bool = False) -> None:
+    """Run the jobs missing from `path` (2 at a time), appending each row as it finishes. `with_steps`: a
+    row's key includes its steps (every job's budget must then buy whole batches exactly)."""
+    key = horizon_key if with_steps else job_key
+    done = {key(r) for r in read_rows(path)} if path.exists() else set()
+    jobs = [j for j in jobs if _planned_key(j, with_steps) not in done]
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
+    fields = COLUMNS
+    if not new:
+        with path.open() as fh:
+            fields = next(csv.reader(fh))  # an older table keeps its columns
     start = time.perf_counter()
     with path.open("a", newline="") as fh, mp.get_context("spawn").Pool(2) as pool:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if new:
             writer.writeheader()
         for k, row in enumerate(pool.imap_unordered(run_one, jobs), start=1):
             writer.writerow(row)
             fh.flush()
             print(f"[{k}/{len(jobs)} {time.perf_counter() - start:6.0f}s] {job_key(row)} loss {row['val_loss']:.4f}")
+
+
+def _planned_key(job: tuple, with_steps: bool) -> tuple:
+    """The key the job's row will have."""
+    from search_spaces.residual_lm import training_flops
+
+    family, par, d, n, lr, base, budget, *rest = job
+    key = (family, par, d, n, lr, rest[0] if rest else NAG_GATE_LR)
+    if not with_steps:
+        return key
+    return (*key, math.floor(budget / training_flops(arch(family, par, d, n, base), BATCH * SEQ_LEN)))
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -248,7 +313,7 @@ def replay_search(rows: list[dict], summary: dict, seeds: int, n_trials: int) ->
                       for v in summary[f][p]["loss_at_best_lr"].values())  # fmt: skip
     ref = (worst_tuned + 0.05, 1.1 * max(r["executed_flops_per_token"] for r in rows))
     full_hv = hypervolume([_as_row(r) for r in rows], ref)
-    table = {job_key(r): _as_row(r) for r in rows}
+    table = {job_key(r)[:5]: _as_row(r) for r in rows}  # (family, parametrization, d, L, lr)
     shapes = sorted({(r["d_model"], r["n_layers"]) for r in rows})
     rates = sorted({r["lr"] for r in rows})
     out: dict = {"reference_point": list(ref), "table_hypervolume": full_hv, "strategies": {}}
@@ -336,25 +401,52 @@ def plot(rows: list[dict], summary: dict, replay: dict, path: Path) -> None:
 
 
 def iso_token_check(rows: list[dict]) -> dict:
-    """Per pair of shapes trained for the same number of steps: each one's best rate and the drift."""
+    """Per family and pair of shapes trained for the same number of steps: each one's best rate and the drift.
+    The base shape appears in two pairs at different step counts: a pair is (shape, steps)."""
     out: dict = {}
-    shapes = sorted({(r["d_model"], r["n_layers"]) for r in rows})
-    steps = {s: next(r["steps"] for r in rows if (r["d_model"], r["n_layers"]) == s) for s in shapes}
-    for par in PARAMETRIZATIONS:
-        best = {
-            s: best_rate([(r["lr"], r["val_loss"]) for r in rows if r["parametrization"] == par
-                          and (r["d_model"], r["n_layers"]) == s])[0]
-            for s in shapes
-        }  # fmt: skip
-        for s, t in itertools.combinations(shapes, 2):
-            if steps[s] == steps[t] and (s[0] == t[0] or s[1] == t[1]):
-                sweep = "depth" if s[0] == t[0] else "width"
-                out.setdefault(par, {})[sweep] = {
-                    "shapes": [f"d{s[0]}_L{s[1]}", f"d{t[0]}_L{t[1]}"],
-                    "steps": steps[s],
-                    "best_lr": [best[s], best[t]],
-                    "drift": max(best[s], best[t]) / min(best[s], best[t]),
-                }
+    for family in FAMILIES:
+        mine = [r for r in rows if r["family"] == family]
+        runs = sorted({(r["d_model"], r["n_layers"], r["steps"]) for r in mine})
+        for par in PARAMETRIZATIONS:
+            points = {
+                run: [(r["lr"], r["val_loss"]) for r in mine if r["parametrization"] == par
+                      and (r["d_model"], r["n_layers"], r["steps"]) == run]
+                for run in runs
+            }  # fmt: skip
+            best = {run: best_rate(p)[0] for run, p in points.items() if p}
+            for s, t in itertools.combinations(sorted(best), 2):
+                if s[2] == t[2] and (s[0] == t[0] or s[1] == t[1]):
+                    sweep = "depth" if s[0] == t[0] else "width"
+                    out.setdefault(family, {}).setdefault(par, {})[sweep] = {
+                        "shapes": [f"d{s[0]}_L{s[1]}", f"d{t[0]}_L{t[1]}"],
+                        "steps": s[2],
+                        "best_lr": [best[s], best[t]],
+                        "drift": max(best[s], best[t]) / min(best[s], best[t]),
+                    }
+    return out
+
+
+def horizon_check(rows: list[dict], sweep_steps: dict[str, list[int]]) -> dict:
+    """Per family (and NAG with uncapped gate rates): the base shape's best rate at each horizon, and the
+    exponent beta of lr* ~ steps^-beta (least squares in log-log). At iso-FLOP a shape trained for k times
+    fewer steps wants k^beta times the rate whatever its width or depth: `horizon_drift` is that factor
+    between the longest and the shortest run of each iso-FLOP sweep (`sweep_steps`: each shape's steps)."""
+    out: dict = {}
+    for family, gate_lr in [(f, NAG_GATE_LR) for f in FAMILIES] + [("nag", UNCAPPED)]:
+        mine = [r for r in rows if r["family"] == family and math.isclose(gate_lr_of(r), gate_lr)]
+        horizons = sorted({r["steps"] for r in mine})
+        if len(horizons) < 2:
+            continue
+        best = {h: best_rate([(r["lr"], r["val_loss"]) for r in mine if r["steps"] == h]) for h in horizons}
+        slope = float(np.polyfit(np.log(horizons), np.log([best[h][0] for h in horizons]), 1)[0])
+        name = family if gate_lr == NAG_GATE_LR else f"{family}_gates_uncapped"
+        out[name] = {
+            "nag_gate_lr": gate_lr,
+            "best_lr": {str(h): best[h][0] for h in horizons},
+            "loss_at_best_lr": {str(h): best[h][1] for h in horizons},
+            "beta": -slope,
+            "horizon_drift": {sweep: (max(v) / min(v)) ** abs(slope) for sweep, v in sweep_steps.items()},
+        }
     return out
 
 
@@ -363,6 +455,13 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
     summary = summarise(rows)
     iso_path = iso_token_path(runs)
     iso = iso_token_check(read_rows(iso_path)) if iso_path.exists() else None
+    hor_path = horizon_path(runs)
+    base = tuple(summary["base_shape"])
+    sweep_steps = {
+        "width": [r["steps"] for r in rows if r["n_layers"] == base[1]],
+        "depth": [r["steps"] for r in rows if r["d_model"] == base[0]],
+    }
+    horizon = horizon_check(read_rows(hor_path), sweep_steps) if hor_path.exists() else None
     replay = replay_search(rows, summary, seeds, n_trials)
     goals = {
         family: {
@@ -381,6 +480,7 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
         "goals": goals,
         "search_replay": replay,
         "iso_token_check": iso,
+        "horizon_check": horizon,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
@@ -394,7 +494,8 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
         if f in summary
     }
     trials = {n: {s: e[s]["median_trials_to_95pct"] for s in REPLAY_SAMPLERS} for n, e in replay["strategies"].items()}
-    print(json.dumps({"iso_token_check": iso, "drift": brief, "search_trials_to_95pct": trials}, indent=1))
+    print(json.dumps({"iso_token_check": iso, "horizon_check": horizon, "drift": brief,
+                      "search_trials_to_95pct": trials}, indent=1))  # fmt: skip
     return result
 
 

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 
 import pytest
@@ -165,6 +166,31 @@ def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
         curve = entry["tpe"]["mean_share_per_trial"]
         assert all(a <= b + 1e-12 for a, b in zip(curve, curve[1:], strict=False))  # hypervolume never falls
     assert out.with_suffix(".png").stat().st_size > 10_000
-    iso = result["iso_token_check"]  # each pair trained for equal steps, both parametrizations
-    assert set(iso) == {"standard", "completep"} and all(set(v) == {"width", "depth"} for v in iso.values())
-    assert all(pair["drift"] >= 1 for v in iso.values() for pair in v.values())
+    iso = result["iso_token_check"]  # each pair trained for equal steps, every family, both parametrizations
+    assert set(iso) == {"cascaded", "nag", "ancre"}
+    for family in iso.values():
+        assert set(family) == {"standard", "completep"} and all(set(v) == {"width", "depth"} for v in family.values())
+        assert all(pair["drift"] >= 1 for v in family.values() for pair in v.values())
+    horizon = result["horizon_check"]  # the base shape at two horizons: every family, and NAG uncapped
+    assert set(horizon) == {"cascaded", "nag", "ancre", "nag_gates_uncapped"}
+    for entry in horizon.values():
+        assert len(entry["best_lr"]) == 2 and math.isfinite(entry["beta"])
+        assert set(entry["horizon_drift"]) == {"width", "depth"} and min(entry["horizon_drift"].values()) >= 1
+
+
+def test_the_horizon_check_recovers_a_known_exponent():
+    """Rows whose loss is a parabola in log lr around lr* = 0.1 steps^-0.6 (NAG) and a flat 0.01 (cascaded)."""
+    transfer = import_benchmark("transfer")
+    rows = []
+    for family, beta, scale in (("nag", 0.6, 0.1), ("cascaded", 0.0, 0.01)):
+        for steps in (100, 400, 1600):
+            best = scale * steps**-beta
+            for lr in transfer.RATES:
+                loss = 2.0 + (math.log(lr) - math.log(best)) ** 2
+                rows.append(dict(family=family, parametrization="standard", steps=steps, lr=lr, val_loss=loss))
+    result = transfer.horizon_check(rows, {"width": [100, 1600], "depth": [400, 800]})
+    assert set(result) == {"nag", "cascaded"}  # no uncapped-gate rows, no entry
+    assert result["nag"]["beta"] == pytest.approx(0.6, abs=1e-6)
+    assert result["cascaded"]["beta"] == pytest.approx(0.0, abs=1e-6)
+    assert result["nag"]["horizon_drift"]["width"] == pytest.approx(16**0.6)
+    assert result["nag"]["horizon_drift"]["depth"] == pytest.approx(2**0.6)
