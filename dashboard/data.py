@@ -25,6 +25,8 @@ from nas.fidelity import Prediction, predict_search, rung_points
 from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
 from workers.status import TrialStatus
 
+FIDELITY_ENV = "RESNAS_FIDELITY_JSON"  # the fidelity benchmark's JSON (`make fidelity`), if not the shipped one
+SHIPPED_FIDELITY = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fidelity.json"
 TTL_S = 3.0  # cache lifetime of store reads (seconds)
 REFRESH_S = 5.0  # live refresh period of pages showing a running search
 
@@ -131,6 +133,19 @@ def widths(url: str, name: str) -> list[tuple[TrialRow, dict]]:
     """(trial, width certificate) of the search's completed trials that have one."""
     pairs = [(row, width(url, row.id)) for row in trials(url, name) if row.status == TrialStatus.COMPLETED]
     return [(row, cert) for row, cert in pairs if cert is not None]
+
+
+def fidelity_benchmark(environ: Mapping[str, str] | None = None) -> dict | None:
+    """The summary of the fidelity benchmark's JSON ($RESNAS_FIDELITY_JSON, else the one shipped in
+    benchmarks/results/), or None where there is none (an installed package without the repository)."""
+    import json
+
+    environ = os.environ if environ is None else environ
+    path = Path(environ.get(FIDELITY_ENV) or SHIPPED_FIDELITY)
+    try:
+        return json.loads(path.read_text())["summary"]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def display_url(url: str) -> str:

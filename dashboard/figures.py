@@ -721,6 +721,46 @@ def fidelity_figure(predictions: Mapping[int, Prediction]) -> go.Figure:
     return fig
 
 
+def fidelity_benchmark_frame(summary: Mapping) -> pd.DataFrame:
+    """The fidelity benchmark's acceptance figures (`benchmarks/fidelity.py`, issue 12 item 8) beside their
+    goals: how far a ranking at T predicted from a ladder agrees with the ranking trained there.
+
+    Columns: figure, value (as text), goal, met (<NA> where the figure has no goal). The prediction's Kendall tau
+    must reach its goal and beat every baseline (lowest rung, top rung, parameter count)."""
+    taus = summary["kendall_tau"]
+    baselines = [taus[k] for k in ("lowest_rung", "top_rung", "parameter_count") if taus.get(k) is not None]
+    goals = summary.get("goals", {})
+    tau_goal = goals.get("prediction_tau", 0.8)
+    hv_goal = goals.get("hypervolume_ratio", 0.95)
+    share_goal = goals.get("ladder_compute_share", 0.15)
+    prediction = taus.get("prediction")
+    rows = [
+        ("Kendall tau: prediction at T", prediction, f">= {tau_goal:g} and above every baseline",
+         prediction is not None and prediction >= tau_goal and all(prediction > b for b in baselines)),
+        ("Kendall tau: top rung alone", taus.get("top_rung"), "baseline", None),
+        ("Kendall tau: lowest rung alone", taus.get("lowest_rung"), "baseline", None),
+        ("Kendall tau: parameter count", taus.get("parameter_count"), "baseline", None),
+        ("noise ceiling (tau of a perfect predictor)", summary.get("tau_ceiling"), "", None),
+        ("true best in the predicted top 3", summary["true_best_in_predicted_top3"], "yes",
+         bool(summary["true_best_in_predicted_top3"])),
+        ("hypervolume ratio (predicted front on true losses)", summary["hypervolume_ratio"], f">= {hv_goal:g}",
+         summary["hypervolume_ratio"] >= hv_goal),
+        ("ladder compute / truth's", summary["ladder_compute_share"], f"<= {share_goal:g}",
+         summary["ladder_compute_share"] <= share_goal),
+        ("prediction's mean absolute error (nats)", summary.get("prediction_mean_abs_error"), "", None),
+    ]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["figure", "value", "goal", "met"])
+    frame["value"] = [_figure_text(v) for v in frame["value"]]
+    return frame.astype({"met": "boolean"})
+
+
+def _figure_text(value: Any) -> str:
+    """A benchmark figure as text: yes/no, 3 decimals, or '-' where the benchmark could not compute it."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return format_number(value, ".3f")
+
+
 def target_frame(rows: Sequence, predictions: Mapping[int, Prediction], axis: CostAxis = COUNTED) -> pd.DataFrame:
     """One row per trial with a prediction: its measured (top-rung) loss, the predicted loss at the target and
     band, rungs, leave-one-out error and fit group, both costs per token, its measured / counted cost

@@ -28,6 +28,7 @@ from .export import export_bundle
 from .figures import (
     ancre_heatmap,
     cost_ratio_figure,
+    fidelity_benchmark_frame,
     fidelity_figure,
     format_number,
     hypervolume_figure,
@@ -251,6 +252,14 @@ def target_page(url: str, summaries: Sequence) -> None:
             "for each trial with two or more rungs: its top rung predicted by a fit without that rung, minus the "
             "loss measured there (how well lower rungs foretell a higher one)"
         )
+        benchmark = data.fidelity_benchmark()
+        if benchmark is not None:
+            st.subheader("Fidelity benchmark (make fidelity)")
+            st.dataframe(fidelity_benchmark_frame(benchmark), hide_index=True, key="fidelity_benchmark")
+            st.caption(
+                f"{benchmark['configs']} fixed configs ranked at T = {benchmark['target_flops']:.3g} FLOPs from a "
+                "ladder, against the same configs trained at T: how far a ranking at the target can be trusted"
+            )
 
     live(render, _running(summaries, [name]))
 

@@ -17,6 +17,7 @@ from dashboard.cost import MEASURED, seconds_per_token
 from dashboard.figures import (
     FAMILY_COLOURS,
     ancre_heatmap,
+    fidelity_benchmark_frame,
     fidelity_figure,
     hypervolume_figure,
     loss_curve_figure,
@@ -568,6 +569,36 @@ def test_target_frame_marks_the_front_at_the_target(rows, predictions1):
     assert frame.loc[4, "rungs"] == 2 and frame.loc[4, "band_high"] == predictions1[4].high
 
 
+def _benchmark_summary(prediction_tau: float) -> dict:
+    return {
+        "configs": 24,
+        "target_flops": 1.8e12,
+        "kendall_tau": {"prediction": prediction_tau, "lowest_rung": 0.41, "top_rung": 0.68, "parameter_count": None},
+        "tau_ceiling": 0.9,
+        "true_best_in_predicted_top3": False,
+        "hypervolume_ratio": 0.986,
+        "ladder_compute_share": 0.127,
+        "prediction_mean_abs_error": 0.041,
+        "goals": {"prediction_tau": 0.8, "hypervolume_ratio": 0.95, "ladder_compute_share": 0.15},
+    }
+
+
+@pytest.mark.parametrize("prediction_tau, met", [(0.56, False), (0.7, False), (0.85, True)])
+def test_fidelity_benchmark_frame_grades_each_figure_against_its_goal(prediction_tau, met):
+    """0.7 passes no goal (below 0.8); a tau must also beat every baseline, the top rung's 0.68 here."""
+    frame = fidelity_benchmark_frame(_benchmark_summary(prediction_tau)).set_index("figure")
+    assert frame.loc["Kendall tau: prediction at T", "met"] == met
+    assert frame.loc["Kendall tau: prediction at T", "value"] == f"{prediction_tau:.3f}"
+    assert frame.loc["Kendall tau: parameter count", "value"] == "-"  # not computed: shown, not graded
+    assert frame.loc["true best in the predicted top 3", ["value", "met"]].tolist() == ["no", False]
+    assert frame.loc["hypervolume ratio (predicted front on true losses)", "met"]
+    assert frame.loc["ladder compute / truth's", "met"]
+    assert frame["met"].isna().sum() == 5  # baselines, ceiling and error carry no goal
+    summary = _benchmark_summary(0.9)
+    summary["kendall_tau"]["top_rung"] = 0.95  # above the goal, yet beaten by a baseline
+    assert not fidelity_benchmark_frame(summary).set_index("figure").loc["Kendall tau: prediction at T", "met"]
+
+
 # ---- the app ---------------------------------------------------------------------------------
 
 
@@ -711,6 +742,20 @@ def test_app_target_page_shows_the_front_at_the_target_and_the_fidelity(app, row
     at.selectbox(key="target_search").set_value("exp2").run()  # stored before budget ladders
     assert not at.exception and not at.get("plotly_chart") and not at.dataframe
     assert "no rungs stored for this search" in at.info[0].value
+
+
+def test_app_target_page_shows_the_fidelity_benchmark_where_present(app, tmp_path, monkeypatch):
+    path = tmp_path / "fidelity.json"
+    path.write_text(json.dumps({"summary": _benchmark_summary(0.56)}))
+    monkeypatch.setenv("RESNAS_FIDELITY_JSON", str(path))
+    at = _goto(app, "Target budget")
+    at.selectbox(key="target_search").set_value("exp1").run()
+    (table,) = [d.value for d in at.dataframe if "figure" in d.value.columns]  # AppTest keeps no dataframe keys
+    assert table.set_index("figure").loc["Kendall tau: prediction at T", "value"] == "0.560"
+    assert "Fidelity benchmark (make fidelity)" in [h.value for h in at.subheader]
+    monkeypatch.setenv("RESNAS_FIDELITY_JSON", str(tmp_path / "absent.json"))
+    at.run()
+    assert not at.exception and not [d for d in at.dataframe if "figure" in d.value.columns]
 
 
 def test_app_explains_a_search_whose_rungs_cannot_be_extrapolated(tmp_path, monkeypatch):
