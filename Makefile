@@ -40,6 +40,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
+	$(PY) benchmarks/cpu_throughput.py --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
 
 precision: $(STAMP)
 	$(PY) benchmarks/precision.py --out benchmarks/results/precision.json

@@ -13,6 +13,9 @@ One run measures, side by side and interleaved (so machine noise hits every mode
   (docs/design.md §3.5: matmuls only, attention over causal keys).
 
     python benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
+    python benchmarks/cpu_throughput.py --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
+
+(`--threads 1` is how a search's workers train: one torch thread per trial, one trial per core.)
 """
 
 from __future__ import annotations
@@ -299,11 +302,19 @@ def verdicts(ratios: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu_throughput.json"))
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--per-round", type=int, default=5)
+    # one step per model per round: a round takes seconds, not the 20 s of 5 steps x 19 models, so a drift
+    # of the machine's speed lands on every model alike (at 1 thread, MoD 0.25 over dense measured
+    # 0.97-1.04 with 5 steps per round, 0.90-0.92 with 1, and 0.87 with only dense and MoD alternating)
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--per-round", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's; a search's workers run 1 each)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     peak = matmul_peak_gflops()
     log.info("fp32 matmul peak: %.1f GFLOP/s", peak["gflops"])
     models, train_flops = build_models()
