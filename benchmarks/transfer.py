@@ -107,13 +107,13 @@ def gate_lr_of(row: dict) -> float:
 
 
 def job_key(row: dict) -> tuple:
-    """A row's identity in its table: (family, parametrization, d, L, lr, NAG gate-rate cap, steps). Steps
-    are part of it only in the horizon check's table, the one table holding a shape at several horizons."""
+    """A row's identity in its table: (family, parametrization, d, L, lr, NAG gate-rate cap)."""
     return (row["family"], row["parametrization"], int(row["d_model"]), int(row["n_layers"]), float(row["lr"]),
             gate_lr_of(row))  # fmt: skip
 
 
 def horizon_key(row: dict) -> tuple:
+    """`job_key` and the steps: the horizon check's table is the one holding a shape at several horizons."""
     return (*job_key(row), int(row["steps"]))
 
 
@@ -203,14 +203,14 @@ def run_jobs(jobs: list[tuple], path: Path, *, with_steps: bool = False) -> None
 
 
 def _planned_key(job: tuple, with_steps: bool) -> tuple:
-    """The key the job's row will have."""
+    """The key the job's row will have (its steps: the whole batches its budget buys)."""
     from search_spaces.residual_lm import training_flops
 
     family, par, d, n, lr, base, budget, *rest = job
-    key = (family, par, d, n, lr, rest[0] if rest else NAG_GATE_LR)
-    if not with_steps:
-        return key
-    return (*key, math.floor(budget / training_flops(arch(family, par, d, n, base), BATCH * SEQ_LEN)))
+    steps = math.floor(budget / training_flops(arch(family, par, d, n, base), BATCH * SEQ_LEN))
+    row = dict(family=family, parametrization=par, d_model=d, n_layers=n, lr=lr, steps=steps,
+               nag_gate_lr=rest[0] if rest else NAG_GATE_LR)  # fmt: skip
+    return horizon_key(row) if with_steps else job_key(row)
 
 
 def read_rows(path: Path) -> list[dict]:
