@@ -18,7 +18,10 @@ parametrizations, so that a pair differs in size only, not in horizon (at iso-FL
 also trains for fewer steps, and shorter runs want higher rates); and the horizon check (into
 `<runs>_horizon.csv`): the base shape trained for 100, 400 and 1470 steps (its iso-FLOP horizon), every
 family and rate, and NAG again with its gate and alpha rates uncapped (`OptimConfig.nag_gate_lr` 1), which
-measures how fast each family's best rate moves with the horizon alone.
+measures how fast each family's best rate moves with the horizon alone. Last, the horizon rule's check
+(into `<runs>_horizon_rule.csv`): the iso-FLOP sweep again under `completep` with `OptimConfig`'s horizon
+rule on (a run of D tokens uses lr (D / D_0)^-beta, D_0 the base shape's tokens in the sweep, beta the
+family's from the horizon check; `rule_exponents`), for every family whose beta is not 0.
 
 `report` reads the table and writes, per family and parametrization:
 - each shape's best rate, refined by a parabola through the three lowest points in log(lr);
@@ -31,7 +34,10 @@ random) over (family, shape) needs to reach 95% of the table's hypervolume (val 
 token) when it (a) samples the rate per trial from all of them under `standard`, (b) uses the base
 shape's best rate under `standard`, (c) uses the base shape's best rate under `completep`; from the
 iso-token table, each family's and pair's best-rate drift; and from the horizon table, each family's
-exponent beta (lr* ~ steps^-beta) and the drift that the step counts alone of each iso-FLOP sweep imply.
+exponent beta (lr* ~ steps^-beta) and the drift that the step counts alone of each iso-FLOP sweep imply;
+and from the rule's table, the drift and losses above again for `completep_horizon` (completep with the
+rule: a rate is the base rate; completep's own rows stand for a family whose beta is 0). The rule's runs read
+a different validation set from the iso-FLOP table's (`RULE_ROWS_NOTE`), so the replay leaves them out.
 """
 
 from __future__ import annotations
@@ -53,6 +59,14 @@ from cpu_throughput import machine_info
 
 FAMILIES = ("cascaded", "nag", "ancre")
 PARAMETRIZATIONS = ("standard", "completep")
+RULE = "completep_horizon"  # the report's label for the horizon rule check's rows: completep + the horizon rule
+REPORTED = (*PARAMETRIZATIONS, RULE)
+RULE_ROWS_NOTE = (
+    "completep_horizon: the rule's own runs for a family with beta != 0, evaluated on held-out windows spread "
+    "over the text (the iso-FLOP table's runs predate that and read the first 128 windows, ~0.07 nats higher): "
+    "compare its best rates and drifts, not its losses with the other parametrizations'; the search replay "
+    "leaves it out for that reason"
+)
 RATES = (5e-4, 1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)
 BASE = (64, 4)  # (d_0, L_0)
 WIDTHS = (64, 128, 256)  # at L_0
@@ -61,7 +75,8 @@ BUDGET = 1e12
 SEQ_LEN, BATCH, HEADS = 64, 8, 4
 SMOKE = dict(base=(32, 2), widths=(32, 64), depths=(1, 3), budget=1e9, rates=(3e-3, 1e-2))
 COLUMNS = ["family", "parametrization", "d_model", "n_layers", "lr", "status", "val_loss",
-           "executed_flops_per_token", "tokens_seen", "steps", "wall_time_s", "nag_gate_lr"]  # fmt: skip
+           "executed_flops_per_token", "tokens_seen", "steps", "wall_time_s", "nag_gate_lr", "horizon_tokens",
+           "horizon_exponent", "lr_used"]  # fmt: skip
 NAG_GATE_LR = 1e-3  # OptimConfig's cap on NAG's gate and alpha rates (a table without the column used it)
 UNCAPPED = 1.0  # the horizon check's NAG variant: gates and alphas at the model's rate (for lr <= 1)
 HORIZONS = (100, 400, 1470)  # steps of the horizon check (1470: the base shape's at the iso-FLOP budget)
@@ -88,9 +103,10 @@ def run_one(job: tuple) -> dict:
     torch.set_num_threads(1)
     family, parametrization, d_model, n_layers, lr, base, budget, *rest = job
     gate_lr = rest[0] if rest else NAG_GATE_LR
+    horizon_tokens, beta = rest[1] if len(rest) > 1 else (None, 0.0)  # the horizon rule's check
     cfg = arch(family, parametrization, d_model, n_layers, base)
     run = RunConfig(batch_size=BATCH, eval_sequences=128, evals=1)
-    optim = OptimConfig(lr=lr, nag_gate_lr=gate_lr)
+    optim = OptimConfig(lr=lr, nag_gate_lr=gate_lr, horizon_tokens=horizon_tokens, horizon_exponents={family: beta})
     result = run_trial(cfg, budget, load_corpus(DataConfig()), seed=0, run=run, optim=optim, width_probe=False)
     return {
         "family": family, "parametrization": parametrization, "d_model": d_model, "n_layers": n_layers,
@@ -98,7 +114,8 @@ def run_one(job: tuple) -> dict:
         "val_loss": result.val_loss if result.val_loss is not None and math.isfinite(result.val_loss) else math.inf,
         "executed_flops_per_token": flops_per_token(cfg).executed, "tokens_seen": result.tokens_seen,
         "steps": result.tokens_seen // (BATCH * SEQ_LEN), "wall_time_s": round(result.wall_time_s, 2),
-        "nag_gate_lr": gate_lr,
+        "nag_gate_lr": gate_lr, "horizon_tokens": horizon_tokens or "", "horizon_exponent": beta,
+        "lr_used": optim.at_horizon(family, result.tokens_seen).lr,
     }  # fmt: skip
 
 
@@ -132,6 +149,8 @@ def build(path: Path, smoke: bool) -> None:
     run_jobs(jobs, path)
     run_jobs(iso_token_jobs(base, max(widths), (min(depths), max(depths)), rates, budget), iso_token_path(path))
     run_jobs(horizon_jobs(base, SMOKE_HORIZONS if smoke else HORIZONS, rates), horizon_path(path), with_steps=True)
+    rule_jobs = horizon_rule_jobs(read_rows(path), read_rows(horizon_path(path)), rates, budget)
+    run_jobs(rule_jobs, horizon_rule_path(path))
 
 
 def iso_token_path(path: Path) -> Path:
@@ -140,6 +159,45 @@ def iso_token_path(path: Path) -> Path:
 
 def horizon_path(path: Path) -> Path:
     return path.with_name(path.stem + "_horizon.csv")
+
+
+def horizon_rule_path(path: Path) -> Path:
+    return path.with_name(path.stem + "_horizon_rule.csv")
+
+
+def rule_exponents(horizon_rows: list[dict]) -> dict[str, float]:
+    """Each family's beta for the horizon rule, from the horizon check (2 decimals): 0 where the best rate it
+    implies moves by less than the rate grid's 2x step over the whole span of horizons measured (the check
+    cannot tell such a beta from 0)."""
+    check = horizon_check(horizon_rows, {})
+    out = {}
+    for family in FAMILIES:
+        if family in check:
+            steps = [int(h) for h in check[family]["best_lr"]]
+            beta = check[family]["beta"]
+            out[family] = round(beta, 2) if (max(steps) / min(steps)) ** abs(beta) >= 2.0 else 0.0
+    return out
+
+
+def horizon_rule_jobs(rows: list[dict], horizon_rows: list[dict], rates, budget: float) -> list[tuple]:
+    """The horizon rule's check: the iso-FLOP sweep again under `completep`, every family, shape and rate, with
+    `OptimConfig`'s horizon rule on: `lr` is the base rate at the base shape's token count in the sweep
+    (`horizon_tokens`) and a shape trained on D tokens uses lr (D / horizon_tokens)^-beta, beta the family's
+    exponent from the horizon check (NAG's with capped gates, as the sweep ran). Measured for real rather than
+    read off the sweep by relabelling its rates, so that the rule as the code applies it is what is graded."""
+    base = _base_shape(rows)
+    betas = rule_exponents(horizon_rows)
+    jobs = []
+    for family in FAMILIES:
+        if not betas.get(family):  # beta 0: the rule changes nothing, the completep rows stand for it
+            continue
+        tokens = next(r["tokens_seen"] for r in rows if r["family"] == family and (r["d_model"], r["n_layers"]) == base)
+        shapes = sorted({(r["d_model"], r["n_layers"]) for r in rows if r["family"] == family})
+        jobs += [
+            (family, "completep", d, n, lr, base, budget, NAG_GATE_LR, (tokens, betas[family]))
+            for d, n in shapes for lr in rates
+        ]  # fmt: skip
+    return sorted(jobs, key=lambda j: -j[2] * j[2] * j[3])
 
 
 def exact_steps_budget(cfg, steps: int) -> float:
@@ -243,7 +301,7 @@ def summarise(rows: list[dict]) -> dict:
     base = _base_shape(rows)
     out: dict = {"base_shape": list(base)}
     for family in FAMILIES:
-        for par in PARAMETRIZATIONS:
+        for par in REPORTED:
             mine = [r for r in rows if r["family"] == family and r["parametrization"] == par]
             if mine:
                 out.setdefault(family, {})[par] = _sweep_summary(mine, base)
@@ -309,7 +367,7 @@ def replay_search(rows: list[dict], summary: dict, seeds: int, n_trials: int) ->
     from nas.study import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    worst_tuned = max(v for f in FAMILIES for p in PARAMETRIZATIONS if p in summary.get(f, {})
+    worst_tuned = max(v for f in FAMILIES for p in REPORTED if p in summary.get(f, {})
                       for v in summary[f][p]["loss_at_best_lr"].values())  # fmt: skip
     ref = (worst_tuned + 0.05, 1.1 * max(r["executed_flops_per_token"] for r in rows))
     full_hv = hypervolume([_as_row(r) for r in rows], ref)
@@ -362,9 +420,10 @@ def plot(rows: list[dict], summary: dict, replay: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     base = tuple(summary["base_shape"])
-    fig, axes = plt.subplots(3, 4, figsize=(17, 11), squeeze=False)
+    reported = [p for p in REPORTED if any(r["parametrization"] == p for r in rows)]
+    fig, axes = plt.subplots(3, 2 * len(reported), figsize=(8.5 * len(reported), 11), squeeze=False)
     for i, family in enumerate(FAMILIES):
-        for j, (par, sweep) in enumerate([(p, s) for p in PARAMETRIZATIONS for s in ("width", "depth")]):
+        for j, (par, sweep) in enumerate([(p, s) for p in reported for s in ("width", "depth")]):
             ax = axes[i][j]
             mine = [r for r in rows if r["family"] == family and r["parametrization"] == par]
             in_sweep = [r for r in mine if (r["n_layers"] == base[1] if sweep == "width" else r["d_model"] == base[0])]
@@ -380,7 +439,8 @@ def plot(rows: list[dict], summary: dict, replay: dict, path: Path) -> None:
             if losses:
                 ax.set_ylim(min(losses) - 0.05, min(max(losses), min(losses) + 1.0))
             ax.legend(fontsize=7)
-    fig.suptitle("Validation loss vs learning rate at equal training compute (iso-FLOP), standard vs completep")
+    fig.suptitle("Validation loss vs learning rate at equal training compute (iso-FLOP), standard vs completep "
+                 "(vs completep with the horizon rule: the base rate at the base shape's horizon)")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -451,7 +511,13 @@ def horizon_check(rows: list[dict], sweep_steps: dict[str, list[int]]) -> dict:
 
 
 def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
-    rows = read_rows(runs)
+    rows = table = read_rows(runs)
+    rule_path = horizon_rule_path(runs)
+    if rule_path.exists():  # the rule check's rows as a third parametrization (the rate column: the base rate)
+        ruled = read_rows(rule_path)
+        families = {r["family"] for r in ruled}  # a family without rows has beta 0: its completep rows stand
+        stand_in = [r for r in table if r["parametrization"] == "completep" and r["family"] not in families]
+        rows = table + [dict(r, parametrization=RULE) for r in ruled + stand_in]
     summary = summarise(rows)
     iso_path = iso_token_path(runs)
     iso = iso_token_check(read_rows(iso_path)) if iso_path.exists() else None
@@ -462,25 +528,26 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
         "depth": [r["steps"] for r in rows if r["d_model"] == base[0]],
     }
     horizon = horizon_check(read_rows(hor_path), sweep_steps) if hor_path.exists() else None
-    replay = replay_search(rows, summary, seeds, n_trials)
+    replay = replay_search(table, summary, seeds, n_trials)
     goals = {
         family: {
             par: {"width_drift_within_2x": summary[family][par]["width_drift"] <= 2.0,
                   "depth_drift_within_2x": summary[family][par]["depth_drift"] <= 2.0}
-            for par in PARAMETRIZATIONS if par in summary.get(family, {})
+            for par in REPORTED if par in summary.get(family, {})
         }
         for family in FAMILIES if family in summary
     }  # fmt: skip
     result = {
         "machine": machine_info(),
         "runs_file": str(runs),
-        "rows": len(rows),
-        "build_seconds_summed": sum(r["wall_time_s"] for r in rows),
+        "rows": len(table),
+        "build_seconds_summed": sum(r["wall_time_s"] for r in table),
         "summary": summary,
         "goals": goals,
         "search_replay": replay,
         "iso_token_check": iso,
         "horizon_check": horizon,
+        "horizon_rule_rows": RULE_ROWS_NOTE if rule_path.exists() else None,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")

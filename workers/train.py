@@ -31,6 +31,7 @@ from search_spaces.residual_lm import (
     ResidualLM,
     build_model,
 )
+from search_spaces.residual_lm.config import ResidualFamily
 from search_spaces.residual_lm.parametrization import tensor_rules
 
 from .budget import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder, wsd_learning_rate
@@ -57,6 +58,22 @@ class OptimConfig(BaseModel):
     beta2: float = Field(0.95, ge=0, lt=1)
     grad_clip: float = Field(1.0, gt=0)
     nag_gate_lr: float = Field(1e-3, gt=0, le=1.0, description="cap on NAG gate and alpha LR (replications)")
+    # The horizon rule (docs/design.md §3.7): `lr` is the best rate for a run of `horizon_tokens` tokens;
+    # a run of D tokens uses lr (D / horizon_tokens)^-beta, beta the family's `horizon_exponents` entry
+    # (0 when absent). Off (None) by default.
+    horizon_tokens: int | None = Field(None, ge=1, description="tokens of the run `lr` was tuned for")
+    horizon_exponents: dict[ResidualFamily, float] = Field(
+        default_factory=dict, description="beta per family in lr* ~ tokens^-beta (measured: make transfer)"
+    )
+
+    def at_horizon(self, family: ResidualFamily, tokens: int) -> OptimConfig:
+        """This config for a run of `tokens` tokens of `family`: the horizon rule applied to `lr` (and
+        switched off, so it is never applied twice); itself without a rule."""
+        if self.horizon_tokens is None:
+            return self
+        beta = self.horizon_exponents.get(family, 0.0)
+        lr = self.lr * (tokens / self.horizon_tokens) ** -beta
+        return self.model_copy(update={"lr": lr, "horizon_tokens": None})
 
 
 class RunConfig(BaseModel):
@@ -226,6 +243,9 @@ def train(
         raise ValueError(f"vocab_size={cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})")
     rungs = plan_ladder(cfg, budget_flops, ladder, run.batch_size) if ladder else []
     plan = rungs[-1].plan if rungs else plan_budget(cfg, budget_flops, run.batch_size)
+    requested_lr, optim = optim.lr, optim.at_horizon(cfg.residual, plan.tokens)
+    if optim.lr != requested_lr:
+        log.info("horizon rule: lr %.3g for %d tokens (%.3g requested)", optim.lr, plan.tokens, requested_lr)
     schedule = Schedule(optim, plan.steps, rungs, ladder.cooldown if ladder else 0.0)
     torch.manual_seed(seed)
     model = build_model(cfg).train()

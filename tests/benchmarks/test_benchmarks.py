@@ -171,6 +171,8 @@ def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     for family in iso.values():
         assert set(family) == {"standard", "completep"} and all(set(v) == {"width", "depth"} for v in family.values())
         assert all(pair["drift"] >= 1 for v in family.values() for pair in v.values())
+    for family in ("cascaded", "nag", "ancre"):  # the horizon rule: a family whose beta is 0 reads completep's rows
+        assert set(result["summary"][family]) == {"standard", "completep", "completep_horizon"}
     horizon = result["horizon_check"]  # the base shape at two horizons: every family, and NAG uncapped
     assert set(horizon) == {"cascaded", "nag", "ancre", "nag_gates_uncapped"}
     for entry in horizon.values():
@@ -194,3 +196,27 @@ def test_the_horizon_check_recovers_a_known_exponent():
     assert result["cascaded"]["beta"] == pytest.approx(0.0, abs=1e-6)
     assert result["nag"]["horizon_drift"]["width"] == pytest.approx(16**0.6)
     assert result["nag"]["horizon_drift"]["depth"] == pytest.approx(2**0.6)
+
+
+def test_the_horizon_rule_takes_only_exponents_the_check_can_see_and_runs_the_sweep_under_them():
+    """beta 0.6 over a 16x span of horizons moves the best rate 5.3x: kept; beta 0.1 moves it 1.3x, less than
+    the rate grid's 2x step: 0. The rule's jobs are then that family's completep sweep, every shape and rate,
+    with the base shape's token count as the horizon."""
+    transfer = import_benchmark("transfer")
+    horizon_rows = []
+    for family, beta in (("nag", 0.6), ("cascaded", 0.1), ("ancre", 0.0)):
+        for steps in (100, 400, 1600):
+            best = 0.1 * steps**-beta
+            horizon_rows += [
+                dict(family=family, parametrization="standard", steps=steps, lr=lr,
+                     val_loss=2.0 + (math.log(lr) - math.log(best)) ** 2)
+                for lr in transfer.RATES
+            ]  # fmt: skip
+    assert transfer.rule_exponents(horizon_rows) == {"nag": 0.6, "cascaded": 0.0, "ancre": 0.0}
+    shapes = [(64, 4, 1000), (128, 4, 300), (64, 8, 500)]
+    sweep = [dict(family=f, parametrization="completep", d_model=d, n_layers=n, tokens_seen=t, lr=1e-3)
+             for f in ("nag", "cascaded", "ancre") for d, n, t in shapes]  # fmt: skip
+    jobs = transfer.horizon_rule_jobs(sweep, horizon_rows, (1e-3, 2e-3), 1e12)
+    assert {j[0] for j in jobs} == {"nag"} and len(jobs) == 3 * 2
+    assert {(j[2], j[3]) for j in jobs} == {(d, n) for d, n, _ in shapes}
+    assert all(j[1] == "completep" and j[8] == (1000, 0.6) for j in jobs)  # the base shape (64, 4): 1000 tokens

@@ -431,3 +431,13 @@ def test_fixed_knobs_are_used(space):
     spec["params"].pop("n_heads")
     cfg = smallest_config(space_from_dict(spec))
     assert cfg.n_heads == 4 and cfg.d_model == 64 and cfg.seq_len == 128
+
+
+def test_a_trial_of_the_default_space_runs_under_the_horizon_rule(space):
+    """The sampled rate is the rate at the rule's horizon: a NAG trial twice as long runs slower, cascaded
+    and ANCRe (beta 0) at the sampled rate."""
+    _, optim, _ = to_configs(space, suggest(space, optuna.create_study().ask()))
+    assert optim.horizon_tokens is not None
+    longer = 2 * optim.horizon_tokens
+    assert optim.at_horizon("nag", longer).lr < optim.lr
+    assert optim.at_horizon("cascaded", longer).lr == optim.at_horizon("ancre", longer).lr == optim.lr

@@ -116,3 +116,28 @@ def test_report_can_stop_a_run_early(corpus):
     out = train(tiny(), 5e9, corpus, run=RUN, report=lambda p: p["step"] >= 4)
     assert out.status == "stopped" and out.state.step == 4
     assert all(math.isfinite(p["train_loss"]) for p in out.state.curve)
+
+
+def test_the_horizon_rule_scales_the_rate_by_the_run_length_per_family():
+    optim = OptimConfig(lr=2e-3, horizon_tokens=1000, horizon_exponents={"nag": 0.5, "ancre": -0.25})
+    assert optim.at_horizon("nag", 4000).lr == pytest.approx(1e-3)  # 4x the horizon: 4^-0.5
+    assert optim.at_horizon("ancre", 16000).lr == pytest.approx(4e-3)  # 16^0.25
+    assert optim.at_horizon("cascaded", 4000).lr == 2e-3  # no exponent: beta 0
+    applied = optim.at_horizon("nag", 4000)
+    assert applied.horizon_tokens is None and applied.at_horizon("nag", 4000) == applied  # never twice
+    assert OptimConfig(lr=2e-3).at_horizon("nag", 4000).lr == 2e-3  # off by default
+
+
+@pytest.mark.parametrize("family", ["nag", "cascaded"])
+def test_a_run_under_the_horizon_rule_is_the_run_at_the_rate_it_implies(corpus, family):
+    """The rule only moves the base rate: a run of D tokens under it is bit-exactly the plain run at
+    lr (D / horizon)^-beta, NAG's capped gate rate included; without the rule nothing changes."""
+    cfg, budget = tiny(residual=family), 2e9
+    tokens = plan_budget(cfg, budget, RUN.batch_size).tokens
+    ruled = OptimConfig(lr=3e-3, horizon_tokens=tokens // 8, horizon_exponents={family: 0.4})
+    implied = OptimConfig(lr=3e-3 * 8**-0.4)
+    a = train(cfg, budget, corpus, run=RUN, optim=ruled)
+    b = train(cfg, budget, corpus, run=RUN, optim=implied)
+    c = train(cfg, budget, corpus, run=RUN, optim=OptimConfig(lr=3e-3))
+    assert a.state.val_loss == b.state.val_loss
+    assert a.state.val_loss != c.state.val_loss
