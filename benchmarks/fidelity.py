@@ -7,7 +7,7 @@
 three largest; MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) with
 `workers.trial.run_trial` exactly as a search's worker does: a 4-rung ladder (C0, 2 C0, 4 C0, 8 C0,
 C0 = 2.25e10 FLOPs, warmup-stable-decay, cooldown branches; `nas search --rungs 4 --eta 2`), twice
-(seeds 0 and 1). The truth is the mean of two runs (seeds 0 and 1) at T = 10 x the top rung: one
+(seeds 0 and 1), at lr 3e-3. The truth is the mean of two runs (seeds 0 and 1) at T = 10 x the top rung: one
 run's seed noise is as large as many gaps between configs at T, and the mean halves its variance.
 Jobs run in 2 processes of 1 torch thread each (the machine's 2 cores); a killed build resumes,
 running only the jobs the table lacks.
@@ -25,6 +25,14 @@ predicted front scored on true losses over the true front's, the ladder's comput
 how many truth pairs cross between the lowest rung and the truth (a benchmark without crossings could
 not tell a method from the lowest rung).
 `--smoke` runs every path at tiny size (CI).
+
+    python benchmarks/fidelity.py build --space search_spaces/residual_lm/space_completep.yaml \
+        --runs benchmarks/data/fidelity_runs_horizon_rule.csv      # then `report --runs` that table
+
+trains under a space's horizon rule (`OptimConfig.horizon_tokens`: NAG's rate times (D / 752,640)^-0.74
+for a run of D tokens, the top rung's on a ladder, D clamped to 51,200-752,640, so every truth run keeps
+3e-3; cascaded and ANCRe at 3e-3, beta 0). The shipped table of that name was built so (its cascaded and
+ANCRe rows are the main table's: beta 0 leaves a run bit for bit as it was).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import json
 import math
 import multiprocessing as mp
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -87,6 +95,7 @@ class Job:
     kind: str  # "ladder" or "truth"
     seed: int
     budget: float  # the top rung's, or the truth's
+    rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
 
     @property
     def cost(self) -> float:
@@ -106,13 +115,14 @@ def configs(smoke: bool) -> list[dict]:
     return chosen
 
 
-def jobs(smoke: bool) -> list[Job]:
+def jobs(smoke: bool, rule: dict | None = None) -> list[Job]:
     low = 2e8 if smoke else LOWEST_RUNG
     top = low * ETA ** (RUNGS - 1)
+    rule = rule or {}
     out = []
     for i, arch in enumerate(configs(smoke)):
-        out += [Job(i, arch, "ladder", seed, top) for seed in (0, 1)]
-        out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top) for seed in (0, 1)]
+        out += [Job(i, arch, "ladder", seed, top, rule) for seed in (0, 1)]
+        out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule) for seed in (0, 1)]
     return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
 
 
@@ -134,7 +144,7 @@ def run_job(job: Job) -> list[dict]:
         job.budget,
         load_corpus(DataConfig()),
         seed=job.seed,
-        optim=OptimConfig(lr=3e-3),
+        optim=OptimConfig(lr=3e-3, **job.rule),
         run=RunConfig(**RUN),
         width_probe=False,
         ladder=ladder,
@@ -157,16 +167,28 @@ def run_job(job: Job) -> list[dict]:
     return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
 
 
-def pending_jobs(out: Path, smoke: bool) -> list[Job]:
+def horizon_rule(space: Path | None) -> dict:
+    """The horizon rule (`OptimConfig.horizon_tokens`, `horizon_exponents`, `horizon_span`) of a space file
+    (`--space`), as that space's trials run; none for the default space. 3e-3 is NAG's best rate at the
+    completep space's 752,640 tokens (`make transfer`)."""
+    if space is None:
+        return {}
+    from nas.space.loading import load_space
+
+    fixed = load_space(space).fixed
+    return {k: fixed[k] for k in ("horizon_tokens", "horizon_exponents", "horizon_span") if k in fixed}
+
+
+def pending_jobs(out: Path, smoke: bool, rule: dict | None = None) -> list[Job]:
     """The jobs whose rows the table at `out` does not hold yet (all of them without a table)."""
     done = {(r["config"], r["kind"], r["seed"]) for r in read(out)} if out.exists() else set()
-    return [j for j in jobs(smoke) if (j.config, j.kind, j.seed) not in done]
+    return [j for j in jobs(smoke, rule) if (j.config, j.kind, j.seed) not in done]
 
 
-def build(out: Path, smoke: bool) -> None:
+def build(out: Path, smoke: bool, rule: dict | None = None) -> None:
     """Run the pending jobs, appending their rows (a killed build resumes where it stopped)."""
     fresh = not out.exists() or out.stat().st_size == 0
-    start, todo = time.perf_counter(), pending_jobs(out, smoke)
+    start, todo = time.perf_counter(), pending_jobs(out, smoke, rule)
     out.parent.mkdir(parents=True, exist_ok=True)
     with mp.get_context("spawn").Pool(2) as pool, out.open("a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -441,9 +463,10 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=RUNS_CSV)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "fidelity.json")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets and 3 configs: every path, no meaning")
+    parser.add_argument("--space", type=Path, help="build: train under this space file's horizon rule (if any)")
     args = parser.parse_args()
     if args.command == "build":
-        build(args.runs, args.smoke)
+        build(args.runs, args.smoke, horizon_rule(args.space))
     else:
         print(json.dumps(report(args.runs, args.out)["summary"], indent=2))
 

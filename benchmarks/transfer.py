@@ -21,7 +21,8 @@ family and rate, and NAG again with its gate and alpha rates uncapped (`OptimCon
 measures how fast each family's best rate moves with the horizon alone. Last, the horizon rule's check
 (into `<runs>_horizon_rule.csv`): the iso-FLOP sweep again under `completep` with `OptimConfig`'s horizon
 rule on (a run of D tokens uses lr (D / D_0)^-beta, D_0 the base shape's tokens in the sweep, beta the
-family's from the horizon check; `rule_exponents`), for every family whose beta is not 0.
+family's from the horizon check, `rule_exponents`, and D clamped to the check's horizons), for every family
+whose beta is not 0.
 
 `report` reads the table and writes, per family and parametrization:
 - each shape's best rate, refined by a parabola through the three lowest points in log(lr);
@@ -103,10 +104,12 @@ def run_one(job: tuple) -> dict:
     torch.set_num_threads(1)
     family, parametrization, d_model, n_layers, lr, base, budget, *rest = job
     gate_lr = rest[0] if rest else NAG_GATE_LR
-    horizon_tokens, beta = rest[1] if len(rest) > 1 else (None, 0.0)  # the horizon rule's check
+    horizon_tokens, beta, span = rest[1] if len(rest) > 1 else (None, 0.0, None)  # the horizon rule's check
     cfg = arch(family, parametrization, d_model, n_layers, base)
     run = RunConfig(batch_size=BATCH, eval_sequences=128, evals=1)
-    optim = OptimConfig(lr=lr, nag_gate_lr=gate_lr, horizon_tokens=horizon_tokens, horizon_exponents={family: beta})
+    optim = OptimConfig(
+        lr=lr, nag_gate_lr=gate_lr, horizon_tokens=horizon_tokens, horizon_exponents={family: beta}, horizon_span=span
+    )
     result = run_trial(cfg, budget, load_corpus(DataConfig()), seed=0, run=run, optim=optim, width_probe=False)
     return {
         "family": family, "parametrization": parametrization, "d_model": d_model, "n_layers": n_layers,
@@ -183,10 +186,13 @@ def horizon_rule_jobs(rows: list[dict], horizon_rows: list[dict], rates, budget:
     """The horizon rule's check: the iso-FLOP sweep again under `completep`, every family, shape and rate, with
     `OptimConfig`'s horizon rule on: `lr` is the base rate at the base shape's token count in the sweep
     (`horizon_tokens`) and a shape trained on D tokens uses lr (D / horizon_tokens)^-beta, beta the family's
-    exponent from the horizon check (NAG's with capped gates, as the sweep ran). Measured for real rather than
+    exponent from the horizon check (NAG's with capped gates, as the sweep ran) and D clamped to the check's
+    span of horizons (`horizon_span`). Measured for real rather than
     read off the sweep by relabelling its rates, so that the rule as the code applies it is what is graded."""
     base = _base_shape(rows)
     betas = rule_exponents(horizon_rows)
+    steps = [r["steps"] for r in horizon_rows]
+    span = (min(steps) * BATCH * SEQ_LEN, max(steps) * BATCH * SEQ_LEN)  # the horizons beta was measured over
     jobs = []
     for family in FAMILIES:
         if not betas.get(family):  # beta 0: the rule changes nothing, the completep rows stand for it
@@ -194,7 +200,7 @@ def horizon_rule_jobs(rows: list[dict], horizon_rows: list[dict], rates, budget:
         tokens = next(r["tokens_seen"] for r in rows if r["family"] == family and (r["d_model"], r["n_layers"]) == base)
         shapes = sorted({(r["d_model"], r["n_layers"]) for r in rows if r["family"] == family})
         jobs += [
-            (family, "completep", d, n, lr, base, budget, NAG_GATE_LR, (tokens, betas[family]))
+            (family, "completep", d, n, lr, base, budget, NAG_GATE_LR, (tokens, betas[family], span))
             for d, n in shapes for lr in rates
         ]  # fmt: skip
     return sorted(jobs, key=lambda j: -j[2] * j[2] * j[3])

@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from search_spaces.residual_lm import (
     TRAINING_FLOPS_PER_FORWARD_FLOP,
@@ -59,18 +59,32 @@ class OptimConfig(BaseModel):
     grad_clip: float = Field(1.0, gt=0)
     nag_gate_lr: float = Field(1e-3, gt=0, le=1.0, description="cap on NAG gate and alpha LR (replications)")
     # The horizon rule (docs/design.md §3.7): `lr` is the best rate for a run of `horizon_tokens` tokens;
-    # a run of D tokens uses lr (D / horizon_tokens)^-beta, beta the family's `horizon_exponents` entry
-    # (0 when absent). Off (None) by default.
+    # a run of D tokens uses lr (D' / horizon_tokens)^-beta, beta the family's `horizon_exponents` entry
+    # (0 when absent) and D' = D clamped to `horizon_span`, the horizons beta was measured over (a power
+    # law is not extrapolated). Off (None) by default.
     horizon_tokens: int | None = Field(None, ge=1, description="tokens of the run `lr` was tuned for")
     horizon_exponents: dict[ResidualFamily, float] = Field(
         default_factory=dict, description="beta per family in lr* ~ tokens^-beta (measured: make transfer)"
     )
+    horizon_span: tuple[int, int] | None = Field(
+        None, description="(shortest, longest) run in tokens the exponents were measured on; None: no clamp"
+    )
+
+    @model_validator(mode="after")
+    def _span_is_ordered(self) -> OptimConfig:
+        if self.horizon_span is not None and not 1 <= self.horizon_span[0] <= self.horizon_span[1]:
+            raise ValueError(
+                f"horizon_span must be (shortest, longest) with 1 <= shortest <= longest, got {self.horizon_span}"
+            )
+        return self
 
     def at_horizon(self, family: ResidualFamily, tokens: int) -> OptimConfig:
         """This config for a run of `tokens` tokens of `family`: the horizon rule applied to `lr` (and
         switched off, so it is never applied twice); itself without a rule."""
         if self.horizon_tokens is None:
             return self
+        if self.horizon_span is not None:
+            tokens = min(max(tokens, self.horizon_span[0]), self.horizon_span[1])
         beta = self.horizon_exponents.get(family, 0.0)
         lr = self.lr * (tokens / self.horizon_tokens) ** -beta
         return self.model_copy(update={"lr": lr, "horizon_tokens": None})

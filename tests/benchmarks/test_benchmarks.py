@@ -219,4 +219,5 @@ def test_the_horizon_rule_takes_only_exponents_the_check_can_see_and_runs_the_sw
     jobs = transfer.horizon_rule_jobs(sweep, horizon_rows, (1e-3, 2e-3), 1e12)
     assert {j[0] for j in jobs} == {"nag"} and len(jobs) == 3 * 2
     assert {(j[2], j[3]) for j in jobs} == {(d, n) for d, n, _ in shapes}
-    assert all(j[1] == "completep" and j[8] == (1000, 0.6) for j in jobs)  # the base shape (64, 4): 1000 tokens
+    span = (100 * transfer.BATCH * transfer.SEQ_LEN, 1600 * transfer.BATCH * transfer.SEQ_LEN)  # the check's
+    assert all(j[1] == "completep" and j[8] == (1000, 0.6, span) for j in jobs)  # base shape (64, 4): 1000 tokens

@@ -85,9 +85,8 @@ def test_shipped_space_loads_with_the_documented_knobs(space):
 def test_shipped_completep_space_differs_from_the_default_only_in_parametrization_and_rate(space):
     """space_completep.yaml is the default space under completep with a narrow rate range; nothing else drifts."""
     completep = load_space(default_space_path().with_name("space_completep.yaml"))
-    assert {k: v for k, v in completep.fixed.items() if k not in ("parametrization", "base_width", "base_depth")} == (
-        space.fixed
-    )
+    option = ("parametrization", "base_width", "base_depth", "horizon_tokens", "horizon_exponents", "horizon_span")
+    assert {k: v for k, v in completep.fixed.items() if k not in option} == space.fixed
     assert completep.fixed["parametrization"] == "completep"
     same = lambda params: {k: v for k, v in params.items() if k != "lr"}  # noqa: E731
     assert same(completep.params) == same(space.params)
@@ -433,11 +432,16 @@ def test_fixed_knobs_are_used(space):
     assert cfg.n_heads == 4 and cfg.d_model == 64 and cfg.seq_len == 128
 
 
-def test_a_trial_of_the_default_space_runs_under_the_horizon_rule(space):
-    """The sampled rate is the rate at the rule's horizon: a NAG trial twice as long runs slower, cascaded
-    and ANCRe (beta 0) at the sampled rate."""
-    _, optim, _ = to_configs(space, suggest(space, optuna.create_study().ask()))
-    assert optim.horizon_tokens is not None
-    longer = 2 * optim.horizon_tokens
-    assert optim.at_horizon("nag", longer).lr < optim.lr
-    assert optim.at_horizon("cascaded", longer).lr == optim.at_horizon("ancre", longer).lr == optim.lr
+def test_a_trial_of_the_completep_space_runs_under_the_horizon_rule(space):
+    """The sampled rate is the rate at the rule's horizon: a NAG trial half as long runs faster, one longer
+    than the span the exponent was measured on at the sampled rate; cascaded and ANCRe (beta 0) at the
+    sampled rate. The default space has no rule."""
+    completep = load_space(default_space_path().with_name("space_completep.yaml"))
+    _, optim, _ = to_configs(completep, suggest(completep, optuna.create_study().ask()))
+    assert optim.horizon_tokens is not None and optim.horizon_span is not None
+    shorter = optim.horizon_tokens // 2
+    assert optim.at_horizon("nag", shorter).lr > optim.lr
+    assert optim.at_horizon("nag", 10 * optim.horizon_span[1]).lr == optim.lr
+    assert optim.at_horizon("cascaded", shorter).lr == optim.at_horizon("ancre", shorter).lr == optim.lr
+    _, default_optim, _ = to_configs(space, suggest(space, optuna.create_study().ask()))
+    assert default_optim.horizon_tokens is None

@@ -126,6 +126,11 @@ def test_the_horizon_rule_scales_the_rate_by_the_run_length_per_family():
     applied = optim.at_horizon("nag", 4000)
     assert applied.horizon_tokens is None and applied.at_horizon("nag", 4000) == applied  # never twice
     assert OptimConfig(lr=2e-3).at_horizon("nag", 4000).lr == 2e-3  # off by default
+    clamped = optim.model_copy(update={"horizon_span": (500, 2000)})  # the horizons beta was measured over
+    assert clamped.at_horizon("nag", 1_000_000).lr == pytest.approx(2e-3 * 2**-0.5)  # as at 2000 tokens
+    assert clamped.at_horizon("nag", 10).lr == pytest.approx(2e-3 * 2**0.5)  # as at 500
+    with pytest.raises(ValueError, match="horizon_span"):
+        OptimConfig(horizon_span=(2000, 500))
 
 
 @pytest.mark.parametrize("family", ["nag", "cascaded"])
