@@ -97,6 +97,7 @@ def run_one(job: tuple) -> dict:
     import torch
 
     from search_spaces.residual_lm import flops_per_token
+    from workers.budget import plan_budget
     from workers.data import DataConfig, load_corpus
     from workers.train import OptimConfig, RunConfig
     from workers.trial import run_trial
@@ -118,7 +119,7 @@ def run_one(job: tuple) -> dict:
         "executed_flops_per_token": flops_per_token(cfg).executed, "tokens_seen": result.tokens_seen,
         "steps": result.tokens_seen // (BATCH * SEQ_LEN), "wall_time_s": round(result.wall_time_s, 2),
         "nag_gate_lr": gate_lr, "horizon_tokens": horizon_tokens or "", "horizon_exponent": beta,
-        "lr_used": optim.at_horizon(family, result.tokens_seen).lr,
+        "lr_used": optim.at_horizon(family, plan_budget(cfg, budget, BATCH).tokens).lr,
     }  # fmt: skip
 
 
@@ -187,8 +188,8 @@ def horizon_rule_jobs(rows: list[dict], horizon_rows: list[dict], rates, budget:
     `OptimConfig`'s horizon rule on: `lr` is the base rate at the base shape's token count in the sweep
     (`horizon_tokens`) and a shape trained on D tokens uses lr (D / horizon_tokens)^-beta, beta the family's
     exponent from the horizon check (NAG's with capped gates, as the sweep ran) and D clamped to the check's
-    span of horizons (`horizon_span`). Measured for real rather than
-    read off the sweep by relabelling its rates, so that the rule as the code applies it is what is graded."""
+    span of horizons (`horizon_span`). Measured for real rather than read off the sweep by relabelling its
+    rates, so that the rule as the code applies it is what is graded."""
     base = _base_shape(rows)
     betas = rule_exponents(horizon_rows)
     steps = [r["steps"] for r in horizon_rows]
@@ -373,7 +374,7 @@ def replay_search(rows: list[dict], summary: dict, seeds: int, n_trials: int) ->
     from nas.study import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    worst_tuned = max(v for f in FAMILIES for p in REPORTED if p in summary.get(f, {})
+    worst_tuned = max(v for f in FAMILIES for p in PARAMETRIZATIONS if p in summary.get(f, {})
                       for v in summary[f][p]["loss_at_best_lr"].values())  # fmt: skip
     ref = (worst_tuned + 0.05, 1.1 * max(r["executed_flops_per_token"] for r in rows))
     full_hv = hypervolume([_as_row(r) for r in rows], ref)
@@ -530,8 +531,8 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
     hor_path = horizon_path(runs)
     base = tuple(summary["base_shape"])
     sweep_steps = {
-        "width": [r["steps"] for r in rows if r["n_layers"] == base[1]],
-        "depth": [r["steps"] for r in rows if r["d_model"] == base[0]],
+        "width": [r["steps"] for r in table if r["n_layers"] == base[1]],
+        "depth": [r["steps"] for r in table if r["d_model"] == base[0]],
     }
     horizon = horizon_check(read_rows(hor_path), sweep_steps) if hor_path.exists() else None
     replay = replay_search(table, summary, seeds, n_trials)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +63,7 @@ class OptimConfig(BaseModel):
     # (0 when absent) and D' = D clamped to `horizon_span`, the horizons beta was measured over (a power
     # law is not extrapolated). Off (None) by default.
     horizon_tokens: int | None = Field(None, ge=1, description="tokens of the run `lr` was tuned for")
-    horizon_exponents: dict[ResidualFamily, float] = Field(
+    horizon_exponents: dict[ResidualFamily, Annotated[float, Field(ge=-2.0, le=2.0)]] = Field(
         default_factory=dict, description="beta per family in lr* ~ tokens^-beta (measured: make transfer)"
     )
     horizon_span: tuple[int, int] | None = Field(
