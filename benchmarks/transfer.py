@@ -22,7 +22,9 @@ measures how fast each family's best rate moves with the horizon alone. Last, th
 (into `<runs>_horizon_rule.csv`): the iso-FLOP sweep again under `completep` with `OptimConfig`'s horizon
 rule on (a run of D tokens uses lr (D / D_0)^-beta, D_0 the base shape's tokens in the sweep, beta the
 family's from the horizon check, `rule_exponents`, and D clamped to the check's horizons), for every family
-whose beta is not 0.
+whose beta is not 0; and the seed check (into `<runs>_seeds.csv`): the depth sweep's shallowest and base
+shapes under `completep`, cascaded and ANCRe, every rate, seeds 0 and 1, which measures how far a best rate
+moves with the seed alone.
 
 `report` reads the table and writes, per family and parametrization:
 - each shape's best rate, refined by a parabola through the three lowest points in log(lr);
@@ -39,6 +41,8 @@ exponent beta (lr* ~ steps^-beta) and the drift that the step counts alone of ea
 and from the rule's table, the drift and losses above again for `completep_horizon` (completep with the
 rule: a rate is the base rate; completep's own rows stand for a family whose beta is 0). The rule's runs read
 a different validation set from the iso-FLOP table's (`RULE_ROWS_NOTE`), so the replay leaves them out.
+From the seed table: each seed's best rates and drift, the seeds' ratio per shape, and both from the seeds'
+mean loss.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ SEQ_LEN, BATCH, HEADS = 64, 8, 4
 SMOKE = dict(base=(32, 2), widths=(32, 64), depths=(1, 3), budget=1e9, rates=(3e-3, 1e-2))
 COLUMNS = ["family", "parametrization", "d_model", "n_layers", "lr", "status", "val_loss",
            "executed_flops_per_token", "tokens_seen", "steps", "wall_time_s", "nag_gate_lr", "horizon_tokens",
-           "horizon_exponent", "lr_used"]  # fmt: skip
+           "horizon_exponent", "lr_used", "seed"]  # fmt: skip
 NAG_GATE_LR = 1e-3  # OptimConfig's cap on NAG's gate and alpha rates (a table without the column used it)
 UNCAPPED = 1.0  # the horizon check's NAG variant: gates and alphas at the model's rate (for lr <= 1)
 HORIZONS = (100, 400, 1470)  # steps of the horizon check (1470: the base shape's at the iso-FLOP budget)
@@ -105,13 +109,14 @@ def run_one(job: tuple) -> dict:
     torch.set_num_threads(1)
     family, parametrization, d_model, n_layers, lr, base, budget, *rest = job
     gate_lr = rest[0] if rest else NAG_GATE_LR
-    horizon_tokens, beta, span = rest[1] if len(rest) > 1 else (None, 0.0, None)  # the horizon rule's check
+    horizon_tokens, beta, span = rest[1] if len(rest) > 1 and rest[1] else (None, 0.0, None)  # the rule's check
+    seed = rest[2] if len(rest) > 2 else 0  # the seed check's
     cfg = arch(family, parametrization, d_model, n_layers, base)
     run = RunConfig(batch_size=BATCH, eval_sequences=128, evals=1)
     optim = OptimConfig(
         lr=lr, nag_gate_lr=gate_lr, horizon_tokens=horizon_tokens, horizon_exponents={family: beta}, horizon_span=span
     )
-    result = run_trial(cfg, budget, load_corpus(DataConfig()), seed=0, run=run, optim=optim, width_probe=False)
+    result = run_trial(cfg, budget, load_corpus(DataConfig()), seed=seed, run=run, optim=optim, width_probe=False)
     return {
         "family": family, "parametrization": parametrization, "d_model": d_model, "n_layers": n_layers,
         "lr": lr, "status": str(result.status),
@@ -119,7 +124,7 @@ def run_one(job: tuple) -> dict:
         "executed_flops_per_token": flops_per_token(cfg).executed, "tokens_seen": result.tokens_seen,
         "steps": result.tokens_seen // (BATCH * SEQ_LEN), "wall_time_s": round(result.wall_time_s, 2),
         "nag_gate_lr": gate_lr, "horizon_tokens": horizon_tokens or "", "horizon_exponent": beta,
-        "lr_used": optim.at_horizon(family, plan_budget(cfg, budget, BATCH).tokens).lr,
+        "lr_used": optim.at_horizon(family, plan_budget(cfg, budget, BATCH).tokens).lr, "seed": seed,
     }  # fmt: skip
 
 
@@ -138,6 +143,11 @@ def horizon_key(row: dict) -> tuple:
     return (*job_key(row), int(row["steps"]))
 
 
+def seed_key(row: dict) -> tuple:
+    """`job_key` and the seed: the seed check's table holds every run twice."""
+    return (*job_key(row), int(row["seed"]))
+
+
 def build(path: Path, smoke: bool) -> None:
     """The iso-FLOP table into `path`, then the iso-token check into `iso_token_path(path)`."""
     base = SMOKE["base"] if smoke else BASE
@@ -152,9 +162,10 @@ def build(path: Path, smoke: bool) -> None:
     ]  # fmt: skip
     run_jobs(jobs, path)
     run_jobs(iso_token_jobs(base, max(widths), (min(depths), max(depths)), rates, budget), iso_token_path(path))
-    run_jobs(horizon_jobs(base, SMOKE_HORIZONS if smoke else HORIZONS, rates), horizon_path(path), with_steps=True)
+    run_jobs(horizon_jobs(base, SMOKE_HORIZONS if smoke else HORIZONS, rates), horizon_path(path), key=horizon_key)
     rule_jobs = horizon_rule_jobs(read_rows(path), read_rows(horizon_path(path)), rates, budget)
     run_jobs(rule_jobs, horizon_rule_path(path))
+    run_jobs(seed_check_jobs(base, min(depths), rates, budget), seed_path(path), key=seed_key)
 
 
 def iso_token_path(path: Path) -> Path:
@@ -207,6 +218,56 @@ def horizon_rule_jobs(rows: list[dict], horizon_rows: list[dict], rates, budget:
     return sorted(jobs, key=lambda j: -j[2] * j[2] * j[3])
 
 
+def seed_path(path: Path) -> Path:
+    return path.with_name(path.stem + "_seeds.csv")
+
+
+SEED_CHECK = dict(families=("cascaded", "ancre"), seeds=(0, 1))
+
+
+def seed_check_jobs(base: tuple[int, int], shallowest: int, rates, budget: float) -> list[tuple]:
+    """The seed check: the shallowest and the base shape of the depth sweep (the pair that sets cascaded's and
+    ANCRe's depth drift under completep) at every rate, seeds 0 and 1, both run afresh on one validation set:
+    how far a best rate moves between seeds, against the 2x the drift goal allows."""
+    shapes = [(base[0], shallowest), base]
+    return [
+        (family, "completep", d, n, lr, base, budget, NAG_GATE_LR, None, seed)
+        for d, n in shapes for family in SEED_CHECK["families"] for seed in SEED_CHECK["seeds"] for lr in rates
+    ]  # fmt: skip
+
+
+def seed_check(rows: list[dict]) -> dict:
+    """Per family: each seed's best rate per shape and the drift between the shapes, the seeds' ratio per shape,
+    and the same from the two seeds' mean loss."""
+    out: dict = {}
+    for family in sorted({r["family"] for r in rows}):
+        mine = [r for r in rows if r["family"] == family]
+        shapes = sorted({(r["d_model"], r["n_layers"]) for r in mine})
+        seeds = sorted({r["seed"] for r in mine})
+        name = {s: f"d{s[0]}_L{s[1]}" for s in shapes}
+        per_seed = {seed: {s: _best_rate_of(mine, s, seed) for s in shapes} for seed in seeds}
+        mean = {s: _best_rate_of(mine, s) for s in shapes}
+        out[family] = {
+            "best_lr_per_seed": {str(seed): {name[s]: v for s, v in b.items()} for seed, b in per_seed.items()},
+            "drift_per_seed": {str(seed): max(b.values()) / min(b.values()) for seed, b in per_seed.items()},
+            "seed_ratio_per_shape": {
+                name[s]: max(per_seed[k][s] for k in seeds) / min(per_seed[k][s] for k in seeds) for s in shapes
+            },
+            "best_lr_seed_mean": {name[s]: v for s, v in mean.items()},
+            "drift_seed_mean": max(mean.values()) / min(mean.values()),
+        }
+    return out
+
+
+def _best_rate_of(rows: list[dict], shape: tuple[int, int], seed: int | None = None) -> float:
+    """The best rate of `shape` from one seed's rows, or from every seed's mean loss per rate (None)."""
+    points: dict[float, list[float]] = {}
+    for r in rows:
+        if (r["d_model"], r["n_layers"]) == shape and (seed is None or r["seed"] == seed):
+            points.setdefault(r["lr"], []).append(r["val_loss"])
+    return best_rate([(lr, float(np.mean(v))) for lr, v in points.items()])[0]
+
+
 def exact_steps_budget(cfg, steps: int) -> float:
     """The training FLOPs that buy exactly `steps` whole batches of `cfg`."""
     from search_spaces.residual_lm import training_flops
@@ -244,12 +305,11 @@ def iso_token_jobs(base: tuple[int, int], widest: int, depths: tuple[int, int], 
     return jobs
 
 
-def run_jobs(jobs: list[tuple], path: Path, *, with_steps: bool = False) -> None:
+def run_jobs(jobs: list[tuple], path: Path, *, key=job_key) -> None:
     """Run the jobs missing from `path` (2 at a time), appending each row as it finishes. `with_steps`: a
     row's key includes its steps (every job's budget must then buy whole batches exactly)."""
-    key = horizon_key if with_steps else job_key
     done = {key(r) for r in read_rows(path)} if path.exists() else set()
-    jobs = [j for j in jobs if _planned_key(j, with_steps) not in done]
+    jobs = [j for j in jobs if _planned_key(j, key) not in done]
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     fields = COLUMNS
@@ -267,15 +327,15 @@ def run_jobs(jobs: list[tuple], path: Path, *, with_steps: bool = False) -> None
             print(f"[{k}/{len(jobs)} {time.perf_counter() - start:6.0f}s] {job_key(row)} loss {row['val_loss']:.4f}")
 
 
-def _planned_key(job: tuple, with_steps: bool) -> tuple:
-    """The key the job's row will have (its steps: the whole batches its budget buys)."""
+def _planned_key(job: tuple, key) -> tuple:
+    """The `key` the job's row will have (its steps: the whole batches its budget buys)."""
     from search_spaces.residual_lm import training_flops
 
     family, par, d, n, lr, base, budget, *rest = job
     steps = math.floor(budget / training_flops(arch(family, par, d, n, base), BATCH * SEQ_LEN))
     row = dict(family=family, parametrization=par, d_model=d, n_layers=n, lr=lr, steps=steps,
-               nag_gate_lr=rest[0] if rest else NAG_GATE_LR)  # fmt: skip
-    return horizon_key(row) if with_steps else job_key(row)
+               nag_gate_lr=rest[0] if rest else NAG_GATE_LR, seed=rest[2] if len(rest) > 2 else 0)  # fmt: skip
+    return key(row)
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -284,6 +344,7 @@ def read_rows(path: Path) -> list[dict]:
     for r in rows:
         for col in ("d_model", "n_layers", "tokens_seen", "steps"):
             r[col] = int(r[col])
+        r["seed"] = int(r.get("seed") or 0)  # a table without the column ran seed 0
         for col in ("lr", "val_loss", "executed_flops_per_token", "wall_time_s"):
             r[col] = float(r[col])
     return rows
@@ -535,6 +596,7 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
         "depth": [r["steps"] for r in table if r["d_model"] == base[0]],
     }
     horizon = horizon_check(read_rows(hor_path), sweep_steps) if hor_path.exists() else None
+    by_seed = seed_check(read_rows(seed_path(runs))) if seed_path(runs).exists() else None
     replay = replay_search(table, summary, seeds, n_trials)
     goals = {
         family: {
@@ -555,6 +617,7 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
         "iso_token_check": iso,
         "horizon_check": horizon,
         "horizon_rule_rows": RULE_ROWS_NOTE if rule_path.exists() else None,
+        "seed_check": by_seed,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
