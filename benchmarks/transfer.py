@@ -1,6 +1,6 @@
 """Does the best learning rate stay put across widths and depths? `standard` versus `completep`.
 
-    python benchmarks/transfer.py build  --runs benchmarks/data/transfer_runs.csv    # ~75 min here
+    python benchmarks/transfer.py build  --runs benchmarks/data/transfer_runs.csv    # ~2.5 h here, all tables
     python benchmarks/transfer.py report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
     python benchmarks/transfer.py build --smoke --runs /tmp/t.csv    # every path, tiny (then `report`)
 
