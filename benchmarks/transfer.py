@@ -108,9 +108,7 @@ def run_one(job: tuple) -> dict:
 
     torch.set_num_threads(1)
     family, parametrization, d_model, n_layers, lr, base, budget, *rest = job
-    gate_lr = rest[0] if rest else NAG_GATE_LR
-    horizon_tokens, beta, span = rest[1] if len(rest) > 1 and rest[1] else (None, 0.0, None)  # the rule's check
-    seed = rest[2] if len(rest) > 2 else 0  # the seed check's
+    gate_lr, (horizon_tokens, beta, span), seed = job_extras(rest)
     cfg = arch(family, parametrization, d_model, n_layers, base)
     run = RunConfig(batch_size=BATCH, eval_sequences=128, evals=1)
     optim = OptimConfig(
@@ -126,6 +124,14 @@ def run_one(job: tuple) -> dict:
         "nag_gate_lr": gate_lr, "horizon_tokens": horizon_tokens or "", "horizon_exponent": beta,
         "lr_used": optim.at_horizon(family, plan_budget(cfg, budget, BATCH).tokens).lr, "seed": seed,
     }  # fmt: skip
+
+
+def job_extras(rest: list) -> tuple[float, tuple, int]:
+    """A job's optional tail (gate_lr, horizon, seed) with its defaults: the NAG gate cap, no horizon rule
+    ((horizon_tokens, beta, span) for the rule's check), seed 0."""
+    gate_lr = rest[0] if rest else NAG_GATE_LR
+    horizon = rest[1] if len(rest) > 1 and rest[1] else (None, 0.0, None)
+    return gate_lr, horizon, rest[2] if len(rest) > 2 else 0
 
 
 def gate_lr_of(row: dict) -> float:
@@ -306,8 +312,9 @@ def iso_token_jobs(base: tuple[int, int], widest: int, depths: tuple[int, int], 
 
 
 def run_jobs(jobs: list[tuple], path: Path, *, key=job_key) -> None:
-    """Run the jobs missing from `path` (2 at a time), appending each row as it finishes. `with_steps`: a
-    row's key includes its steps (every job's budget must then buy whole batches exactly)."""
+    """Run the jobs missing from `path` (2 at a time), appending each row as it finishes. `key`: a row's identity
+    in the table (`horizon_key` includes its steps, so every job's budget must buy whole batches exactly;
+    `seed_key` its seed)."""
     done = {key(r) for r in read_rows(path)} if path.exists() else set()
     jobs = [j for j in jobs if _planned_key(j, key) not in done]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -332,9 +339,10 @@ def _planned_key(job: tuple, key) -> tuple:
     from search_spaces.residual_lm import training_flops
 
     family, par, d, n, lr, base, budget, *rest = job
+    gate_lr, _, seed = job_extras(rest)
     steps = math.floor(budget / training_flops(arch(family, par, d, n, base), BATCH * SEQ_LEN))
-    row = dict(family=family, parametrization=par, d_model=d, n_layers=n, lr=lr, steps=steps,
-               nag_gate_lr=rest[0] if rest else NAG_GATE_LR, seed=rest[2] if len(rest) > 2 else 0)  # fmt: skip
+    row = dict(family=family, parametrization=par, d_model=d, n_layers=n, lr=lr, steps=steps, nag_gate_lr=gate_lr,
+               seed=seed)  # fmt: skip
     return key(row)
 
 

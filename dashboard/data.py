@@ -12,6 +12,7 @@ fit (`nas.extrapolate.fit_study`) are computed from the cached rungs and cached 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -138,8 +139,6 @@ def widths(url: str, name: str) -> list[tuple[TrialRow, dict]]:
 def fidelity_benchmark(environ: Mapping[str, str] | None = None) -> dict | None:
     """The summary of the fidelity benchmark's JSON ($RESNAS_FIDELITY_JSON, else the one shipped in
     benchmarks/results/), or None where there is none (an installed package without the repository)."""
-    import json
-
     environ = os.environ if environ is None else environ
     path = Path(environ.get(FIDELITY_ENV) or SHIPPED_FIDELITY)
     try:
