@@ -169,8 +169,11 @@ def matmul_peak_gflops(sizes=(512, 1024, 2048), repeats: int = 5) -> dict:
     return {"gflops": max(best.values()), "by_size": best}
 
 
-def make_step(model: nn.Module):
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+def make_step(model: nn.Module, fused_optimizer: bool = True):
+    """One training step (forward, backward, AdamW) on a fixed cycle of random batches. The optimiser
+    is torch's fused AdamW on every model, as `workers.train.build_optimizer` uses it (`fused_optimizer`
+    False: the per-tensor loop every trial ran before)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True if fused_optimizer else None)
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, SIZE["vocab_size"], (BATCH, SIZE["seq_len"] + 1), generator=gen) for _ in range(4)]
     state = {"i": 0}

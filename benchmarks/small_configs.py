@@ -10,13 +10,14 @@ seq 128, batch 16, as a proxy trial), one run times the training step (forward +
 hits both alike:
 
 - `previous`: autograd through `add_rmsnorm_reference`, as every CPU trial ran before its backward
-  was written out;
+  was written out, and torch's per-tensor AdamW loop;
 - `current`: the op as dispatched now (`_AddRMSNormEager`: about 30% less time per call at the bench
-  size). NAG uses no RMSNorm, so its two paths are the same code: its rows show the table's noise.
+  size) and the fused AdamW step `workers.train.build_optimizer` takes (0.4-0.5x the loop's time).
+  NAG uses no RMSNorm, so its speed-up is the optimiser's alone.
 
-Both compute identical forward values (tested). Reported per size and path: median step time,
-tokens/s, achieved GFLOP/s (3 x executed forward FLOPs per token) and its share of the measured
-fp32 matmul peak, and the speed-up current / previous.
+Both compute identical forward values and the same update to rounding (tested). Reported per size
+and path: median step time, tokens/s, achieved GFLOP/s (3 x executed forward FLOPs per token) and
+its share of the measured fp32 matmul peak, and the speed-up current / previous.
 """
 
 from __future__ import annotations
@@ -64,11 +65,13 @@ def measure(rounds: int, per_round: int) -> dict:
         for n_layers, d in SIZES:
             cfg = ArchConfig(**FIXED, residual=family, n_layers=n_layers, d_model=d)
             torch.manual_seed(0)
-            cases[f"{family}_L{n_layers}_d{d}"] = (cfg, make_step(build_model(cfg).train()))
+            model = build_model(cfg).train()
+            steps = {"previous": make_step(model, fused_optimizer=False), "current": make_step(model)}
+            cases[f"{family}_L{n_layers}_d{d}"] = (cfg, steps)
     times: dict[tuple[str, str], list[float]] = {(name, p): [] for name in cases for p in ("previous", "current")}
     for _ in range(rounds + 1):  # the first round warms up and is dropped
-        for name, (_, step) in cases.items():
-            for path in ("previous", "current"):
+        for name, (_, steps) in cases.items():
+            for path, step in steps.items():
                 with previous_path() if path == "previous" else contextlib.nullcontext():
                     start = time.perf_counter()
                     for _ in range(per_round):

@@ -146,3 +146,39 @@ def test_a_run_under_the_horizon_rule_is_the_run_at_the_rate_it_implies(corpus, 
     c = train(cfg, budget, corpus, run=RUN, optim=OptimConfig(lr=3e-3))
     assert a.state.val_loss == b.state.val_loss
     assert a.state.val_loss != c.state.val_loss
+
+
+@pytest.mark.parametrize("family", ["cascaded", "nag"])
+def test_the_fused_optimizer_step_is_the_per_tensor_step_to_rounding(corpus, family):
+    """build_optimizer's fused AdamW (every group: decayed, undecayed, NAG's capped gates) makes the
+    update the per-tensor loop makes, to fp32 rounding, over a run of steps."""
+    import torch
+
+    from search_spaces.residual_lm import build_model
+    from workers.train import TrainState, _train_step, build_optimizer
+
+    cfg = tiny(residual=family)
+    optim = OptimConfig(weight_decay=0.1)
+    models, opts = [], []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        models.append(build_model(cfg).train())
+        opts.append(build_optimizer(models[-1], optim))
+        if not fused:
+            for group in opts[-1].param_groups:
+                group["fused"] = None  # torch's per-tensor loop on CPU
+    assert opts[0].defaults["fused"] is True and len(opts[0].param_groups) == len(opts[1].param_groups)
+    tokens = corpus.train[: 20 * 33].long().view(20, 33)
+    for step in range(10):
+        batch = (tokens[2 * step : 2 * step + 2, :-1], tokens[2 * step : 2 * step + 2, 1:])
+        losses = [
+            _train_step(model, opt, batch, 3e-3, optim, "fp32", torch.device("cpu"), TrainState())
+            for model, opt in zip(models, opts, strict=True)
+        ]
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    torch.manual_seed(0)
+    initial = build_model(cfg).state_dict()
+    params = [dict(model.named_parameters()) for model in models]
+    assert sum(not torch.equal(p, initial[name]) for name, p in params[0].items()) == len(params[0])  # all moved
+    for name, p in params[0].items():
+        torch.testing.assert_close(p, params[1][name], rtol=1e-5, atol=1e-6, msg=name)
