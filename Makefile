@@ -59,11 +59,13 @@ service: $(STAMP)
 load: $(STAMP)
 	$(PY) benchmarks/store_load.py --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
 
-# The fidelity benchmark (issue 12): 24 configs on the budget ladder vs trained for real at 10x the top
-# rung (66 min here beside another job); `report` alone re-reads the committed table.
+# The fidelity benchmark: 24 configs on the budget ladder and on replica rungs, graded against the same
+# configs trained for real at T; builds only the rows its tables lack, `report` alone re-reads them.
 fidelity: $(STAMP)
 	$(PY) benchmarks/fidelity.py build --runs benchmarks/data/fidelity_runs.csv
-	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/fidelity.json
+	$(PY) benchmarks/fidelity.py build-replicas --replica-runs benchmarks/data/fidelity_replica_runs.csv
+	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv \
+		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/fidelity.json
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table (issue 12)
 ladder-efficiency: $(STAMP)

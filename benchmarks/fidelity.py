@@ -86,20 +86,33 @@ COLUMNS = [
     "wall_time_s",
     "status",
 ]
+# Replica rungs (`workers.replica`): rung r trains the config's replica for T / (REPLICA_ETA^(k-1-r) x
+# REPLICA_TOP_SHARE^-1), the top one a tenth of T (the budget ladder's top rung), eta 2 below it
+REPLICA_RUNGS, REPLICA_ETA, REPLICA_TOP_SHARE = 3, 2.0, 0.1
+REPLICA_COLUMNS = [
+    *COLUMNS,
+    "replica_d_model",
+    "replica_params",
+    "tokens_per_param",
+    "target_tokens_per_param",
+    "on_path",
+]
+REPLICA_CSV = HERE / "data" / "fidelity_replica_runs.csv"
 
 
 @dataclass(frozen=True)
 class Job:
     config: int
     arch: dict
-    kind: str  # "ladder" or "truth"
+    kind: str  # "ladder", "truth" or "replica"
     seed: int
-    budget: float  # the top rung's, or the truth's
+    budget: float  # the top rung's, or the truth's (a replica job's target)
     rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
 
     @property
     def cost(self) -> float:
-        return self.budget * (1.1 if self.kind == "ladder" else 1.0)
+        share = {"ladder": 1.1, "truth": 1.0, "replica": REPLICA_TOP_SHARE * 1.75}[self.kind]
+        return self.budget * share
 
 
 def configs(smoke: bool) -> list[dict]:
@@ -115,15 +128,25 @@ def configs(smoke: bool) -> list[dict]:
     return chosen
 
 
-def jobs(smoke: bool, rule: dict | None = None) -> list[Job]:
+def jobs(smoke: bool, rule: dict | None = None, kinds: tuple[str, ...] = ("ladder", "truth")) -> list[Job]:
     low = 2e8 if smoke else LOWEST_RUNG
     top = low * ETA ** (RUNGS - 1)
     rule = rule or {}
     out = []
     for i, arch in enumerate(configs(smoke)):
-        out += [Job(i, arch, "ladder", seed, top, rule) for seed in (0, 1)]
-        out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule) for seed in (0, 1)]
+        if "ladder" in kinds:
+            out += [Job(i, arch, "ladder", seed, top, rule) for seed in (0, 1)]
+        if "truth" in kinds:
+            out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule) for seed in (0, 1)]
+        if "replica" in kinds:
+            out += [Job(i, arch, "replica", seed, TRUTH_RATIO * top, rule) for seed in (0, 1)]
     return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
+
+
+def replica_rung_flops(target: float) -> list[float]:
+    """The replica ladder's rung budgets for target T: T x REPLICA_TOP_SHARE / eta^(k-1-r)."""
+    top = REPLICA_TOP_SHARE * target
+    return [top / REPLICA_ETA ** (REPLICA_RUNGS - 1 - r) for r in range(REPLICA_RUNGS)]
 
 
 def run_job(job: Job) -> list[dict]:
@@ -138,6 +161,8 @@ def run_job(job: Job) -> list[dict]:
 
     torch.set_num_threads(1)
     cfg = ArchConfig(**job.arch)
+    if job.kind == "replica":
+        return run_replica_job(job, cfg)
     ladder = LadderConfig(rungs=RUNGS if job.kind == "ladder" else 1, eta=ETA)
     result = run_trial(
         cfg,
@@ -167,6 +192,49 @@ def run_job(job: Job) -> list[dict]:
     return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
 
 
+def run_replica_job(job: Job, cfg) -> list[dict]:
+    """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`)."""
+    from search_spaces.residual_lm import flops_per_token
+    from workers.data import DataConfig, load_corpus
+    from workers.replica import run_replica_trial, target_path
+    from workers.train import OptimConfig, RunConfig
+
+    result = run_replica_trial(
+        cfg,
+        job.budget,
+        replica_rung_flops(job.budget),
+        load_corpus(DataConfig()),
+        seed=job.seed,
+        optim=OptimConfig(lr=3e-3, **job.rule),
+        run=RunConfig(**RUN),
+        width_probe=False,
+    )
+    base = dict(
+        config=job.config,
+        residual=cfg.residual,
+        n_layers=cfg.n_layers,
+        d_model=cfg.d_model,
+        mod_rate=cfg.mod_rate,
+        params=target_path(cfg, job.budget, RUN["batch_size"]).params,
+        executed_flops_per_token=flops_per_token(cfg).executed,
+        kind=job.kind,
+        seed=job.seed,
+        status=str(result.status),
+    )
+    return [
+        {
+            **base,
+            **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss", "tokens_per_param", "on_path")},
+            "compute_flops": r["training_flops"],
+            "wall_time_s": r["train_seconds"],
+            "replica_d_model": r["d_model"],
+            "replica_params": r["params"],
+            "target_tokens_per_param": r["target_tokens_per_param"],
+        }
+        for r in result.rungs
+    ]
+
+
 def horizon_rule(space: Path | None) -> dict:
     """The horizon rule (`OptimConfig.horizon_tokens`, `horizon_exponents`, `horizon_span`) of a space file
     (`--space`), as that space's trials run; none for the default space. 3e-3 is NAG's best rate at the
@@ -179,19 +247,21 @@ def horizon_rule(space: Path | None) -> dict:
     return {k: fixed[k] for k in ("horizon_tokens", "horizon_exponents", "horizon_span") if k in fixed}
 
 
-def pending_jobs(out: Path, smoke: bool, rule: dict | None = None) -> list[Job]:
+def pending_jobs(
+    out: Path, smoke: bool, rule: dict | None = None, kinds: tuple[str, ...] = ("ladder", "truth")
+) -> list[Job]:
     """The jobs whose rows the table at `out` does not hold yet (all of them without a table)."""
     done = {(r["config"], r["kind"], r["seed"]) for r in read(out)} if out.exists() else set()
-    return [j for j in jobs(smoke, rule) if (j.config, j.kind, j.seed) not in done]
+    return [j for j in jobs(smoke, rule, kinds) if (j.config, j.kind, j.seed) not in done]
 
 
-def build(out: Path, smoke: bool, rule: dict | None = None) -> None:
+def build(out: Path, smoke: bool, rule: dict | None = None, kinds: tuple[str, ...] = ("ladder", "truth")) -> None:
     """Run the pending jobs, appending their rows (a killed build resumes where it stopped)."""
     fresh = not out.exists() or out.stat().st_size == 0
-    start, todo = time.perf_counter(), pending_jobs(out, smoke, rule)
+    start, todo = time.perf_counter(), pending_jobs(out, smoke, rule, kinds)
     out.parent.mkdir(parents=True, exist_ok=True)
     with mp.get_context("spawn").Pool(2) as pool, out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=REPLICA_COLUMNS if "replica" in kinds else COLUMNS)
         if fresh:
             writer.writeheader()
         for done, rows in enumerate(pool.imap_unordered(run_job, todo), 1):
@@ -204,10 +274,33 @@ def read(path: Path) -> list[dict]:
     with path.open() as f:
         rows = list(csv.DictReader(f))
     for r in rows:
-        for k in ("config", "n_layers", "d_model", "params", "seed", "rung", "tokens"):
-            r[k] = int(r[k])
-        for k in ("mod_rate", "executed_flops_per_token", "budget_flops", "val_loss", "compute_flops", "wall_time_s"):
-            r[k] = float(r[k])
+        for k in (
+            "config",
+            "n_layers",
+            "d_model",
+            "params",
+            "seed",
+            "rung",
+            "tokens",
+            "replica_d_model",
+            "replica_params",
+        ):
+            if k in r:
+                r[k] = int(r[k])
+        for k in (
+            "mod_rate",
+            "executed_flops_per_token",
+            "budget_flops",
+            "val_loss",
+            "compute_flops",
+            "wall_time_s",
+            "tokens_per_param",
+            "target_tokens_per_param",
+        ):
+            if k in r:
+                r[k] = float(r[k])
+        if "on_path" in r:
+            r["on_path"] = r["on_path"] == "True"
     return rows
 
 
@@ -256,7 +349,9 @@ def predictions(points: list[RungPoint], target: float) -> dict[int, float]:
     return {t: fit.predict(t, target) for t in fit.trials}
 
 
-def replay_promotion(rung_points: list[RungPoint], flops: dict[int, float], target: float) -> dict[int, int]:
+def replay_promotion(
+    rung_points: list[RungPoint], flops: dict[int, float], target: float, eta: float = ETA
+) -> dict[int, int]:
     """The rungs each config would have reached in a search: configs arrive in table order, and at each
     rung the best ceil(n/eta) so far (non-dominated sorting on predicted loss at T and FLOPs) climb."""
     reached: dict[int, int] = {}
@@ -270,12 +365,12 @@ def replay_promotion(rung_points: list[RungPoint], flops: dict[int, float], targ
                 break
             preds = predictions([p for p in seen if p.flops <= point.flops], target)
             at_rung = [Candidate(c, preds.get(c, math.inf), flops[c]) for c in reached if reached[c] > rung]
-            if not should_promote(config, at_rung, ETA):
+            if not should_promote(config, at_rung, eta):
                 break
     return reached
 
 
-def report(path: Path, out: Path) -> dict:
+def report(path: Path, out: Path, replica_path: Path | None = None) -> dict:
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder"]
     truth_rows = [r for r in rows if r["kind"] == "truth"]
@@ -346,6 +441,16 @@ def report(path: Path, out: Path) -> dict:
         "tau_ceiling_seed0_truth": tau_ceiling(truth_rows, {c: [loss] for c, loss in truth_seed[0].items()}),
         "goals": {"prediction_tau": 0.8, "hypervolume_ratio": 0.95, "ladder_compute_share": 0.15},
     }
+    noise = summary["truth_seed_noise"]
+    summary["budget_ladder_graded"] = {
+        "prediction": grade(predicted, truth, flops, noise),
+        "prediction_with_promotion": grade(predicted_replay, truth, flops, noise),
+        "top_rung": grade(top, truth, flops, noise),
+        "lowest_rung": grade(lowest, truth, flops, noise),
+        "parameter_count": grade(params, truth, flops, noise),
+    }
+    if replica_path is not None and replica_path.exists():
+        summary["replica_ladder"] = replica_report(read(replica_path), truth, truth_compute, noise, target)
     result = {
         "summary": summary,
         "machine": machine_info(),
@@ -368,6 +473,101 @@ def report(path: Path, out: Path) -> dict:
     out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, out.with_suffix(".png"))
     return result
+
+
+def grade(predicted: dict[int, float], truth: dict[int, float], flops: dict[int, float], noise: float) -> dict:
+    """How good a ranking at T is: Kendall tau-b vs the truth, regret (the true loss of the predicted best
+    minus the true best; nats and truth seed-noise units), whether the true best is in the predicted top 3,
+    and the hypervolume of the predicted front scored on true losses over the true front's (nadir reference)."""
+    best = min(truth, key=truth.get)
+    chosen = min((c for c in truth if c in predicted), key=predicted.get)
+    regret = truth[chosen] - truth[best]
+    return {
+        "kendall_tau": tau(predicted, truth),
+        "regret_nats": regret,
+        "regret_in_seed_noise": regret / noise,
+        "true_best_in_predicted_top3": best in sorted((c for c in truth if c in predicted), key=predicted.get)[:3],
+        "hypervolume_ratio_nadir": hv_ratio(predicted, truth, flops, nadir=True),
+    }
+
+
+def replica_report(
+    replica_rows: list[dict], truth: dict[int, float], truth_compute: float, noise: float, t_flops: float
+) -> dict:
+    """The replica ladder graded as a search runs it, beside its own baselines.
+
+    A search holds seed 0 of every config and the second seed of the configs on the front it predicts
+    (`search_view`); promotion (eta 2, configs in table order) decides which rungs it pays for. Its
+    answer is the predictor its backtest chose (`nas.backtest`: the fit, or the top rung carried)."""
+    from nas.backtest import backtest, rung_below_top
+    from nas.extrapolate import leave_one_out
+    from nas.fidelity import fit_group
+
+    flops = {r["config"]: r["executed_flops_per_token"] for r in replica_rows}
+    group = fit_group(None, replica=True)  # one exponent along the path, as a search fits replica rungs
+    points = [RungPoint(r["config"], group, r["budget_flops"], r["val_loss"], r["seed"]) for r in replica_rows]
+    reached = replay_promotion(points, flops, t_flops, eta=REPLICA_ETA)
+    promoted = [p for p in points if _rung_of(p, replica_rows) < reached[p.trial]]
+    view, repeated = search_view(promoted, flops, t_flops)
+    predicted = predictions(view, t_flops)
+    loo = [r for r in (leave_one_out(view, c) for c in sorted(flops)) if r is not None]
+    check = backtest(loo, rung_below_top(view))
+    top_rung = {}
+    for p in sorted(view, key=lambda p: p.flops):
+        top_rung[p.trial] = p.loss if p.seed == 0 else top_rung.get(p.trial, p.loss)
+    answer = predicted if check.chosen == "fit" else top_rung
+    seed0 = [p for p in points if p.seed == 0]
+    by_rung = {
+        k: {r["config"]: r["val_loss"] for r in replica_rows if r["seed"] == 0 and r["rung"] == k}
+        for k in range(REPLICA_RUNGS)
+    }
+    spent = sum(
+        r["compute_flops"]
+        for r in replica_rows
+        if r["rung"] < reached[r["config"]] and (r["seed"] == 0 or r["config"] in repeated)
+    )
+    ratio = [r["tokens_per_param"] / r["target_tokens_per_param"] for r in replica_rows]
+    methods = {
+        "answer (backtest's choice)": grade(answer, truth, flops, noise),
+        "fit, promotion as a search runs it": grade(predicted, truth, flops, noise),
+        "fit, every rung, seed 0": grade(predictions(seed0, t_flops), truth, flops, noise),
+        "fit, every rung, both seeds": grade(predictions(points, t_flops), truth, flops, noise),
+        "top replica rung alone (seed 0)": grade(by_rung[REPLICA_RUNGS - 1], truth, flops, noise),
+        "lowest replica rung alone (seed 0)": grade(by_rung[0], truth, flops, noise),
+    }
+    return {
+        "rung_flops": replica_rung_flops(t_flops),
+        "backtest": check.__dict__ | {"description": check.describe()},
+        "methods": methods,
+        "compute_share": spent / truth_compute,
+        "compute_share_every_rung_seed0": sum(r["compute_flops"] for r in replica_rows if r["seed"] == 0)
+        / truth_compute,
+        "rungs_reached_with_promotion": reached,
+        "repeated_front": sorted(repeated),
+        "tokens_per_param_over_target": {
+            "min": float(np.min(ratio)),
+            "median": float(np.median(ratio)),
+            "max": float(np.max(ratio)),
+        },
+        "off_path_rungs": sum(not r["on_path"] for r in replica_rows),
+        "replica_width_share": {
+            "min": min(r["replica_d_model"] / r["d_model"] for r in replica_rows),
+            "max": max(r["replica_d_model"] / r["d_model"] for r in replica_rows),
+        },
+        "wall_time_s_seed0": sum(r["wall_time_s"] for r in replica_rows if r["seed"] == 0),
+        "rung_seed_noise": seed_noise(points),
+        "predicted": predicted,
+        "goals": {
+            "kendall_tau": 0.8,
+            "regret_in_seed_noise": 1.0,
+            "true_best_in_predicted_top3": True,
+            "compute_share": 0.2,
+        },
+    }
+
+
+def _rung_of(point: RungPoint, rows: list[dict]) -> int:
+    return next(r["rung"] for r in rows if r["config"] == point.trial and r["budget_flops"] == point.flops)
 
 
 def tau_ceiling(truth_rows: list[dict], runs: dict[int, list[float]]) -> float | None:
@@ -434,22 +634,29 @@ def plot(result: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    per, taus = result["per_config"], result["summary"]["kendall_tau"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    for ax, key, name in ((axes[0], "predicted", "prediction"), (axes[1], "lowest_rung", "lowest_rung")):
+    per, taus = result["per_config"], dict(result["summary"]["kendall_tau"])
+    replica = result["summary"].get("replica_ladder")
+    panels = [("predicted", "prediction", "budget ladder: prediction"), ("lowest_rung", "lowest_rung", "lowest rung")]
+    if replica is not None:
+        for p in per:
+            p["replica_predicted"] = replica["predicted"].get(str(p["config"]), replica["predicted"].get(p["config"]))
+        taus["replica_ladder_answer"] = replica["methods"]["answer (backtest's choice)"]["kendall_tau"]
+        panels.insert(0, ("replica_predicted", "replica_ladder_answer", "replica ladder: prediction"))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4.5))
+    for ax, (key, name, title) in zip(axes, panels, strict=False):
         ax.scatter([p["truth"] for p in per], [p[key] for p in per], c=np.log10([p["params"] for p in per]))
         value = taus[name]
         ax.set(
             xlabel="true loss at T (nats/token)",
-            ylabel=f"{key.replace('_', ' ')} (nats/token)",
-            title=f"{name.replace('_', ' ')}: tau {'-' if value is None else f'{value:.2f}'} (colour: log10 params)",
+            ylabel=f"{title} (nats/token)",
+            title=f"{title}: tau {'-' if value is None else f'{value:.2f}'} (colour: log10 params)",
         )
-    axes[2].barh(list(taus), [np.nan if v is None else v for v in taus.values()])
-    axes[2].axvline(0.8, color="k", ls="--", lw=1)
+    axes[-1].barh(list(taus), [np.nan if v is None else v for v in taus.values()])
+    axes[-1].axvline(0.8, color="k", ls="--", lw=1)
     ceiling = result["summary"].get("tau_ceiling")
     if ceiling is not None:
-        axes[2].axvline(ceiling, color="tab:red", ls=":", lw=1.5)
-    axes[2].set(
+        axes[-1].axvline(ceiling, color="tab:red", ls=":", lw=1.5)
+    axes[-1].set(
         xlabel="Kendall tau-b vs the truth (goal 0.8 dashed; noise ceiling red dotted)",
         title="rank agreement",
     )
@@ -459,16 +666,19 @@ def plot(result: dict, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("build", "report"))
+    parser.add_argument("command", choices=("build", "build-replicas", "report"))
     parser.add_argument("--runs", type=Path, default=RUNS_CSV)
+    parser.add_argument("--replica-runs", type=Path, default=REPLICA_CSV)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "fidelity.json")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets and 3 configs: every path, no meaning")
     parser.add_argument("--space", type=Path, help="build: train under this space file's horizon rule (if any)")
     args = parser.parse_args()
     if args.command == "build":
         build(args.runs, args.smoke, horizon_rule(args.space))
+    elif args.command == "build-replicas":
+        build(args.replica_runs, args.smoke, horizon_rule(args.space), kinds=("replica",))
     else:
-        print(json.dumps(report(args.runs, args.out)["summary"], indent=2))
+        print(json.dumps(report(args.runs, args.out, args.replica_runs)["summary"], indent=2))
 
 
 if __name__ == "__main__":

@@ -20,9 +20,10 @@ from pathlib import Path
 import streamlit as st
 from sqlalchemy.engine import make_url
 
+from nas.backtest import Backtest
 from nas.budget import Budget, BudgetError, stored_budget
 from nas.extrapolate import fit_study
-from nas.fidelity import Prediction, predict_search, rung_points
+from nas.fidelity import Prediction, predict_search, predict_search_with_backtest, rung_points
 from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
 from workers.status import TrialStatus
 
@@ -103,6 +104,12 @@ def budget(url: str, name: str) -> Budget | str:
 def predictions(url: str, name: str, target: float) -> dict[int, Prediction]:
     """Each trial's predicted loss at `target` training FLOPs, band and leave-one-out error, from all its rungs."""
     return predict_search(rungs(url, name), target)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False)
+def backtest(url: str, name: str, target: float) -> Backtest:
+    """Which predictor the search answers with at `target`, and its backtest (`nas.backtest`)."""
+    return predict_search_with_backtest(rungs(url, name), target, band=False)[1]
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 import streamlit as st
 
+from nas.backtest import Backtest
 from nas.budget import Budget
 from nas.extrapolate import NONE
 from nas.fidelity import BAND_LEVEL
@@ -209,15 +210,21 @@ def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dic
     return None
 
 
-def ladder_caption(budget: Budget) -> str:
-    """The target T and the ladder (its rungs' budgets and eta) in one line."""
+def ladder_caption(budget: Budget, check: Backtest | None = None) -> str:
+    """The target T, the ladder (its kind, its rungs' budgets and eta) and the predictor in one line."""
     ladder = ", ".join(f"{budget.trial_flops * budget.eta**r:.3g}" for r in range(budget.rungs))
-    return (
+    what = "replicas at the target's tokens per parameter" if budget.ladder == "replica" else "the config itself"
+    caption = (
         f"target T = {budget.target:.3g} training FLOPs ({budget.target / budget.top_rung_flops:.3g} x the top rung) · "
-        f"ladder: {budget.rungs} rungs, eta = {budget.eta:g} ({ladder} training FLOPs) · each trial's loss at T "
-        f"predicted by L = E + A C^-alpha over its rungs (alpha, E shared by a family or the whole search); "
-        f"error bars: the {BAND_LEVEL:.0%} band"
+        f"{budget.ladder} ladder ({what}): {budget.rungs} rungs, eta = {budget.eta:g} ({ladder} training FLOPs) · "
+        f"each trial's loss at T predicted by L = E + A C^-alpha over its rungs (alpha, E shared by a family or the "
+        f"whole search); error bars: the {BAND_LEVEL:.0%} band"
     )
+    if check is not None:
+        caption += f" · {check.describe()}"
+    if budget.beyond_validated:
+        caption += f" · warning: {budget.beyond_validated}"
+    return caption
 
 
 def target_page(url: str, summaries: Sequence) -> None:
@@ -234,7 +241,7 @@ def target_page(url: str, summaries: Sequence) -> None:
             st.info(reason)
             return
         rows = data.trials(url, name)
-        st.caption(ladder_caption(budget))
+        st.caption(ladder_caption(budget, data.backtest(url, name, budget.target)))
         st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
         _unmeasured_caption(rows, axis)
         st.subheader("Trials at the target")

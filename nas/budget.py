@@ -4,10 +4,13 @@
 trial gets: the lowest rung of its budget ladder) and either `--trials` or `--search-flops`
 (C x trials; the number of trials is then floor(search / trial)), plus optional wall-clock caps.
 The ladder has `--rungs` budgets C, eta C, eta^2 C, ... (`--eta`, default 3); promoted trials climb
-it. `--target-flops` T is the training compute the user plans to pretrain with, the budget the
-search answers for: its default is `DEFAULT_TARGET_RATIO` (1000) x C, about a hundred times the top
-rung of the default 3-rung ladder. Bad values raise `BudgetError` with one
-line naming the CLI option, e.g. `--trial-flops: must be > 0 (got -1.0)`.
+it. `--ladder` says what a rung trains: `replica` (default) a width-shrunk replica of the trial's
+architecture at the target's tokens per parameter (`workers.replica`), `budget` the architecture itself
+on one warmup-stable-decay run (`workers.budget`). `--target-flops` T is the training compute the user
+plans to pretrain with, the budget the search answers for: its default is `VALIDATED_TARGET_RATIO` (10)
+x the top rung, the furthest `make fidelity` has checked a prediction (a search may ask for more and is
+told it is beyond that). Bad values raise `BudgetError` with one line naming the CLI option, e.g.
+`--trial-flops: must be > 0 (got -1.0)`.
 
 `check_budget_fits` rejects, before anything runs, a trial budget below one training step of the
 cheapest architecture of the space; `trial_is_feasible` gives the reason one sampled architecture
@@ -18,12 +21,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
 from workers.budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
+from workers.replica import plan_replica
 from workers.train import RunConfig
 
 from .messages import pretty_message
@@ -31,6 +35,7 @@ from .space import IntParam, SearchSpace, describe, smallest_config
 
 __all__ = [
     "DEFAULT_TRIALS",
+    "VALIDATED_TARGET_RATIO",
     "Budget",
     "BudgetError",
     "budget_error_message",
@@ -41,7 +46,9 @@ __all__ = [
 ]
 
 DEFAULT_TRIALS = 20  # when neither --trials nor --search-flops is given
-DEFAULT_TARGET_RATIO = 1000.0  # --target-flops defaults to this many times --trial-flops
+VALIDATED_TARGET_RATIO = 10.0  # T / top rung checked by `make fidelity`; the default --target-flops
+LEGACY_TARGET_RATIO = 1000.0  # T / C of a search stored without a ladder kind and without --target-flops
+Ladder = Literal["replica", "budget"]
 
 
 class BudgetError(ValueError):
@@ -90,6 +97,7 @@ class Budget(BaseModel):
     target_flops: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="training FLOPs of the planned pretraining run (T)"
     )
+    ladder: Ladder = Field("replica", description="what a rung trains: a replica on the target's path, or the config")
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -124,7 +132,7 @@ class Budget(BaseModel):
         return self
 
     @property
-    def ladder(self) -> LadderConfig:
+    def ladder_config(self) -> LadderConfig:
         return LadderConfig(rungs=self.rungs, eta=self.eta)
 
     @property
@@ -134,8 +142,23 @@ class Budget(BaseModel):
 
     @property
     def target(self) -> float:
-        """`target_flops`, or DEFAULT_TARGET_RATIO x trial_flops."""
-        return self.target_flops if self.target_flops is not None else DEFAULT_TARGET_RATIO * self.trial_flops
+        """`target_flops`, or VALIDATED_TARGET_RATIO x the top rung."""
+        return self.target_flops if self.target_flops is not None else VALIDATED_TARGET_RATIO * self.top_rung_flops
+
+    @property
+    def target_ratio(self) -> float:
+        """T over the top rung: how far the search extrapolates."""
+        return self.target / self.top_rung_flops
+
+    @property
+    def beyond_validated(self) -> str | None:
+        """A one-line warning when T is further above the top rung than `make fidelity` has checked."""
+        if self.target_ratio <= VALIDATED_TARGET_RATIO * (1 + 1e-9):
+            return None
+        return (
+            f"--target-flops {_num(self.target)} is {self.target_ratio:.3g}x the top rung {_num(self.top_rung_flops)}: "
+            f"predictions were checked up to {VALIDATED_TARGET_RATIO:g}x (make fidelity); trust the ranking at T less"
+        )
 
     @property
     def n_trials(self) -> int:
@@ -152,7 +175,11 @@ class Budget(BaseModel):
 
 
 def stored_budget(raw: dict) -> Budget:
-    """The Budget a search was stored with; a search stored before budget ladders had a single budget."""
+    """The Budget a search was stored with. A search stored before budget ladders had a single budget; one
+    stored before replica rungs ran the budget ladder, and its default target was LEGACY_TARGET_RATIO x C."""
+    if "ladder" not in raw:
+        target = raw.get("target_flops") or LEGACY_TARGET_RATIO * raw["trial_flops"]
+        raw = {**raw, "ladder": "budget", "target_flops": target}
     return Budget(**{"rungs": 1, **raw})
 
 
@@ -192,8 +219,15 @@ def check_budget_fits(space: SearchSpace, budget: Budget, batch_size: int | None
 
 
 def trial_is_feasible(arch: ArchConfig, budget: Budget | float, batch_size: int) -> str | None:
-    """None if `arch` can afford at least one training step of the per-trial budget, else why not."""
+    """None if `arch` can afford at least one training step of the per-trial budget, else why not. On a
+    replica ladder the lowest rung trains a narrower replica: it is that replica which must afford a step."""
     flops = budget.trial_flops if isinstance(budget, Budget) else float(budget)
+    if isinstance(budget, Budget) and budget.ladder == "replica" and budget.rungs > 1:
+        try:
+            plan_replica(arch, budget.target, 0, flops, batch_size)
+        except InfeasibleBudget as err:
+            return f"the lowest rung's replica cannot afford one step: {err}"
+        return None
     try:
         plan_budget(arch, flops, batch_size)
     except InfeasibleBudget:

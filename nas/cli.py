@@ -101,7 +101,12 @@ def search(
     target_flops: float | None = typer.Option(
         None,
         help="Training FLOPs of the pretraining run you plan: the budget the search answers for "
-        "(default: 1000 x --trial-flops).",
+        "(default: 10 x the top rung, the furthest checked by make fidelity).",
+    ),
+    ladder: str = typer.Option(
+        "replica",
+        help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
+        "or 'budget' (the config itself, one run branched at each rung).",
     ),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
@@ -123,8 +128,11 @@ def search(
             rungs=rungs,
             eta=eta,
             target_flops=target_flops,
+            ladder=ladder,
         ),
     )
+    if budget.beyond_validated:
+        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
     _check_choices(
         name=bool(name.strip()),
         sampler=sampler in _samplers(),
@@ -462,19 +470,27 @@ def _flops(x) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x / 1e6:.2f}M"
 
 
+def _replica(rung) -> str:
+    """A replica rung's width and tokens per parameter, `*` when it is off the target's path."""
+    if rung is None:
+        return "-"
+    return f"{rung.d_model}, {rung.tokens_per_param:.3g}" + ("" if rung.on_path else "*")
+
+
 def _print_front(store, name: str, only_front: bool = True) -> None:
     """The front at the search's target budget: predicted loss at T (with its band) vs executed FLOPs/token."""
     from workers.status import TrialStatus
 
     from .budget import stored_budget
     from .extrapolate import seed_noise, tied
-    from .fidelity import at_target, predict_search, rung_points
+    from .fidelity import at_target, predict_search_with_backtest, rung_points
     from .pareto import hypervolume, pareto_rows, reference_point
 
     rows = store.trials(name)
     budget = stored_budget(store.get_search(name).budget)
     rungs = store.rungs(name)
-    predictions = predict_search(rungs, budget.target)
+    predictions, check = predict_search_with_backtest(rungs, budget.target)
+    top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
     noise = seed_noise(rung_points(rungs)) if rungs else None
     targeted = at_target(rows, predictions) if predictions else rows  # no rungs: a single-budget search
     front = pareto_rows(targeted)
@@ -491,6 +507,7 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
         "mod",
         "lr",
         "rungs",
+        "top replica d, tok/param",
         "top-rung loss",
         "loss at T",
         "80% band",
@@ -513,6 +530,7 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
             f"{r.mod_rate:g}",
             f"{lr:.2e}" if lr else "-",
             str(p.rungs) if p else "-",
+            _replica(top_replica.get(r.number)),
             _loss(measured[r.number].val_loss),
             _loss(r.val_loss),
             f"{_loss(p.low)}-{_loss(p.high)}" if p else "-",
@@ -522,6 +540,10 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
             _flops(r.executed_flops_per_token),
         )
     console.print(table)
+    if predictions:
+        console.print(f"{budget.ladder} ladder; {check.describe()}")
+    if budget.beyond_validated:
+        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
     console.print(
         f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
         f"(loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "

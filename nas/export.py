@@ -126,7 +126,9 @@ def _recommendation(arch: ArchConfig, target_flops: float, prediction: Predictio
     if prediction is None or not math.isfinite(prediction.loss):
         return rec
     band = (prediction.low, prediction.high)
-    return rec.model_copy(update={"predicted_loss": prediction.loss, "predicted_band": band})
+    return rec.model_copy(
+        update={"predicted_loss": prediction.loss, "predicted_band": band, "predictor": prediction.predictor}
+    )
 
 
 def chosen_trials(
@@ -229,7 +231,8 @@ def _recommendation_note(rec: Recommendation | None) -> str:
     note = f"# target: {rec.target_flops:.3g} training FLOPs = {rec.tokens:,} tokens for this architecture"
     if rec.predicted_loss is not None and rec.predicted_band is not None:
         low, high = rec.predicted_band
-        note += f"; predicted loss {rec.predicted_loss:.4f} nats/token (80% band {low:.4f}-{high:.4f})"
+        note += f"; predicted loss {rec.predicted_loss:.4f} nats/token (80% band {low:.4f}-{high:.4f}"
+        note += f", by the {rec.predictor})" if rec.predictor else ")"
     return note + "\n"
 
 
@@ -256,6 +259,7 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
                 "executed_flops_per_token": flops_per_token(e.arch).executed,
                 "recommended_tokens": e.recommended.tokens if e.recommended else None,
                 "predicted_loss": e.recommended.predicted_loss if e.recommended else None,
+                "predictor": e.recommended.predictor if e.recommended else None,
                 "ancre_frozen": bool(e.ancre and e.ancre.freeze),
             }
             for e, p in zip(exports, paths, strict=False)

@@ -1,8 +1,8 @@
 """Noise: each member of the front at the target is measured again with more seeds.
 
 After the search's trials, every trial on the front at the target (`nas.fidelity`) is trained again
-with `repeat_seeds` more seeds (seed + 1, seed + 2, ...), on the same ladder up to the rung it
-reached, as Ray tasks of one CPU each. Their rungs are stored like any other (`Store.record_rung`,
+with `repeat_seeds` more seeds (seed + 1, seed + 2, ...), on the same ladder (replicas or budget rungs)
+up to the rung it reached, as Ray tasks of one CPU each. Their rungs are stored like any other (`Store.record_rung`,
 keyed by seed), so the fit averages the seeds, the seed-to-seed spread (`nas.extrapolate.seed_noise`)
 widens every band, and `nas show` marks as tied the configs whose predicted losses differ by less
 than twice that noise. A repeat already stored is not run again (`nas resume` finishes the rest).
@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from workers.budget import LadderConfig
+from workers.replica import run_replica_trial, rung_budgets
 from workers.status import TrialStatus
 from workers.trial import run_trial
 
@@ -29,23 +30,23 @@ __all__ = ["repeat_front"]
 log = logging.getLogger(__name__)
 
 
-def _measure_again(arch, optim, run, top_flops: float, ladder: LadderConfig, seed: int, data: dict) -> list[dict]:
-    """One repeat in a Ray task: the trial's ladder up to its top reached rung, with another seed."""
+def _measure_again(
+    arch, optim, run, top_flops: float, ladder: LadderConfig, seed: int, data: dict, target_flops: float | None
+) -> list[dict]:
+    """One repeat in a Ray task: the trial's ladder up to its top reached rung, with another seed (its
+    replicas, one run per rung, when `target_flops` is given; else its budget ladder)."""
     import torch
 
     from workers.data import DataConfig, load_corpus
 
     torch.set_num_threads(1)
-    result = run_trial(
-        arch,
-        top_flops,
-        load_corpus(DataConfig(**data)),
-        seed=seed,
-        optim=optim,
-        run=run,
-        width_probe=False,
-        ladder=ladder,
-    )
+    corpus = load_corpus(DataConfig(**data))
+    if target_flops is not None:
+        lowest = top_flops / ladder.eta ** (ladder.rungs - 1)
+        budgets = rung_budgets(lowest, ladder)
+        result = run_replica_trial(arch, target_flops, budgets, corpus, seed, optim=optim, run=run, width_probe=False)
+    else:
+        result = run_trial(arch, top_flops, corpus, seed=seed, optim=optim, run=run, width_probe=False, ladder=ladder)
     return result.rungs if result.status == TrialStatus.COMPLETED else []
 
 
@@ -74,8 +75,9 @@ def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, se
 
     task = ray.remote(num_cpus=1)(_measure_again)
     data = data_config(settings).model_dump()
+    target = budget.target if budget.ladder == "replica" else None
     refs = {
-        task.remote(arch, optim, run, top, ladder, seed, data): (number, seed)
+        task.remote(arch, optim, run, top, ladder, seed, data, target): (number, seed)
         for number, seed, arch, optim, run, top, ladder in todo
     }
     log.info("repeating %d front members with %d more seeds each", len(front), settings.repeat_seeds)

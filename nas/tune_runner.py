@@ -20,6 +20,7 @@ from ray.tune.search.optuna import OptunaSearch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from workers.ray_trainable import OBJECTIVES, proxy_trainable
+from workers.replica import rung_budgets
 from workers.status import TrialStatus
 
 from .budget import Budget
@@ -165,10 +166,15 @@ def run_tuner(
         "data": data_config(settings).model_dump(),
         "configs": partial(configs_from, space),
         # One rung is the single-budget search (cosine schedule, no rung rows, the measured loss told).
-        "ladder": budget.ladder.model_dump() if budget.rungs > 1 else None,
+        "ladder": budget.ladder_config.model_dump() if budget.rungs > 1 else None,
         "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs, study_name)
         if budget.rungs > 1
         else None,
+        # Replica rungs: each rung its own run of a narrower copy at the target's tokens per parameter
+        "replica_rungs": rung_budgets(budget.trial_flops, budget.ladder_config)
+        if budget.rungs > 1 and budget.ladder == "replica"
+        else None,
+        "target_flops": budget.target,
     }
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
     with _progress(show_progress, n_trials) as (progress, task):

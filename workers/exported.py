@@ -73,6 +73,9 @@ class Recommendation(_Frozen):
     executed_flops_per_token: float = Field(gt=0, allow_inf_nan=False)
     predicted_loss: float | None = Field(None, description="the search's predicted loss at target_flops (nats/token)")
     predicted_band: tuple[float, float] | None = Field(None, description="its central 80% band")
+    predictor: str | None = Field(
+        None, description="how the search predicted it: 'fit' (along its rungs) or 'top rung' (carried forward)"
+    )
 
 
 class Provenance(_Frozen):

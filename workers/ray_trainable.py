@@ -17,6 +17,7 @@ import torch
 
 from .budget import LadderConfig
 from .data import DataConfig, load_corpus
+from .replica import run_replica_trial
 from .status import TrialStatus
 from .trial import run_trial
 
@@ -49,7 +50,9 @@ def proxy_trainable(params: dict, context: dict) -> None:
     dict), `configs`: a callable turning params into (ArchConfig, OptimConfig, RunConfig) or raising,
     `ladder` (LadderConfig fields, or None for a single budget) and `decide_rung`: a callable
     (number, seed, executed FLOPs per token, rung result) -> decision with `.promote` and
-    `.predicted_loss`, which stores the rung and says whether the trial climbs on (nas.fidelity)."""
+    `.predicted_loss`, which stores the rung and says whether the trial climbs on (nas.fidelity).
+    With `replica_rungs` (the rung budgets C_r, lowest first) and `target_flops`, each rung trains a
+    replica of the sampled architecture on the target's path (`workers.replica`), all in this process."""
     from ray import tune
 
     torch.set_num_threads(_threads_for_this_trial())
@@ -81,17 +84,30 @@ def proxy_trainable(params: dict, context: dict) -> None:
         return decision.promote
 
     ladder = context.get("ladder")
-    result = run_trial(
-        arch,
-        context["budget_flops"],
-        corpus,
-        seed=context["seed"],
-        report=progress,
-        optim=optim,
-        run=run,
-        ladder=LadderConfig(**ladder) if ladder else None,
-        on_rung=on_rung if decide else None,
-    )
+    if context.get("replica_rungs"):
+        result = run_replica_trial(
+            arch,
+            context["target_flops"],
+            context["replica_rungs"],
+            corpus,
+            seed=context["seed"],
+            report=progress,
+            optim=optim,
+            run=run,
+            on_rung=on_rung if decide else None,
+        )
+    else:
+        result = run_trial(
+            arch,
+            context["budget_flops"],
+            corpus,
+            seed=context["seed"],
+            report=progress,
+            optim=optim,
+            run=run,
+            ladder=LadderConfig(**ladder) if ladder else None,
+            on_rung=on_rung if decide else None,
+        )
     record = result.to_dict()
     if record["status"] != TrialStatus.COMPLETED:  # only a completed trial has a loss to tell Optuna
         record["target_loss"] = math.inf

@@ -72,7 +72,7 @@ def trial_device() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if isinstance(err, MemoryError) or "out of memory" in text.lower():
         return f"out of memory: {type(err).__name__}: {text}"[:500]
@@ -135,7 +135,7 @@ def run_trial(
     except InfeasibleBudget as err:
         return _failed(TrialStatus.INFEASIBLE, f"infeasible: {err}", base, start)
     except Exception as err:  # a crashing trial is recorded, never raised into the search
-        return _failed(TrialStatus.FAILED, _one_line(err), base, start)
+        return _failed(TrialStatus.FAILED, one_line(err), base, start)
     return _finish(outcome, base, start, width_probe)
 
 

@@ -151,6 +151,11 @@ class RungRow:
     val_loss: float | None
     training_flops: float
     train_seconds: float | None
+    d_model: int | None  # the replica's width, parameters and tokens per parameter (None on a budget ladder)
+    params: int | None
+    tokens_per_param: float | None
+    target_tokens_per_param: float | None
+    on_path: bool | None
     residual: str | None
     executed_flops_per_token: float | None
 

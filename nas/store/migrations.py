@@ -5,6 +5,7 @@ open connection; since version 1 always builds the *current* ORM, later migratio
 `sqlalchemy.inspect(connection)` before altering (a fresh database already has their change).
 
 Version 3 adds the budget ladder: the `resnas_rungs` table and `resnas_trials.branch_flops`.
+Version 4 adds the replica rungs' columns to `resnas_rungs` (`schema.REPLICA_RUNG_FIELDS`).
 
 Version 2 gives retries and interrupted trials their own statuses (`workers.status.TrialStatus`):
 version 1 stored both as `failed` with a text marker in `failure_reason`, which this migration
@@ -35,7 +36,7 @@ from sqlalchemy.schema import CreateTable
 
 from workers.status import TrialStatus
 
-from .schema import TRIAL_STATUSES, Base, RungModel, SchemaVersionModel, TrialModel, utcnow
+from .schema import REPLICA_RUNG_FIELDS, TRIAL_STATUSES, Base, RungModel, SchemaVersionModel, TrialModel, utcnow
 
 SCHEMA_LOCK_KEY = 0x7265736E6173  # "resnas": the PostgreSQL advisory-lock key for schema changes
 
@@ -120,6 +121,16 @@ def _budget_ladder(connection: Connection) -> None:
         connection.exec_driver_sql(f"ALTER TABLE {TrialModel.__tablename__} ADD COLUMN branch_flops {kind}")
 
 
+def _replica_rungs(connection: Connection) -> None:
+    """A replica rung's width, parameters, tokens per parameter (its own and the target's) and path flag."""
+    columns = {c["name"] for c in inspect(connection).get_columns(RungModel.__tablename__)}
+    table = _table(RungModel)
+    for name in REPLICA_RUNG_FIELDS:
+        if name not in columns:
+            kind = table.c[name].type.compile(dialect=connection.dialect)
+            connection.exec_driver_sql(f"ALTER TABLE {RungModel.__tablename__} ADD COLUMN {name} {kind}")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "searches, trials, curve points, diagnostics, width certificates", _create_all),
     Migration(
@@ -128,6 +139,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _statuses_for_retries_and_interruptions,
     ),
     Migration(3, "budget ladder: rungs table, trials.branch_flops", _budget_ladder),
+    Migration(4, "replica rungs: width, parameters, tokens per parameter, on-path flag", _replica_rungs),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

@@ -20,6 +20,7 @@ from enum import Enum
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Double,
@@ -84,8 +85,22 @@ WIDTH_FIELDS = (
     "p_hat_8_8",
 )
 CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "training_flops")
-# One rung of a trial's budget ladder (`workers.train`'s rung result), one column each on `rungs`.
-RUNG_FIELDS = ("budget_flops", "steps", "tokens", "val_loss", "training_flops", "train_seconds")
+# One rung of a trial's ladder (`workers.train`'s or `workers.replica`'s rung result), one column each on
+# `rungs`; the last five describe a replica rung's model (NULL on a budget-ladder rung: the trial's own).
+RUNG_FIELDS = (
+    "budget_flops",
+    "steps",
+    "tokens",
+    "val_loss",
+    "training_flops",
+    "train_seconds",
+    "d_model",
+    "params",
+    "tokens_per_param",
+    "target_tokens_per_param",
+    "on_path",
+)
+REPLICA_RUNG_FIELDS = RUNG_FIELDS[-5:]
 
 
 def utcnow() -> datetime:
@@ -310,4 +325,9 @@ class RungModel(Base):
     val_loss: Mapped[float | None] = mapped_column(SafeFloat)  # inf (diverged in its cooldown) or NULL for NaN
     training_flops: Mapped[float] = mapped_column(SafeFloat)
     train_seconds: Mapped[float | None] = mapped_column(SafeFloat)
+    d_model: Mapped[int | None] = mapped_column(Integer)  # a replica rung's width
+    params: Mapped[int | None] = mapped_column(BigInteger)  # a replica rung's parameters
+    tokens_per_param: Mapped[float | None] = mapped_column(SafeFloat)  # tokens / params of the replica's run
+    target_tokens_per_param: Mapped[float | None] = mapped_column(SafeFloat)  # D_T / N_T of the target
+    on_path: Mapped[bool | None] = mapped_column(Boolean)  # False: narrowest width at fewer tokens per param
     recorded_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -27,10 +27,21 @@ def test_cpu_throughput_writes_its_json(tmp_path):
 
 
 def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
-    runs, out = tmp_path / "runs.csv", tmp_path / "fidelity.json"
+    runs, replicas, out = tmp_path / "runs.csv", tmp_path / "replicas.csv", tmp_path / "fidelity.json"
     run_script("fidelity.py", "build", "--smoke", "--runs", str(runs), cwd=BENCH, timeout=600)
-    run_script("fidelity.py", "report", "--runs", str(runs), "--out", str(out), cwd=BENCH)
+    run_script("fidelity.py", "build-replicas", "--smoke", "--replica-runs", str(replicas), cwd=BENCH, timeout=600)
+    run_script(
+        "fidelity.py", "report", "--runs", str(runs), "--replica-runs", str(replicas), "--out", str(out), cwd=BENCH
+    )
     summary = json.loads(out.read_text())["summary"]
+    replica = summary["replica_ladder"]  # graded like the budget ladder, on the same truth
+    answer = replica["methods"]["answer (backtest's choice)"]
+    assert set(answer) == {"kendall_tau", "regret_nats", "regret_in_seed_noise", "true_best_in_predicted_top3"} | {
+        "hypervolume_ratio_nadir"
+    }
+    assert answer["regret_nats"] >= 0 and 0 < replica["compute_share"] <= 2 * replica["compute_share_every_rung_seed0"]
+    assert replica["rung_flops"] == pytest.approx([summary["target_flops"] * s for s in (0.025, 0.05, 0.1)])
+    assert replica["tokens_per_param_over_target"]["min"] > 0 and replica["backtest"]["chosen"] in ("fit", "top rung")
     assert summary["configs"] == 3 and len(summary["rung_flops"]) == import_benchmark("fidelity").RUNGS
     assert summary["truth_seeds_per_config"] == 2 and summary["tau_ceiling"] is not None
     assert summary["target_flops"] == 10 * max(summary["rung_flops"])

@@ -6,8 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from nas.budget import (
-    DEFAULT_TARGET_RATIO,
     DEFAULT_TRIALS,
+    LEGACY_TARGET_RATIO,
+    VALIDATED_TARGET_RATIO,
     Budget,
     BudgetError,
     budget_error_message,
@@ -78,11 +79,16 @@ def test_number_of_trials():
 
 def test_ladder_and_target_defaults():
     b = Budget(trial_flops=2e12)
-    assert (b.rungs, b.eta, b.ladder.rungs, b.ladder.eta) == (3, 3.0, 3, 3.0)
-    assert b.top_rung_flops == pytest.approx(1.8e13) and b.target == DEFAULT_TARGET_RATIO * 2e12 == 2e15
+    assert (b.rungs, b.eta, b.ladder_config.rungs, b.ladder_config.eta) == (3, 3.0, 3, 3.0)
+    assert b.top_rung_flops == pytest.approx(1.8e13)
+    assert b.target == pytest.approx(VALIDATED_TARGET_RATIO * 1.8e13) and b.ladder == "replica"
+    assert b.beyond_validated is None and b.target_ratio == pytest.approx(10.0)
     assert Budget(trial_flops=2e12, rungs=1).top_rung_flops == 2e12
     assert Budget(trial_flops=2e12, rungs=2, eta=2, target_flops=5e12).target == 5e12
-    assert stored_budget({"trial_flops": 2e12, "trials": 4}).rungs == 1  # stored before budget ladders
+    far = Budget(trial_flops=2e12, target_flops=2e15)
+    assert far.beyond_validated.startswith("--target-flops 2e15 is 111x the top rung 1.8e13")
+    old = stored_budget({"trial_flops": 2e12, "trials": 4})  # stored before budget ladders and replicas
+    assert old.rungs == 1 and old.ladder == "budget" and old.target == LEGACY_TARGET_RATIO * 2e12
     assert stored_budget(b.model_dump()) == b
 
 
@@ -126,6 +132,15 @@ def test_space_batch_size(space):
 def test_trial_is_feasible():
     big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
     assert trial_is_feasible(big, Budget(trial_flops=2e12), 16) is None
-    reason = trial_is_feasible(big, Budget(trial_flops=1e10), 16)
+    reason = trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget"), 16)
     assert reason is not None and "one training step needs" in reason and "--trial-flops 1e10" in reason
     assert trial_is_feasible(big, 1e10, 16) == reason  # a plain number works too
+
+
+def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
+    big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
+    # one step of the config itself costs 3 F x 2048 tokens > 1e10; its narrowest replica (width 8) does not
+    assert trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget"), 16) is not None
+    assert trial_is_feasible(big, Budget(trial_flops=1e10), 16) is None
+    reason = trial_is_feasible(big, Budget(trial_flops=1e7), 16)
+    assert reason is not None and reason.startswith("the lowest rung's replica cannot afford one step")

@@ -39,8 +39,10 @@ def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'r.db'}"
 
 
-def nas_args(name: str, url: str, trials: int, flops: str = "2e9", space: str = "tiny_space.yaml") -> list[str]:
-    """A search of the tiny space on a 3-rung ladder (the default): `flops` for the lowest rung."""
+def nas_args(
+    name: str, url: str, trials: int, flops: str = "2e9", space: str = "tiny_space.yaml", ladder: str = "replica"
+) -> list[str]:
+    """A search of the tiny space on a 3-rung ladder (the default, of replicas): `flops` for the lowest rung."""
     return [
         sys.executable,
         "-m",
@@ -58,6 +60,8 @@ def nas_args(name: str, url: str, trials: int, flops: str = "2e9", space: str = 
         str(DATA / space),
         "--storage",
         url,
+        "--ladder",
+        ladder,
         "--no-progress",
     ]
 
@@ -143,7 +147,8 @@ def optuna_study(url: str, store: Store, name: str) -> optuna.Study:
 
 def test_search_end_to_end_then_show_list_status(url, tmp_path):
     done = run(nas_args("e2e", url, trials=4), tmp_path)
-    assert "Pareto front at the target, T = 2e+12 training FLOPs" in done.stdout and "hypervolume" in done.stdout
+    assert "Pareto front at the target, T = 1.8e+11 training FLOPs" in done.stdout and "hypervolume" in done.stdout
+    assert "replica ladder; predictor: " in done.stdout
     with Store(url) as store:
         rows = store.trials("e2e")
         rungs = store.rungs("e2e")
@@ -160,6 +165,10 @@ def test_search_end_to_end_then_show_list_status(url, tmp_path):
     assert max(len(c) for c in reached.values()) >= 2
     assert all(g.budget_flops == pytest.approx(2e9 * 3**g.rung) for g in rungs)
     assert all(r.val_loss == [g.val_loss for g in rungs if g.number == r.number and g.seed == 0][-1] for r in rows)
+    # Each rung a replica: no wider than the trial, recording its tokens per parameter against the target's.
+    trial_width = {r.number: r.d_model for r in rows}
+    assert all(g.d_model <= trial_width[g.number] and g.tokens_per_param > 0 for g in rungs)
+    assert all(g.target_tokens_per_param > 0 and g.on_path in (True, False) for g in rungs)
     assert all(math.isfinite(t.values[0]) for t in study.trials)  # told the predicted loss at the target
     for t in study.trials:  # with its band and the rungs it climbed
         low, high = t.user_attrs["target_loss_band"]
@@ -241,7 +250,10 @@ def test_driver_killed_then_resume_completes_without_loss_or_duplicates(url, tmp
 
 def test_two_searches_write_one_store_at_once(url, tmp_path, started):
     """Two drivers open a fresh store together: both create the schemas (ours and Optuna's) under a lock."""
-    drivers = [started.popen(nas_args(name, url, trials=3), tmp_path) for name in ("left", "right")]
+    drivers = [
+        started.popen(nas_args(name, url, trials=3, ladder=ladder), tmp_path)
+        for name, ladder in (("left", "budget"), ("right", "replica"))
+    ]
     for d in drivers:
         _, err = d.communicate(timeout=600)
         assert d.returncode == 0, err[-4000:]
@@ -249,10 +261,15 @@ def test_two_searches_write_one_store_at_once(url, tmp_path, started):
         for name in ("left", "right"):
             assert store.get_search(name).status == "completed"
             assert [r.status for r in store.trials(name)] == ["completed"] * 3
+        # Each on its own ladder: the budget ladder's rungs are the trial's own model, the replicas narrower.
+        assert {g.d_model for g in store.rungs("left")} == {None}
+        assert all(
+            g.d_model <= r.d_model for g in store.rungs("right") for r in store.trials("right") if r.number == g.number
+        )
 
 
 def test_configs_the_budget_cannot_pay_for_are_infeasible_not_run(sqlite_url, tmp_path):
-    run(nas_args("tight", sqlite_url, trials=6, flops="3e7"), tmp_path)  # one step of the smallest tiny config
+    run(nas_args("tight", sqlite_url, trials=6, flops="3e7", ladder="budget"), tmp_path)  # one step of the smallest
     with Store(sqlite_url) as store:
         rows = store.trials("tight")
         study = optuna_study(sqlite_url, store, "tight")

@@ -42,7 +42,7 @@ def v1_url(request, tmp_path):
 
 def test_a_version_1_store_is_upgraded_on_open(v1_url):
     with Store(v1_url) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 3
+        assert store.schema_version() == SCHEMA_VERSION == 4
         rows = {r.number: r for r in store.trials("old")}
         assert [rows[n].status for n in range(4)] == [
             TrialStatus.COMPLETED,
@@ -70,6 +70,17 @@ def test_a_version_1_store_is_upgraded_on_open(v1_url):
                 "training_flops": 5e11,
                 "train_seconds": 9.0,
             },
+        )
+        replica = {"rung": 1, "budget_flops": 1e12, "steps": 9, "tokens": 1, "val_loss": 2.4, "training_flops": 1e12}
+        replica |= {"d_model": 24, "params": 5000, "tokens_per_param": 20.5, "target_tokens_per_param": 21.0}
+        assert store.record_rung("old", 0, 0, {**replica, "train_seconds": 3.0, "on_path": False})
+        lower, upper = store.rungs("old")  # version 4: a replica rung's columns (None on a budget-ladder rung)
+        assert (lower.d_model, lower.on_path, upper.d_model, upper.tokens_per_param, upper.on_path) == (
+            None,
+            None,
+            24,
+            20.5,
+            False,
         )
         # Only final trials count towards the search: the retry and the interrupted one do not.
         assert finished_trial_numbers(store, "old") == {0, 3}
