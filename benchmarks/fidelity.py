@@ -636,12 +636,12 @@ def plot(result: dict, path: Path) -> None:
 
     per, taus = result["per_config"], dict(result["summary"]["kendall_tau"])
     replica = result["summary"].get("replica_ladder")
-    panels = [("predicted", "prediction", "budget ladder: prediction"), ("lowest_rung", "lowest_rung", "lowest rung")]
+    panels = [("predicted", "prediction", "budget ladder"), ("lowest_rung", "lowest_rung", "lowest rung")]
     if replica is not None:
         for p in per:
             p["replica_predicted"] = replica["predicted"].get(str(p["config"]), replica["predicted"].get(p["config"]))
         taus["replica_ladder_answer"] = replica["methods"]["answer (backtest's choice)"]["kendall_tau"]
-        panels.insert(0, ("replica_predicted", "replica_ladder_answer", "replica ladder: prediction"))
+        panels.insert(0, ("replica_predicted", "replica_ladder_answer", "replica ladder"))
     fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4.5))
     for ax, (key, name, title) in zip(axes, panels, strict=False):
         ax.scatter([p["truth"] for p in per], [p[key] for p in per], c=np.log10([p["params"] for p in per]))

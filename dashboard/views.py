@@ -343,6 +343,19 @@ def _trial_rungs(url: str, name: str, row) -> None:
         f"predicted at T = {budget.target:.3g} training FLOPs: {p.loss:.4f} nats ({BAND_LEVEL:.0%} band "
         f"{p.low:.4f}-{p.high:.4f}) · {p.rungs} of {budget.rungs} rungs · leave-one-out error {loo}"
     )
+    st.dataframe(rung_frame(mine), hide_index=True, key=f"rung_table_{row.id}", column_config=COSTS)
+    if any(r.d_model is not None for r in mine):
+        st.caption(
+            "each rung trained a replica: this architecture at width d_model, for the target's tokens per "
+            "parameter (up to the width grid's rounding); on_path False: the narrowest width, at fewer tokens"
+        )
+
+
+def rung_frame(rungs) -> pd.DataFrame:
+    """A trial's rung rows: budget, loss, and on a replica ladder the replica's width and tokens per parameter."""
+    columns = ["rung", "seed", "budget_flops", "val_loss", "tokens", "d_model", "params", "tokens_per_param"]
+    columns += ["target_tokens_per_param", "on_path"]
+    return pd.DataFrame([{c: getattr(r, c) for c in columns} for r in rungs], columns=columns)
 
 
 def _trial_results(url: str, row) -> None:

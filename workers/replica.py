@@ -142,11 +142,21 @@ def plan_replica(
     """The replica rung `rung` trains with `rung_flops` (<= target_flops); InfeasibleBudget if its width
     cannot afford one step."""
     path = target_path(target, target_flops, batch_size)
-    archs = [replica_arch(target, w) for w in replica_widths(target, min_width)]
-    costs = [_on_path_flops(a, path.tokens_per_param) for a in archs]
-    on_path = costs[0] <= rung_flops
-    best = min(range(len(archs)), key=lambda i: abs(math.log(costs[i] / rung_flops))) if on_path else 0
-    arch = archs[best]
+    widths = replica_widths(target, min_width)
+
+    def cost(i: int) -> float:
+        return _on_path_flops(replica_arch(target, widths[i]), path.tokens_per_param)
+
+    # The on-path cost grows with width (F and N never shrink): bisect for the first width costing >= C_r,
+    # then take it or the one below, whichever is nearer in log (a few shape-only builds, not one per width).
+    low, high = 0, len(widths) - 1
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if cost(mid) < rung_flops else (low, mid)
+    on_path = cost(0) <= rung_flops
+    if on_path and low > 0 and abs(math.log(cost(low - 1) / rung_flops)) < abs(math.log(cost(low) / rung_flops)):
+        low -= 1
+    arch = replica_arch(target, widths[low if on_path else 0])
     return Replica(rung, rung_flops, arch, plan_budget(arch, rung_flops, batch_size), _parameters(arch), path, on_path)
 
 

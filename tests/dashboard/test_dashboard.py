@@ -714,7 +714,7 @@ def test_app_trial_detail_for_each_kind_of_trial(app, predictions1):
     at.selectbox(key="detail_trial").set_value(9).run()
     assert not at.exception and "worker died" in at.error[0].value and any("OOM" in c.value for c in at.caption)
     at.selectbox(key="detail_trial").set_value(2).run()
-    assert len(at.tabs) == 3 and len(at.dataframe) == 1  # ANCRe, skip rates, residual norms; the certificate
+    assert len(at.tabs) == 3 and len(at.dataframe) == 2  # ANCRe, skip rates, residual norms; rungs, certificate
 
 
 def test_app_target_page_shows_the_front_at_the_target_and_the_fidelity(app, rows, predictions1):
