@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # The main job: a real small search on the embedded defaults (shipped corpus, SQLite file
-# resnas.db here, local Ray on 127.0.0.1, CPU), then its Pareto front. About 2-4 minutes here.
+# resnas.db here, local Ray on 127.0.0.1, CPU), then its Pareto front at the target.
 DEMO_NAME ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: $(STAMP)
 	$(VENV)/bin/nas search --name $(DEMO_NAME) --trial-flops 1e11 --trials 12 --workers 2

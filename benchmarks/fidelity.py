@@ -153,7 +153,7 @@ def run_job(job: Job) -> list[dict]:
     """One ladder or truth run in this process; its rows for the CSV."""
     import torch
 
-    from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flops_per_token
+    from search_spaces.residual_lm import ArchConfig
     from workers.budget import LadderConfig
     from workers.data import DataConfig, load_corpus
     from workers.train import OptimConfig, RunConfig
@@ -174,7 +174,18 @@ def run_job(job: Job) -> list[dict]:
         width_probe=False,
         ladder=ladder,
     )
-    base = dict(
+    base = job_fields(job, cfg, str(result.status)) | dict(
+        wall_time_s=result.wall_time_s, compute_flops=result.training_flops + result.branch_flops
+    )
+    rungs = result.rungs or [dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)]
+    return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
+
+
+def job_fields(job: Job, cfg, status: str) -> dict:
+    """The columns every row of a job shares: the config, its size and cost, the job's kind and seed."""
+    from search_spaces.residual_lm import build_model, count_parameters, flops_per_token
+
+    return dict(
         config=job.config,
         residual=cfg.residual,
         n_layers=cfg.n_layers,
@@ -184,19 +195,14 @@ def run_job(job: Job) -> list[dict]:
         executed_flops_per_token=flops_per_token(cfg).executed,
         kind=job.kind,
         seed=job.seed,
-        wall_time_s=result.wall_time_s,
-        status=str(result.status),
-        compute_flops=result.training_flops + result.branch_flops,
+        status=status,
     )
-    rungs = result.rungs or [dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)]
-    return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
 
 
 def run_replica_job(job: Job, cfg) -> list[dict]:
     """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`)."""
-    from search_spaces.residual_lm import flops_per_token
     from workers.data import DataConfig, load_corpus
-    from workers.replica import run_replica_trial, target_path
+    from workers.replica import run_replica_trial
     from workers.train import OptimConfig, RunConfig
 
     result = run_replica_trial(
@@ -209,18 +215,7 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
         run=RunConfig(**RUN),
         width_probe=False,
     )
-    base = dict(
-        config=job.config,
-        residual=cfg.residual,
-        n_layers=cfg.n_layers,
-        d_model=cfg.d_model,
-        mod_rate=cfg.mod_rate,
-        params=target_path(cfg, job.budget, RUN["batch_size"]).params,
-        executed_flops_per_token=flops_per_token(cfg).executed,
-        kind=job.kind,
-        seed=job.seed,
-        status=str(result.status),
-    )
+    base = job_fields(job, cfg, str(result.status))
     return [
         {
             **base,

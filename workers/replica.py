@@ -180,7 +180,8 @@ def run_replica_trial(
     on_rung: OnRung | None = None,
 ) -> TrialResult:
     """Train the replica of each rung in turn, each its own run (`run_trial`) in this process, until
-    `on_rung(rung result)` returns False or the top rung is done; never raises.
+    `on_rung(rung result)` returns False or the top rung is done (`on_rung` is told every rung's result,
+    the top one's too, as on a budget ladder); never raises.
 
     Every replica trains at the learning rate the target would use (`optim` at the target's horizon).
     The result describes the target (its arch and FLOPs per token: the search's objective), with the
@@ -200,7 +201,8 @@ def run_replica_trial(
             if result.status != TrialStatus.COMPLETED:
                 break
             rungs.append(_rung_result(index, replica, result))
-            if index == len(rung_flops) - 1 or (on_rung is not None and not on_rung(rungs[-1])):
+            go_on = on_rung(rungs[-1]) if on_rung is not None else True  # told every rung, the top one too
+            if not go_on:
                 break
     except InfeasibleBudget as err:
         return _target_result(target, results, rungs, start, TrialStatus.INFEASIBLE, f"infeasible: {err}")

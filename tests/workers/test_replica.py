@@ -116,6 +116,14 @@ def test_rungs_run_in_order_until_the_decider_stops_them_and_the_result_describe
         assert rung["tokens_per_param"] == pytest.approx(rung["tokens"] / rung["params"])
 
 
+def test_the_decider_is_told_the_top_rung_too(corpus):
+    told = []
+    out = run_replica_trial(
+        TARGET, T, [T / 16, T / 8], corpus, run=RUN, width_probe=False, on_rung=lambda r: told.append(r) or True
+    )
+    assert [r["rung"] for r in told] == [0, 1] and told == out.rungs
+
+
 def test_a_diverging_replica_ends_the_trial_as_diverged_with_no_loss(corpus):
     absurd = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
     out = run_replica_trial(TARGET, T, [T / 16, T / 8], corpus, optim=absurd, run=RUN, width_probe=False)
