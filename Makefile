@@ -67,29 +67,29 @@ fidelity: $(STAMP)
 	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv \
 		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/fidelity.json
 
-# Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table (issue 12)
+# Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
 ladder-efficiency: $(STAMP)
 	$(PY) benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/ladder_efficiency.json
 
 # Mixture-of-Depths as published (block routing, 0.875 on every other block) vs dense and per-sublayer 0.25,
-# equal training compute, every family, two seeds (issue 13)
+# equal training compute, every family, two seeds
 mod-published: $(STAMP)
 	$(PY) benchmarks/mod_published.py --out benchmarks/results/mod_published.json
 
 # Learning-rate sweeps at widths 64-256 and depths 2-16, standard vs completep, every family, iso-FLOP,
-# and the search replayed on the table (issue 13); `report` alone re-reads the committed table
+# and the search replayed on the table; `report` alone re-reads the committed table
 transfer: $(STAMP)
 	$(PY) benchmarks/transfer.py build --runs benchmarks/data/transfer_runs.csv
 	$(PY) benchmarks/transfer.py report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
 
-# Every GPU question in one prepared session (issue 14): run `bash benchmarks/gpu_session.sh` on a lent GPU
+# Every GPU question in one prepared session: run `bash benchmarks/gpu_session.sh` on a lent GPU
 gpu-session-smoke: $(STAMP)
 	TRITON_INTERPRET=1 OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_session.py --smoke --out /tmp/gpu_session_smoke.json
 
 gpu-session-prepare: $(STAMP)
 	PYTHON=$(PY) bash benchmarks/gpu_session.sh prepare
 
-# CPU throughput across the space's sizes, and torch.compile's saving against its compile time (issue 14)
+# CPU throughput across the space's sizes, and torch.compile's saving against its compile time
 small-configs: $(STAMP)
 	$(PY) benchmarks/small_configs.py --out benchmarks/results/small_configs.json
 
