@@ -13,7 +13,7 @@ One run, on one device, measures side by side (interleaved, median of repeats):
 2. the training step (forward + backward + AdamW, bf16 autocast on CUDA) of each residual family
    at a GPU-sized proxy, MoD rate 0 and 0.25, with the Triton kernels and with the reference ops.
 
-Targets (issue 6, H100/H200 class): each fused op >= 2x eager and >= 70% of peak bandwidth; NAG
+Targets (H100/H200 class): each fused op >= 2x eager and >= 70% of peak bandwidth; NAG
 and ANCRe steps within 5% of cascaded; MoD 0.25 at <= 0.85x the rate-0 step.
 
     python benchmarks/gpu_kernels.py --out benchmarks/results/gpu_kernels.json          # on a GPU

@@ -1,4 +1,4 @@
-"""One GPU session: every GPU question of issue 14 in one prepared run, writing JSON after each stage.
+"""One GPU session: every GPU question of the project in one prepared run, writing JSON after each stage.
 
 A GPU is lent here rarely and briefly (15 minutes of device time, 10 per command), so this script
 answers everything at once, in order, within `--budget-s` (default 480 s):

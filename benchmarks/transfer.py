@@ -32,7 +32,7 @@ moves with the seed alone.
   goal is within 2x under `completep`, and larger under `standard`;
 - each shape's loss at its own best rate and at the base shape's best rate (what a search gets
   when it does not search the rate), under both;
-and, for the search (issue 13, item 3), a replay on the table: how many trials a search (TPE,
+and, for the search, a replay on the table: how many trials a search (TPE,
 random) over (family, shape) needs to reach 95% of the table's hypervolume (val loss vs executed FLOPs per
 token) when it (a) samples the rate per trial from all of them under `standard`, (b) uses the base
 shape's best rate under `standard`, (c) uses the base shape's best rate under `completep`; from the

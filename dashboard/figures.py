@@ -722,7 +722,7 @@ def fidelity_figure(predictions: Mapping[int, Prediction]) -> go.Figure:
 
 
 def fidelity_benchmark_frame(summary: Mapping) -> pd.DataFrame:
-    """The fidelity benchmark's acceptance figures (`benchmarks/fidelity.py`, issue 12 item 8) beside their
+    """The fidelity benchmark's acceptance figures (`benchmarks/fidelity.py`) beside their
     goals: how far a ranking at T predicted from a ladder agrees with the ranking trained there.
 
     Columns: figure, value (as text), goal, met (<NA> where the figure has no goal). The prediction's Kendall tau
