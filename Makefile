@@ -69,7 +69,8 @@ fidelity: $(STAMP)
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
 ladder-efficiency: $(STAMP)
-	$(PY) benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv --out benchmarks/results/ladder_efficiency.json
+	$(PY) benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv \
+		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/ladder_efficiency.json
 
 # Mixture-of-Depths as published (block routing, 0.875 on every other block) vs dense and per-sublayer 0.25,
 # equal training compute, every family, two seeds

@@ -1,6 +1,7 @@
 """Ladder efficiency: the front at the target that a ladder, a single-budget or a target-budget search buys per FLOP.
 
     python benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv \
+        --replica-runs benchmarks/data/fidelity_replica_runs.csv \
         --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it, well under a minute
 
 Every search here is replayed on the fidelity benchmark's table (`benchmarks/fidelity.py build`: 24
@@ -27,6 +28,11 @@ Strategies, each spending compute per proposed config and keeping a front:
   A run stopped at rung r costs C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus
   the cooldown branches of the rungs below (`workers.budget`; the JSON checks this against the
   table's measured compute of the full ladder).
+- `replica`: the search's default ladder (`workers.replica`), replayed on the replica table
+  (`fidelity.py build-replicas`: each config's replicas at T/40, T/20, T/10, on the target's tokens
+  per parameter). The same MO-ASHA rule at the replica ladder's ratio (`fidelity.REPLICA_ETA`), every
+  rung on one shared exponent (`nas.fidelity.fit_group`); a run stopped at rung r costs
+  C_0 + ... + C_r, each rung being its own replica run. TPE is told the prediction, as above.
 - `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, the top rung or T), costing
   that budget; the front by the loss measured there. `target` is plain search at the target
   budget: it measures one run at T (seed 0), the truth being the mean of two.
@@ -66,8 +72,9 @@ import numpy as np
 import optuna
 
 from cpu_throughput import machine_info
-from fidelity import ETA, RUNS_CSV, predictions, read, truth_runs
+from fidelity import ETA, REPLICA_CSV, REPLICA_ETA, RUNS_CSV, predictions, read, truth_runs
 from nas.extrapolate import RungPoint
+from nas.fidelity import fit_group
 from nas.pareto import hypervolume, pareto_rows
 from nas.promotion import Candidate, should_promote
 from nas.study import make_sampler
@@ -77,7 +84,7 @@ log = logging.getLogger("ladder_efficiency")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PROPOSERS = ("random", "tpe")
-STRATEGIES = ("ladder", "rung0", "top_rung", "target")
+STRATEGIES = ("ladder", "replica", "rung0", "top_rung", "target")
 CHECKPOINTS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # total compute in units of T
 GOAL = 0.95  # share of the true front's hypervolume
 COOLDOWN = LadderConfig().cooldown  # the fidelity table was built with the default ladder
@@ -96,6 +103,8 @@ class Table:
     at_target: dict[int, float]  # seed 0's run at T: what a search at the target measures
     target: float
     ladder_compute: float  # median measured compute of a full ladder run (the cost model's check)
+    replica_loss: dict[int, tuple[float, ...]] | None = None  # seed-0 replica rung losses (`fidelity.py build-replicas`)
+    replica_budgets: tuple[float, ...] = ()
 
     @property
     def configs(self) -> list[int]:
@@ -106,7 +115,7 @@ class Table:
         return self.budgets[rung] + COOLDOWN * sum(self.budgets[:rung])
 
 
-def load(path: Path) -> Table:
+def load(path: Path, replica_path: Path | None = None) -> Table:
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder" and r["seed"] == 0]
     truth = {r["config"]: r for r in rows if r["kind"] == "truth" and r["seed"] == 0}
@@ -126,7 +135,20 @@ def load(path: Path) -> Table:
         at_target={c: r["val_loss"] for c, r in truth.items()},
         target=next(iter(truth.values()))["budget_flops"],
         ladder_compute=float(np.median([r["compute_flops"] for r in ladder])),
+        **(_replica_fields(replica_path, set(truth)) if replica_path is not None and replica_path.exists() else {}),
     )
+
+
+def _replica_fields(path: Path, configs: set[int]) -> dict:
+    """The seed-0 replica rung losses of every config, and the replica rung budgets."""
+    rows = [r for r in read(path) if r["seed"] == 0]
+    budgets = tuple(sorted({r["budget_flops"] for r in rows}))
+    loss = {c: [math.inf] * len(budgets) for c in configs}
+    for r in rows:
+        loss[r["config"]][r["rung"]] = r["val_loss"]
+    if any(not math.isfinite(v) for losses in loss.values() for v in losses):
+        raise SystemExit(f"{path}: a config lacks a finite seed-0 replica loss at some rung")
+    return {"replica_loss": {c: tuple(v) for c, v in loss.items()}, "replica_budgets": budgets}
 
 
 @functools.cache
@@ -140,31 +162,45 @@ def _predicted(points: frozenset[RungPoint], target: float) -> dict[int, float]:
 
 
 class Ladder:
-    """Sequential MO-ASHA on the rungs, as `fidelity.replay_promotion` but config by config."""
+    """Sequential MO-ASHA on the rungs, as `fidelity.replay_promotion` but config by config.
 
-    def __init__(self, table: Table):
-        self.table = table
+    On the budget ladder (the config itself at each rung, one exponent per family) a run stopped at
+    rung r costs `Table.rung_cost(r)`; on the replica ladder (`replica=True`: each rung a separate
+    replica run, every rung on one exponent as `nas.fidelity.fit_group` groups them) it costs
+    C_0 + ... + C_r, and promotion uses the replica ladder's ratio `fidelity.REPLICA_ETA`."""
+
+    def __init__(self, table: Table, replica: bool = False):
+        if replica and table.replica_loss is None:
+            raise SystemExit("the replica strategy needs --replica-runs (fidelity.py build-replicas)")
+        self.table, self.replica = table, replica
+        self.budgets = table.replica_budgets if replica else table.budgets
+        self.rung_loss = table.replica_loss if replica else table.rung_loss
+        self.eta = REPLICA_ETA if replica else ETA
         self.arrived: list[int] = []  # trial id = arrival index
         self.reached: dict[int, int] = {}  # config -> rungs trained
         self.points: list[RungPoint] = []
 
+    def cost(self, rung: int) -> float:
+        return sum(self.budgets[: rung + 1]) if self.replica else self.table.rung_cost(rung)
+
     def add(self, config: int) -> tuple[float, float]:
         t, trial = self.table, len(self.arrived)
         self.arrived.append(config)
-        for rung, budget in enumerate(t.budgets):
-            self.points.append(RungPoint(config, t.family[config], budget, t.rung_loss[config][rung], 0))
+        group = fit_group(t.family[config], self.replica)
+        for rung, budget in enumerate(self.budgets):
+            self.points.append(RungPoint(config, group, budget, self.rung_loss[config][rung], 0))
             self.reached[config] = rung + 1
             preds = _predicted(frozenset(p for p in self.points if p.flops <= budget), t.target)
-            if rung == len(t.budgets) - 1:
+            if rung == len(self.budgets) - 1:
                 break
             at_rung = [
                 Candidate(i, preds.get(c, math.inf), t.flops[c])
                 for i, c in enumerate(self.arrived)
                 if self.reached[c] > rung
             ]
-            if not should_promote(trial, at_rung, ETA):
+            if not should_promote(trial, at_rung, self.eta):
                 break
-        return t.rung_cost(self.reached[config] - 1), preds[config]
+        return self.cost(self.reached[config] - 1), preds[config]
 
     def estimates(self) -> dict[int, float]:
         return _predicted(frozenset(self.points), self.table.target)
@@ -186,8 +222,8 @@ class SingleBudget:
 
 
 def make_strategy(name: str, table: Table) -> Ladder | SingleBudget:
-    if name == "ladder":
-        return Ladder(table)
+    if name in ("ladder", "replica"):
+        return Ladder(table, replica=name == "replica")
     if name == "rung0":
         return SingleBudget({c: v[0] for c, v in table.rung_loss.items()}, table.budgets[0])
     if name == "top_rung":
@@ -264,7 +300,7 @@ def replay(table: Table, scorer: Scorer, proposer: str, strategy: str, seed: int
     scores = [scorer(f) for f in fronts]
     out.update({m: [s[m] for s in scores] for m in Scorer.metrics})
     if isinstance(strat, Ladder):
-        out["configs_per_rung"] = [sum(k > r for k in strat.reached.values()) for r in range(len(table.budgets))]
+        out["configs_per_rung"] = [sum(k > r for k in strat.reached.values()) for r in range(len(strat.budgets))]
     return out
 
 
@@ -392,6 +428,8 @@ def table_facts(table: Table, scorer: Scorer) -> dict:
         "rung_cost_flops": [table.rung_cost(r) for r in range(len(table.budgets))],
         "rung_cost_rule": f"C_r + {COOLDOWN:g} x (C_0 + ... + C_(r-1)): the main run plus the cooldown branches below",
         "full_ladder_cost_over_measured": table.rung_cost(len(table.budgets) - 1) / table.ladder_compute,
+        "replica_rung_flops": list(table.replica_budgets),
+        "replica_rung_cost_rule": "C_0 + ... + C_r: each replica rung its own run",
         "reference_points": {k: {"val_loss": r[0], "executed_flops_per_token": r[1]} for k, r in scorer.refs.items()},
         "true_front": front(table.truth, table.flops),
         "true_loss_range": [min(table.truth.values()), max(table.truth.values())],
@@ -436,14 +474,16 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def run(path: Path, out: Path, seeds: int, proposers: list[str], max_asks: int) -> dict:
-    start, table = time.perf_counter(), load(path)
+def run(
+    path: Path, out: Path, seeds: int, proposers: list[str], max_asks: int, replica_path: Path | None = None
+) -> dict:
+    start, table = time.perf_counter(), load(path, replica_path)
     scorer = Scorer(table)
     grid = table.target * np.geomspace(0.01, 1.5 * len(table.truth), 150)
     strategies: dict = {}
     for proposer in proposers:
         strategies[proposer] = {}
-        for strategy in STRATEGIES:
+        for strategy in (s for s in STRATEGIES if s != "replica" or table.replica_loss is not None):
             runs = [replay(table, scorer, proposer, strategy, s, max_asks) for s in range(seeds)]
             strategies[proposer][strategy] = summarise(runs, table.target, grid)
             log.info("%s / %s: final %s", proposer, strategy, strategies[proposer][strategy]["final"])
@@ -483,6 +523,7 @@ def _brief(summary: dict) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=RUNS_CSV)
+    parser.add_argument("--replica-runs", type=Path, default=REPLICA_CSV, help="replica rows (the replica strategy)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ladder_efficiency.json")
     parser.add_argument("--seeds", type=int, default=20, help="proposal orders 0..N-1 per proposer")
     parser.add_argument("--proposers", default=",".join(PROPOSERS), help="comma-separated: random, tpe")
@@ -494,7 +535,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    result = run(args.runs, args.out, args.seeds, proposers, args.max_asks)
+    result = run(args.runs, args.out, args.seeds, proposers, args.max_asks, args.replica_runs)
     print(json.dumps(result["summary"], indent=2))
 
 

@@ -44,11 +44,55 @@ def write_table(path: Path, columns: list[str]) -> Path:
     return path
 
 
+def write_replica_table(path: Path, columns: list[str]) -> Path:
+    """The 9 configs' replica rungs at T/40, T/20, T/10 (both seeds), curves crossing as on the ladder."""
+    rows = []
+    for config, (family, (depth, width)) in enumerate(itertools.product(("cascaded", "nag", "ancre"), ARCHS)):
+        fpt = 2.0e4 * depth * width / 32
+        amp = 1.0 + 0.05 * config - 0.25 * (depth == 4)
+        for seed, (rung, budget) in itertools.product((0, 1), enumerate(REPLICA_RUNGS)):
+            rows.append(
+                dict(config=config, residual=family, n_layers=depth, d_model=width, mod_rate=0.0, params=1000)
+                | dict(executed_flops_per_token=fpt, kind="replica", seed=seed, rung=rung, budget_flops=budget)
+                | dict(tokens=1, val_loss=(1.0 + 0.02 * seed) * _loss(amp, budget) + 0.1 * (depth == 4) * (2 - rung))
+                | dict(compute_flops=budget, wall_time_s=1.0, status="completed", replica_d_model=width // 2)
+                | dict(replica_params=250, tokens_per_param=20.0, target_tokens_per_param=20.0, on_path=True)
+            )
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+REPLICA_RUNGS = (TARGET / 40, TARGET / 20, TARGET / 10)
+
+
 @pytest.fixture
 def table(le, tmp_path):
-    from fidelity import COLUMNS  # importable once `le` has loaded it
+    from fidelity import COLUMNS, REPLICA_COLUMNS  # importable once `le` has loaded it
 
-    return le.load(write_table(tmp_path / "runs.csv", COLUMNS))
+    runs = write_table(tmp_path / "runs.csv", COLUMNS)
+    return le.load(runs, write_replica_table(tmp_path / "replicas.csv", REPLICA_COLUMNS))
+
+
+def test_the_replica_ladder_costs_its_rungs_and_promotes_as_the_fidelity_replay_does(le, table):
+    from fidelity import REPLICA_ETA, replay_promotion
+    from nas.extrapolate import RungPoint
+    from nas.fidelity import REPLICA_PATH
+
+    replica, spent = le.Ladder(table, replica=True), 0.0
+    for config in table.configs:  # table order, as replay_promotion replays it
+        spent += replica.add(config)[0]
+    assert spent == pytest.approx(sum(sum(REPLICA_RUNGS[:k]) for k in replica.reached.values()), rel=1e-12)
+    assert 1 in replica.reached.values() and len(REPLICA_RUNGS) in replica.reached.values()
+    points = [
+        RungPoint(c, REPLICA_PATH, b, loss, 0)
+        for c in table.configs
+        for b, loss in zip(table.replica_budgets, table.replica_loss[c], strict=True)
+    ]
+    assert replica.reached == replay_promotion(points, table.flops, table.target, eta=REPLICA_ETA)
+    assert {p.family for p in replica.points} == {REPLICA_PATH}  # one exponent along the path
 
 
 def test_the_ladder_spends_exactly_the_cost_of_the_rungs_each_config_reached(le, table):
@@ -144,15 +188,16 @@ def _ask_tell(proposer, table):
 
 
 def test_the_script_writes_its_json_and_plot(le, tmp_path):
-    from fidelity import COLUMNS
+    from fidelity import COLUMNS, REPLICA_COLUMNS
 
     out = tmp_path / "out" / "ladder.json"
-    le.main(["--runs", str(write_table(tmp_path / "runs.csv", COLUMNS)), "--out", str(out), "--seeds", "2"])
+    runs, replicas = write_table(tmp_path / "runs.csv", COLUMNS), write_replica_table(tmp_path / "r.csv", REPLICA_COLUMNS)
+    le.main(["--runs", str(runs), "--replica-runs", str(replicas), "--out", str(out), "--seeds", "2"])
     result = json.loads(out.read_text())
     assert set(result["summary"]) == {"random", "tpe"}
     assert result["strategies"]["random"]["target"]["final"]["compute_T_mean"] == 9.0  # all 9 trained at T
     for proposer in result["strategies"].values():
-        assert set(proposer) == {"ladder", "rung0", "top_rung", "target"}
+        assert set(proposer) == {"ladder", "replica", "rung0", "top_rung", "target"}
         target = proposer["target"]
         assert target["final"]["compute_T_mean"] <= 9.0  # TPE may run out of asks on repeats first
         assert target["hv_ratio_at_compute"]["0.5T"]["mean"] == 0.0  # nothing trained yet at half a T
