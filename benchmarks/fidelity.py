@@ -44,6 +44,7 @@ import json
 import math
 import multiprocessing as mp
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -108,6 +109,7 @@ class Job:
     seed: int
     budget: float  # the top rung's, or the truth's (a replica job's target)
     rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
+    min_width: int = 8  # replica jobs: the narrowest replica width (`workers.replica.DEFAULT_MIN_WIDTH`)
 
     @property
     def cost(self) -> float:
@@ -128,18 +130,24 @@ def configs(smoke: bool) -> list[dict]:
     return chosen
 
 
-def jobs(smoke: bool, rule: dict | None = None, kinds: tuple[str, ...] = ("ladder", "truth")) -> list[Job]:
+def jobs(
+    smoke: bool,
+    rule: dict | None = None,
+    kinds: tuple[str, ...] = ("ladder", "truth"),
+    seeds: tuple[int, ...] = (0, 1),
+    min_width: int = 8,
+) -> list[Job]:
     low = 2e8 if smoke else LOWEST_RUNG
     top = low * ETA ** (RUNGS - 1)
     rule = rule or {}
     out = []
     for i, arch in enumerate(configs(smoke)):
         if "ladder" in kinds:
-            out += [Job(i, arch, "ladder", seed, top, rule) for seed in (0, 1)]
+            out += [Job(i, arch, "ladder", seed, top, rule) for seed in seeds]
         if "truth" in kinds:
-            out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule) for seed in (0, 1)]
+            out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule) for seed in seeds]
         if "replica" in kinds:
-            out += [Job(i, arch, "replica", seed, TRUTH_RATIO * top, rule) for seed in (0, 1)]
+            out += [Job(i, arch, "replica", seed, TRUTH_RATIO * top, rule, min_width) for seed in seeds]
     return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
 
 
@@ -214,6 +222,7 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
         optim=OptimConfig(lr=3e-3, **job.rule),
         run=RunConfig(**RUN),
         width_probe=False,
+        min_width=job.min_width,
     )
     base = job_fields(job, cfg, str(result.status))
     return [
@@ -242,20 +251,19 @@ def horizon_rule(space: Path | None) -> dict:
     return {k: fixed[k] for k in ("horizon_tokens", "horizon_exponents", "horizon_span") if k in fixed}
 
 
-def pending_jobs(
-    out: Path, smoke: bool, rule: dict | None = None, kinds: tuple[str, ...] = ("ladder", "truth")
-) -> list[Job]:
-    """The jobs whose rows the table at `out` does not hold yet (all of them without a table)."""
+def pending_jobs(out: Path, todo: list[Job]) -> list[Job]:
+    """The jobs of `todo` whose rows the table at `out` does not hold yet (all of them without a table)."""
     done = {(r["config"], r["kind"], r["seed"]) for r in read(out)} if out.exists() else set()
-    return [j for j in jobs(smoke, rule, kinds) if (j.config, j.kind, j.seed) not in done]
+    return [j for j in todo if (j.config, j.kind, j.seed) not in done]
 
 
-def build(out: Path, smoke: bool, rule: dict | None = None, kinds: tuple[str, ...] = ("ladder", "truth")) -> None:
-    """Run the pending jobs, appending their rows (a killed build resumes where it stopped)."""
+def build(out: Path, all_jobs: list[Job], processes: int = 2) -> None:
+    """Run the jobs `out` lacks, appending their rows (a killed build resumes where it stopped)."""
     fresh = not out.exists() or out.stat().st_size == 0
-    start, todo = time.perf_counter(), pending_jobs(out, smoke, rule, kinds)
+    start, todo = time.perf_counter(), pending_jobs(out, all_jobs)
+    kinds = {j.kind for j in all_jobs}
     out.parent.mkdir(parents=True, exist_ok=True)
-    with mp.get_context("spawn").Pool(2) as pool, out.open("a", newline="") as f:
+    with mp.get_context("spawn").Pool(processes) as pool, out.open("a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=REPLICA_COLUMNS if "replica" in kinds else COLUMNS)
         if fresh:
             writer.writeheader()
@@ -365,7 +373,7 @@ def replay_promotion(
     return reached
 
 
-def report(path: Path, out: Path, replica_path: Path | None = None) -> dict:
+def report(path: Path, out: Path, replica_path: Path | None = None, floor_paths: Sequence[Path] = ()) -> dict:
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder"]
     truth_rows = [r for r in rows if r["kind"] == "truth"]
@@ -445,7 +453,19 @@ def report(path: Path, out: Path, replica_path: Path | None = None) -> dict:
         "parameter_count": grade(params, truth, flops, noise),
     }
     if replica_path is not None and replica_path.exists():
-        summary["replica_ladder"] = replica_report(read(replica_path), truth, truth_compute, noise, target)
+        replica_rows = read(replica_path)
+        summary["replica_ladder"] = replica_report(replica_rows, truth, truth_compute, noise, target)
+        tables = [replica_rows] + [read(p) for p in floor_paths]
+        # keyed by the narrowest replica a table holds: the width floor it was built with, where that binds
+        summary["replica_ladder_by_narrowest_width"] = {
+            str(min(r["replica_d_model"] for r in rows)): floor_summary(
+                [r for r in rows if r["seed"] == 0], truth, truth_compute, noise, target
+            )
+            for rows in tables
+        }
+        summary["budget_ladder_wall_time_s_seed0"] = sum(
+            {r["config"]: r["wall_time_s"] for r in ladder if r["seed"] == 0}.values()
+        )
     result = {
         "summary": summary,
         "machine": machine_info(),
@@ -561,6 +581,22 @@ def replica_report(
     }
 
 
+def floor_summary(rows: list[dict], truth: dict[int, float], truth_compute: float, noise: float, t: float) -> dict:
+    """Seed 0 of a replica table graded as a search runs it, with its wall time: one width floor's trade-off."""
+    graded = replica_report(rows, truth, truth_compute, noise, t)
+    keep = ("fit, promotion as a search runs it", "fit, every rung, seed 0", "top replica rung alone (seed 0)")
+    return {
+        "methods": {k: graded["methods"][k] for k in keep},
+        "compute_share": graded["compute_share"],
+        "off_path_rungs": graded["off_path_rungs"],
+        "rungs": len(rows),
+        "wall_time_s_seed0": graded["wall_time_s_seed0"],
+        "wall_time_s_seed0_promoted": sum(
+            r["wall_time_s"] for r in rows if r["rung"] < graded["rungs_reached_with_promotion"][r["config"]]
+        ),
+    }
+
+
 def _rung_of(point: RungPoint, rows: list[dict]) -> int:
     return next(r["rung"] for r in rows if r["config"] == point.trial and r["budget_flops"] == point.flops)
 
@@ -667,13 +703,21 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "fidelity.json")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets and 3 configs: every path, no meaning")
     parser.add_argument("--space", type=Path, help="build: train under this space file's horizon rule (if any)")
+    parser.add_argument("--seeds", default="0,1", help="build: the seeds to train, comma-separated")
+    parser.add_argument("--min-width", type=int, default=8, help="build-replicas: the narrowest replica width")
+    parser.add_argument("--processes", type=int, default=2, help="build: jobs run in parallel")
+    parser.add_argument(
+        "--floor-runs", type=Path, action="append", default=[], help="report: replica rows built at a wider --min-width"
+    )
     args = parser.parse_args()
+    seeds = tuple(int(s) for s in args.seeds.split(","))
     if args.command == "build":
-        build(args.runs, args.smoke, horizon_rule(args.space))
+        build(args.runs, jobs(args.smoke, horizon_rule(args.space), seeds=seeds), args.processes)
     elif args.command == "build-replicas":
-        build(args.replica_runs, args.smoke, horizon_rule(args.space), kinds=("replica",))
+        todo = jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, args.min_width)
+        build(args.replica_runs, todo, args.processes)
     else:
-        print(json.dumps(report(args.runs, args.out, args.replica_runs)["summary"], indent=2))
+        print(json.dumps(report(args.runs, args.out, args.replica_runs, args.floor_runs)["summary"], indent=2))
 
 
 if __name__ == "__main__":

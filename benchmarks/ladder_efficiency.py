@@ -103,7 +103,7 @@ class Table:
     at_target: dict[int, float]  # seed 0's run at T: what a search at the target measures
     target: float
     ladder_compute: float  # median measured compute of a full ladder run (the cost model's check)
-    replica_loss: dict[int, tuple[float, ...]] | None = None  # seed-0 replica rung losses (`fidelity.py build-replicas`)
+    replica_loss: dict[int, tuple[float, ...]] | None = None  # seed-0 replica rungs (`fidelity.py build-replicas`)
     replica_budgets: tuple[float, ...] = ()
 
     @property

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import streamlit as st
@@ -25,6 +26,7 @@ from nas.budget import Budget, BudgetError, stored_budget
 from nas.extrapolate import fit_study
 from nas.fidelity import Prediction, predict_search, predict_search_with_backtest, rung_points
 from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
+from workers.data import bits_per_byte
 from workers.status import TrialStatus
 
 FIDELITY_ENV = "RESNAS_FIDELITY_JSON"  # the fidelity benchmark's JSON (`make fidelity`), if not the shipped one
@@ -90,6 +92,26 @@ def trials(url: str, name: str) -> list[TrialRow]:
 def rungs(url: str, name: str) -> list[RungRow]:
     """Every measured rung of the search (empty for a search stored before budget ladders)."""
     return store(url).rungs(name)
+
+
+TOP_REACHED = None  # `rows_at_rung`: each trial at the top rung it reached (budgets then differ between trials)
+
+
+def rows_at_rung(rows: Sequence[TrialRow], rung_rows: Sequence[RungRow], rung: int | None) -> list[TrialRow]:
+    """The trials as measured at ladder rung `rung`: each completed trial's loss there (its own seed),
+    and completed trials that never reached it left out, so a front compares losses at one budget.
+    Trials that did not complete are kept as they are; `rung=TOP_REACHED`, or a search without rung
+    rows (a single budget), gives `rows` unchanged."""
+    if rung is TOP_REACHED or not rung_rows:
+        return list(rows)
+    loss = {(r.number, r.seed): r.val_loss for r in rung_rows if r.rung == rung}
+    out = []
+    for row in rows:
+        if row.status != TrialStatus.COMPLETED:
+            out.append(row)
+        elif (at := loss.get((row.number, row.seed))) is not None:
+            out.append(replace(row, val_loss=at, val_bpb=bits_per_byte(at)))
+    return out
 
 
 def budget(url: str, name: str) -> Budget | str:

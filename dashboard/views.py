@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from nas.backtest import Backtest
-from nas.budget import Budget
+from nas.budget import VALIDATED_TARGET_RATIO, Budget
 from nas.extrapolate import NONE
 from nas.fidelity import BAND_LEVEL
 from nas.pareto import pareto_rows, reference_point
@@ -145,9 +146,10 @@ def pareto_page(url: str, summaries: Sequence) -> None:
     if not chosen:
         st.info("choose one or more searches")
         return
+    rung = _pick_rung(url, chosen)
 
     def render() -> None:
-        rows = {name: data.trials(url, name) for name in chosen}
+        rows = {name: data.rows_at_rung(data.trials(url, name), data.rungs(url, name), rung) for name in chosen}
         ref = reference_point([r for rs in rows.values() for r in rs])
         if not any(r.status == TrialStatus.COMPLETED for rs in rows.values() for r in rs):
             st.info("no completed trials yet: the front appears as trials complete")
@@ -171,10 +173,7 @@ def pareto_page(url: str, summaries: Sequence) -> None:
             key="front_table",
             column_config={"val_loss": LOSS} | COSTS,
         )
-        st.caption(
-            "these fronts use each trial's measured loss (at the top rung it reached); the front at the search's "
-            "target budget, predicted from the rungs, is on the Target budget page"
-        )
+        st.caption(_rung_caption(url, chosen, rung))
         st.subheader("Measured vs counted cost")
         st.plotly_chart(cost_ratio_figure(rows), key="pareto_cost_ratio")
         st.caption(
@@ -184,6 +183,30 @@ def pareto_page(url: str, summaries: Sequence) -> None:
         )
 
     live(render, _running(summaries, chosen))
+
+
+def _pick_rung(url: str, names: Sequence[str]) -> int | None:
+    """The ladder rung at which the measured fronts compare trials (rung 0 by default: every trial has it)."""
+    budgets = [b for b in (data.budget(url, n) for n in names) if isinstance(b, Budget)]
+    rungs = max((b.rungs for b in budgets), default=1)
+    if rungs < 2:
+        return data.TOP_REACHED
+    labels = {**{f"rung {k}": k for k in range(rungs)}, "top rung each reached (mixes budgets)": data.TOP_REACHED}
+    return labels[st.radio("measured at", list(labels), index=0, horizontal=True, key="pareto_rung")]
+
+
+def _rung_caption(url: str, names: Sequence[str], rung: int | None) -> str:
+    """What the measured losses on this page are, and where the answer at the target is."""
+    where = "the front at the search's target budget, predicted from the rungs, is on the Target budget page"
+    if rung is data.TOP_REACHED:
+        return f"each trial's loss at the top rung it reached: trials promoted further trained longer; {where}"
+    text = f"each trial's loss measured at rung {rung} (trials that never reached it are left out); {where}"
+    if any(isinstance(b, Budget) and b.ladder == "replica" for b in (data.budget(url, n) for n in names)):
+        text += (
+            ". On a replica ladder a rung's loss is that of the trial's replica (a narrower copy at the target's "
+            "tokens per parameter), so raw losses rank the replicas, not the configs"
+        )
+    return text
 
 
 # ---- Target budget ---------------------------------------------------------------------------
@@ -227,14 +250,50 @@ def ladder_caption(budget: Budget, check: Backtest | None = None) -> str:
     return caption
 
 
+def target_options(budget: Budget, steps: int = 9) -> list[float]:
+    """The targets a user may move T to: 2x to VALIDATED_TARGET_RATIO x the top rung (the range
+    `make fidelity` checked), log-spaced, and the search's own T wherever it lies."""
+    top = budget.top_rung_flops
+    grid = np.geomspace(2.0 * top, VALIDATED_TARGET_RATIO * top, steps)
+    return sorted({float(f"{t:.3g}") for t in grid} | {budget.target})
+
+
+def _pick_target(budget: Budget) -> float:
+    options = target_options(budget)
+    return st.select_slider(
+        "target T (training FLOPs)",
+        options=options,
+        value=budget.target,
+        format_func=lambda t: f"{t:.3g} ({t / budget.top_rung_flops:.3g}x top rung)",
+        key="target_T",
+        help=f"move T within the range make fidelity checked (up to {VALIDATED_TARGET_RATIO:g}x the top rung)",
+    )
+
+
+def _moved_target_note(budget: Budget) -> str:
+    """What a moved T means: on a budget ladder, the same configs at more compute; on a replica ladder,
+    each config scaled along the path its replicas measured."""
+    if budget.ladder == "replica":
+        return (
+            f"T moved to {budget.target:.3g}: on a replica ladder each trial's curve runs along its target's tokens "
+            "per parameter, so the loss at this T is that of the config with its width scaled to spend T at that "
+            "ratio; the configs themselves were sized for the search's own T"
+        )
+    return f"T moved to {budget.target:.3g}: each config's predicted loss when trained iso-FLOP with this budget"
+
+
 def target_page(url: str, summaries: Sequence) -> None:
     st.header("Target budget")
     name = _pick_search(summaries, "target_search")
     axis = _pick_axis("target_axis")
+    stored = data.budget(url, name)
+    target = _pick_target(stored) if isinstance(stored, Budget) and stored.rungs > 1 else None
 
     def render() -> None:
         budget = data.budget(url, name)
         rung_rows = data.rungs(url, name)
+        if isinstance(budget, Budget) and target is not None:
+            budget = budget.model_copy(update={"target_flops": target})
         predictions = data.predictions(url, name, budget.target) if rung_rows and isinstance(budget, Budget) else {}
         reason = no_target_reason(budget, rung_rows, predictions)
         if reason is not None:
@@ -242,6 +301,8 @@ def target_page(url: str, summaries: Sequence) -> None:
             return
         rows = data.trials(url, name)
         st.caption(ladder_caption(budget, data.backtest(url, name, budget.target)))
+        if target is not None and isinstance(stored, Budget) and target != stored.target:
+            st.caption(_moved_target_note(budget))
         st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
         _unmeasured_caption(rows, axis)
         st.subheader("Trials at the target")

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
 from workers.budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
-from workers.replica import plan_replica
+from workers.replica import DEFAULT_MIN_WIDTH, plan_replica
 from workers.train import RunConfig
 
 from .messages import pretty_message
@@ -98,6 +98,9 @@ class Budget(BaseModel):
         None, gt=0, allow_inf_nan=False, description="training FLOPs of the planned pretraining run (T)"
     )
     ladder: Ladder = Field("replica", description="what a rung trains: a replica on the target's path, or the config")
+    min_replica_width: int = Field(
+        DEFAULT_MIN_WIDTH, ge=2, le=65536, description="narrowest replica: a rung needing less trains it off the path"
+    )
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -224,7 +227,7 @@ def trial_is_feasible(arch: ArchConfig, budget: Budget | float, batch_size: int)
     flops = budget.trial_flops if isinstance(budget, Budget) else float(budget)
     if isinstance(budget, Budget) and budget.ladder == "replica" and budget.rungs > 1:
         try:
-            plan_replica(arch, budget.target, 0, flops, batch_size)
+            plan_replica(arch, budget.target, 0, flops, batch_size, budget.min_replica_width)
         except InfeasibleBudget as err:
             return f"the lowest rung's replica cannot afford one step: {err}"
         return None

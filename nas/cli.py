@@ -108,6 +108,11 @@ def search(
         help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
         "or 'budget' (the config itself, one run branched at each rung).",
     ),
+    min_replica_width: int = typer.Option(
+        8,
+        help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
+        "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
+    ),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
@@ -129,6 +134,7 @@ def search(
             eta=eta,
             target_flops=target_flops,
             ladder=ladder,
+            min_replica_width=min_replica_width,
         ),
     )
     if budget.beyond_validated:

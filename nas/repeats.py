@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from workers.budget import LadderConfig
-from workers.replica import run_replica_trial, rung_budgets
+from workers.replica import DEFAULT_MIN_WIDTH, run_replica_trial, rung_budgets
 from workers.status import TrialStatus
 from workers.trial import run_trial
 
@@ -31,7 +31,15 @@ log = logging.getLogger(__name__)
 
 
 def _measure_again(
-    arch, optim, run, top_flops: float, ladder: LadderConfig, seed: int, data: dict, target_flops: float | None
+    arch,
+    optim,
+    run,
+    top_flops: float,
+    ladder: LadderConfig,
+    seed: int,
+    data: dict,
+    target_flops: float | None,
+    min_width: int = DEFAULT_MIN_WIDTH,
 ) -> list[dict]:
     """One repeat in a Ray task: the trial's ladder up to its top reached rung, with another seed (its
     replicas, one run per rung, when `target_flops` is given; else its budget ladder)."""
@@ -44,7 +52,9 @@ def _measure_again(
     if target_flops is not None:
         lowest = top_flops / ladder.eta ** (ladder.rungs - 1)
         budgets = rung_budgets(lowest, ladder)
-        result = run_replica_trial(arch, target_flops, budgets, corpus, seed, optim=optim, run=run, width_probe=False)
+        result = run_replica_trial(
+            arch, target_flops, budgets, corpus, seed, optim=optim, run=run, width_probe=False, min_width=min_width
+        )
     else:
         result = run_trial(arch, top_flops, corpus, seed=seed, optim=optim, run=run, width_probe=False, ladder=ladder)
     return result.rungs if result.status == TrialStatus.COMPLETED else []
@@ -77,7 +87,7 @@ def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, se
     data = data_config(settings).model_dump()
     target = budget.target if budget.ladder == "replica" else None
     refs = {
-        task.remote(arch, optim, run, top, ladder, seed, data, target): (number, seed)
+        task.remote(arch, optim, run, top, ladder, seed, data, target, budget.min_replica_width): (number, seed)
         for number, seed, arch, optim, run, top, ladder in todo
     }
     log.info("repeating %d front members with %d more seeds each", len(front), settings.repeat_seeds)

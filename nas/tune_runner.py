@@ -175,6 +175,7 @@ def run_tuner(
         if budget.rungs > 1 and budget.ladder == "replica"
         else None,
         "target_flops": budget.target,
+        "replica_min_width": budget.min_replica_width,
     }
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
     with _progress(show_progress, n_trials) as (progress, task):

@@ -17,7 +17,7 @@ import torch
 
 from .budget import LadderConfig
 from .data import DataConfig, load_corpus
-from .replica import run_replica_trial
+from .replica import DEFAULT_MIN_WIDTH, run_replica_trial
 from .status import TrialStatus
 from .trial import run_trial
 
@@ -95,6 +95,7 @@ def proxy_trainable(params: dict, context: dict) -> None:
             optim=optim,
             run=run,
             on_rung=on_rung if decide else None,
+            min_width=context.get("replica_min_width", DEFAULT_MIN_WIDTH),
         )
     else:
         result = run_trial(

@@ -74,7 +74,7 @@ def test_the_fidelity_prediction_sees_what_a_search_holds_seed_0_and_the_front_r
 def test_a_fidelity_build_resumes_with_only_the_jobs_its_table_lacks(tmp_path):
     fidelity = import_benchmark("fidelity")
     runs = tmp_path / "runs.csv"
-    everything = fidelity.pending_jobs(runs, smoke=True)  # no table yet: every job
+    everything = fidelity.pending_jobs(runs, fidelity.jobs(smoke=True))  # no table yet: every job
     assert everything == fidelity.jobs(smoke=True)
     done = [everything[0], next(j for j in everything if j.kind != everything[0].kind)]
     with runs.open("w", newline="") as f:
@@ -83,7 +83,7 @@ def test_a_fidelity_build_resumes_with_only_the_jobs_its_table_lacks(tmp_path):
         for job in done:  # one row per job is enough to mark it done
             row = dict.fromkeys(fidelity.COLUMNS, 0)
             writer.writerow({**row, "config": job.config, "kind": job.kind, "seed": job.seed, "residual": "nag"})
-    assert fidelity.pending_jobs(runs, smoke=True) == [j for j in everything if j not in done]
+    assert fidelity.pending_jobs(runs, fidelity.jobs(smoke=True)) == [j for j in everything if j not in done]
 
 
 def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):

@@ -191,7 +191,8 @@ def test_the_script_writes_its_json_and_plot(le, tmp_path):
     from fidelity import COLUMNS, REPLICA_COLUMNS
 
     out = tmp_path / "out" / "ladder.json"
-    runs, replicas = write_table(tmp_path / "runs.csv", COLUMNS), write_replica_table(tmp_path / "r.csv", REPLICA_COLUMNS)
+    runs = write_table(tmp_path / "runs.csv", COLUMNS)
+    replicas = write_replica_table(tmp_path / "replicas.csv", REPLICA_COLUMNS)
     le.main(["--runs", str(runs), "--replica-runs", str(replicas), "--out", str(out), "--seeds", "2"])
     result = json.loads(out.read_text())
     assert set(result["summary"]) == {"random", "tpe"}

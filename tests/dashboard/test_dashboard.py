@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dashboard import data
 from dashboard.cost import MEASURED, seconds_per_token
 from dashboard.figures import (
     FAMILY_COLOURS,
@@ -633,6 +634,7 @@ def test_app_pareto_and_width_pages(app, rows):
     assert len(at.dataframe[0].value) == len(_brute_force_front(rows["exp2"]))  # the newest search by default
     at.multiselect(key="pareto_searches").set_value(["exp1", "exp2"]).run()
     at.toggle(key="pareto_infeasible").set_value(True).run()
+    at.radio(key="pareto_rung").set_value(TOP_REACHED_LABEL).run()
     assert not at.exception, [e.message for e in at.exception]
     assert len(at.dataframe[0].value) == 5 + len(_brute_force_front(rows["exp2"]))
     at = _goto(at, "Width view")
@@ -643,9 +645,42 @@ def test_app_pareto_and_width_pages(app, rows):
     assert "wider model is supported" not in advice
 
 
+TOP_REACHED_LABEL = "top rung each reached (mixes budgets)"
+
+
+def test_trials_at_one_rung_carry_their_loss_there_and_those_that_never_reached_it_are_left_out(rows, rungs1):
+    at_rung1 = {r.number: r for r in data.rows_at_rung(rows["exp1"], rungs1, 1)}
+    reached = {r.number for r in rungs1 if r.rung == 1}
+    completed = {r.number for r in rows["exp1"] if r.status == "completed"}
+    assert {n for n, r in at_rung1.items() if r.status == "completed"} == completed & reached
+    assert {n for n, r in at_rung1.items() if r.status != "completed"} == {
+        r.number for r in rows["exp1"] if r.status != "completed"
+    }  # failed, diverged, running: kept as they are, for the toggle
+    for number in completed & reached:
+        seed = at_rung1[number].seed
+        assert at_rung1[number].val_loss == pytest.approx(_rung_loss(number, 1, seed))
+        assert at_rung1[number].val_bpb == pytest.approx(at_rung1[number].val_loss / math.log(2))
+    assert data.rows_at_rung(rows["exp1"], rungs1, data.TOP_REACHED) == rows["exp1"]
+    assert data.rows_at_rung(rows["exp2"], [], 0) == rows["exp2"]  # no rungs: a single budget
+
+
+def test_app_pareto_front_compares_trials_at_one_rung(app, rows, rungs1):
+    at = _goto(app, "Pareto front")
+    at.multiselect(key="pareto_searches").set_value(["exp1"]).run()
+    assert at.radio(key="pareto_rung").value == "rung 0"  # every trial has its lowest rung
+    for label, rung in (("rung 0", 0), ("rung 2", 2)):
+        at.radio(key="pareto_rung").set_value(label).run()
+        assert not at.exception, [e.message for e in at.exception]
+        (spec,) = _charts(at, "pareto_front")
+        front = {(x, y) for x, y in zip(*(_named(spec, "front: exp1")[k] for k in ("x", "y")), strict=True)}
+        assert front == _brute_force_front(data.rows_at_rung(rows["exp1"], rungs1, rung))
+        assert any(f"each trial's loss measured at rung {rung}" in c.value for c in at.caption)
+
+
 def test_app_fronts_on_measured_seconds_per_token(app, rows, predictions1):
     at = _goto(app, "Pareto front")
     at.multiselect(key="pareto_searches").set_value(["exp1"]).run()
+    at.radio(key="pareto_rung").set_value(TOP_REACHED_LABEL).run()
     assert not any("without a measured speed" in c.value for c in at.caption)  # counted FLOPs by default
     at.radio(key="pareto_axis").set_value(MEASURED.name).run()
     assert not at.exception, [e.message for e in at.exception]
@@ -742,6 +777,26 @@ def test_app_target_page_shows_the_front_at_the_target_and_the_fidelity(app, row
     at.selectbox(key="target_search").set_value("exp2").run()  # stored before budget ladders
     assert not at.exception and not at.get("plotly_chart") and not at.dataframe
     assert "no rungs stored for this search" in at.info[0].value
+
+
+def test_app_target_page_moves_t_within_the_validated_range(app, rows, rungs1):
+    at = _goto(app, "Target budget")
+    at.selectbox(key="target_search").set_value("exp1").run()
+    slider = at.select_slider(key="target_T")
+    top = C * ETA**2
+    assert slider.value == TARGET and min(slider.options, key=float) == f"{2 * top:.3g} (2x top rung)"
+    moved = float(f"{10 * top:.3g}")
+    slider.set_value(moved).run()
+    assert not at.exception, [e.message for e in at.exception]
+    moved_predictions = predict_search(rungs1, moved)
+    (target,) = _charts(at, "target_front")
+    front = _named(target, "front at T")
+    assert front["y"] == pytest.approx([moved_predictions[c[0]].loss for c in front["customdata"]])
+    assert [c[0] for c in front["customdata"]] == [
+        r.number for r in pareto_rows(at_target(rows["exp1"], moved_predictions))
+    ]
+    assert any(f"T moved to {moved:.3g}" in c.value for c in at.caption)
+    assert not any("warning:" in c.value for c in at.caption)  # 10x the top rung: within the checked range
 
 
 def test_app_target_page_shows_the_fidelity_benchmark_where_present(app, tmp_path, monkeypatch):

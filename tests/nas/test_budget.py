@@ -144,3 +144,8 @@ def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
     assert trial_is_feasible(big, Budget(trial_flops=1e10), 16) is None
     reason = trial_is_feasible(big, Budget(trial_flops=1e7), 16)
     assert reason is not None and reason.startswith("the lowest rung's replica cannot afford one step")
+    # a floor at the config's own width leaves the lowest rung the config itself: no cheaper than a budget ladder
+    floored = Budget(trial_flops=1e10, min_replica_width=192)
+    assert trial_is_feasible(big, floored, 16) is not None and floored.min_replica_width == 192
+    with pytest.raises(BudgetError, match=r"^--min-replica-width: must be >= 2 \(got 1\)$"):
+        Budget(trial_flops=1e10, min_replica_width=1)
