@@ -59,13 +59,17 @@ service: $(STAMP)
 load: $(STAMP)
 	$(PY) benchmarks/store_load.py --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
 
-# The fidelity benchmark: 24 configs on the budget ladder and on replica rungs, graded against the same
-# configs trained for real at T; builds only the rows its tables lack, `report` alone re-reads them.
+# The fidelity benchmark: 24 configs on the budget ladder and on replica rungs (and, seed 0, replicas no
+# narrower than 32), graded against the same configs trained for real at T; builds only the rows its
+# tables lack, `report` alone re-reads them.
 fidelity: $(STAMP)
 	$(PY) benchmarks/fidelity.py build --runs benchmarks/data/fidelity_runs.csv
 	$(PY) benchmarks/fidelity.py build-replicas --replica-runs benchmarks/data/fidelity_replica_runs.csv
+	$(PY) benchmarks/fidelity.py build-replicas --min-width 32 --seeds 0 \
+		--replica-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv
 	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv \
-		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/fidelity.json
+		--replica-runs benchmarks/data/fidelity_replica_runs.csv \
+		--floor-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv --out benchmarks/results/fidelity.json
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
 ladder-efficiency: $(STAMP)

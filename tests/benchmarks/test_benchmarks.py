@@ -30,10 +30,15 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     runs, replicas, out = tmp_path / "runs.csv", tmp_path / "replicas.csv", tmp_path / "fidelity.json"
     run_script("fidelity.py", "build", "--smoke", "--runs", str(runs), cwd=BENCH, timeout=600)
     run_script("fidelity.py", "build-replicas", "--smoke", "--replica-runs", str(replicas), cwd=BENCH, timeout=600)
-    run_script(
-        "fidelity.py", "report", "--runs", str(runs), "--replica-runs", str(replicas), "--out", str(out), cwd=BENCH
-    )
+    floored = tmp_path / "floored.csv"
+    floor = ["--min-width", "24", "--seeds", "0", "--processes", "1", "--replica-runs", str(floored)]
+    run_script("fidelity.py", "build-replicas", "--smoke", *floor, cwd=BENCH, timeout=600)
+    tables = ["--runs", str(runs), "--replica-runs", str(replicas), "--floor-runs", str(floored)]
+    run_script("fidelity.py", "report", *tables, "--out", str(out), cwd=BENCH)
     summary = json.loads(out.read_text())["summary"]
+    by_floor = summary["replica_ladder_by_narrowest_width"]  # seed 0 of each table, its wall time beside
+    assert set(by_floor) == {"8", "24"} and by_floor["24"]["off_path_rungs"] > by_floor["8"]["off_path_rungs"]
+    assert all(f["wall_time_s_seed0"] >= f["wall_time_s_seed0_promoted"] > 0 for f in by_floor.values())
     replica = summary["replica_ladder"]  # graded like the budget ladder, on the same truth
     answer = replica["methods"]["answer (backtest's choice)"]
     assert set(answer) == {"kendall_tau", "regret_nats", "regret_in_seed_noise", "true_best_in_predicted_top3"} | {
@@ -49,6 +54,20 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     assert 0 < summary["ladder_compute_share_with_promotion"] <= summary["ladder_compute_share"]
     assert summary["ladder_compute_share"] <= summary["ladder_compute_share_every_seed_of_every_config"] < 1
     assert 0 <= summary["hypervolume_ratio"] <= 1 + 1e-9 and out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_replica_wall_benchmark_times_both_ladders_and_the_width_floors(tmp_path):
+    out = tmp_path / "wall.json"
+    run_script("replica_wall.py", "--smoke", "--min-widths", "8,32", "--out", str(out), cwd=BENCH, timeout=600)
+    result = json.loads(out.read_text())
+    variants = result["per_config"][0]["variants"]
+    assert set(variants) == {"budget", "replica_min_width_8", "replica_min_width_32"}
+    assert all(v["status"] == "completed" and len(v["rungs"]) == result["rungs"] for v in variants.values())
+    assert [r["d_model"] for r in variants["replica_min_width_32"]["rungs"]] == [32] * 3  # the smoke config's own width
+    assert variants["replica_min_width_8"]["steps"] > variants["budget"]["steps"]  # narrower: more tokens per FLOP
+    summary = result["summary"]
+    assert summary["flops_over_budget_ladder"]["replica_min_width_8"] > 1  # each rung its own run: no shared prefix
+    assert set(result["step_ms_by_width"]) == {"8", "16"} and result["machine"]["cpu"]
 
 
 def test_the_fidelity_prediction_sees_what_a_search_holds_seed_0_and_the_front_repeated():
