@@ -98,18 +98,20 @@ TOP_REACHED = None  # `rows_at_rung`: each trial at the top rung it reached (bud
 
 
 def rows_at_rung(rows: Sequence[TrialRow], rung_rows: Sequence[RungRow], rung: int | None) -> list[TrialRow]:
-    """The trials as measured at ladder rung `rung`: each completed trial's loss there (its own seed),
-    and completed trials that never reached it left out, so a front compares losses at one budget.
-    Trials that did not complete are kept as they are; `rung=TOP_REACHED`, or a search without rung
-    rows (a single budget), gives `rows` unchanged."""
+    """The trials as measured at ladder rung `rung`: each completed trial's loss there (its own run: the
+    lowest seed, as repeats of the front add higher ones), and completed trials that never reached it
+    left out, so a front compares losses at one budget. Trials that did not complete are kept as they
+    are; `rung=TOP_REACHED`, or a search without rung rows (a single budget), gives `rows` unchanged."""
     if rung is TOP_REACHED or not rung_rows:
         return list(rows)
-    loss = {(r.number, r.seed): r.val_loss for r in rung_rows if r.rung == rung}
+    loss: dict[int, float | None] = {}
+    for r in sorted((r for r in rung_rows if r.rung == rung), key=lambda r: -r.seed):
+        loss[r.number] = r.val_loss  # the lowest seed written last
     out = []
     for row in rows:
         if row.status != TrialStatus.COMPLETED:
             out.append(row)
-        elif (at := loss.get((row.number, row.seed))) is not None:
+        elif (at := loss.get(row.number)) is not None:
             out.append(replace(row, val_loss=at, val_bpb=bits_per_byte(at)))
     return out
 

@@ -656,9 +656,8 @@ def test_trials_at_one_rung_carry_their_loss_there_and_those_that_never_reached_
     assert {n for n, r in at_rung1.items() if r.status != "completed"} == {
         r.number for r in rows["exp1"] if r.status != "completed"
     }  # failed, diverged, running: kept as they are, for the toggle
-    for number in completed & reached:
-        seed = at_rung1[number].seed
-        assert at_rung1[number].val_loss == pytest.approx(_rung_loss(number, 1, seed))
+    for number in completed & reached:  # seed 0: the trial's own run (1 is repeated with seed 1 at its top rung)
+        assert at_rung1[number].val_loss == pytest.approx(_rung_loss(number, 1, 0))
         assert at_rung1[number].val_bpb == pytest.approx(at_rung1[number].val_loss / math.log(2))
     assert data.rows_at_rung(rows["exp1"], rungs1, data.TOP_REACHED) == rows["exp1"]
     assert data.rows_at_rung(rows["exp2"], [], 0) == rows["exp2"]  # no rungs: a single budget
@@ -784,7 +783,8 @@ def test_app_target_page_moves_t_within_the_validated_range(app, rows, rungs1):
     at.selectbox(key="target_search").set_value("exp1").run()
     slider = at.select_slider(key="target_T")
     top = C * ETA**2
-    assert slider.value == TARGET and min(slider.options, key=float) == f"{2 * top:.3g} (2x top rung)"
+    assert slider.value == TARGET and slider.options[0] == f"{2 * top:.3g} (2x top rung)"
+    assert slider.options[-1] == f"{TARGET:.3g} ({TARGET / top:.3g}x top rung)"  # the search's own T, beyond the range
     moved = float(f"{10 * top:.3g}")
     slider.set_value(moved).run()
     assert not at.exception, [e.message for e in at.exception]
