@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine; an unpinned resolve may pull a multi-GB CUDA wheel.
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[dev]"
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
 install: $(STAMP)

@@ -26,6 +26,21 @@ RAY_ENV_DEFAULTS = {
     "RAY_AIR_NEW_OUTPUT": "0",
 }
 NOISY_LOGGERS = ("tensorboardX", "ray.tune.logger")  # progress reports carry +inf and nested records
+# Ray turns token authentication on for a new local cluster and says so at every start; the search
+# keeps it on, and only this notice is dropped (its opt-out advice is not one a search should follow).
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+TOKEN_AUTH_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+class _DropMessage(logging.Filter):
+    """Drops the log records whose message starts with `prefix`."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
 
 
 def configure_ray_env() -> None:
@@ -34,6 +49,9 @@ def configure_ray_env() -> None:
         os.environ.setdefault(key, value)
     for noisy in NOISY_LOGGERS:
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    auth = logging.getLogger(TOKEN_AUTH_LOGGER)
+    if not any(isinstance(f, _DropMessage) for f in auth.filters):
+        auth.addFilter(_DropMessage(TOKEN_AUTH_NOTICE))
 
 
 def init_ray(settings: SearchSettings) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import optuna
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -152,6 +154,10 @@ def run_tuner(
     `trainable(params, context)` is the proxy trial; benchmarks swap in one that does no work.
     """
     init_ray(settings)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per study created or loaded
+    # Ray times each define-by-run call and warns above 1 s: the first call builds the space's cached
+    # shapes (a replica plan's shape-only models), which is work, not a misplaced training step.
+    warnings.filterwarnings("ignore", message="Define-by-run function passed in the `space` argument took")
     searcher = OptunaSearch(
         space=DefineByRun(space, budget),
         metric=list(OBJECTIVES),
