@@ -69,7 +69,8 @@ fidelity: $(STAMP)
 		--replica-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv
 	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv \
 		--replica-runs benchmarks/data/fidelity_replica_runs.csv \
-		--floor-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv --out benchmarks/results/fidelity.json
+		--floor-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv --out benchmarks/results/fidelity.json \
+		--dashboard-summary dashboard/fidelity_summary.json
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
 ladder-efficiency: $(STAMP)

@@ -373,7 +373,15 @@ def replay_promotion(
     return reached
 
 
-def report(path: Path, out: Path, replica_path: Path | None = None, floor_paths: Sequence[Path] = ()) -> dict:
+def report(
+    path: Path,
+    out: Path,
+    replica_path: Path | None = None,
+    floor_paths: Sequence[Path] = (),
+    dashboard_summary: Path | None = None,
+) -> dict:
+    """Grade the tables; write `out` (JSON and PNG) and, if given, `dashboard_summary`: the summary alone,
+    which the dashboard ships as package data."""
     rows = read(path)
     ladder = [r for r in rows if r["kind"] == "ladder"]
     truth_rows = [r for r in rows if r["kind"] == "truth"]
@@ -487,6 +495,8 @@ def report(path: Path, out: Path, replica_path: Path | None = None, floor_paths:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, out.with_suffix(".png"))
+    if dashboard_summary is not None:
+        dashboard_summary.write_text(json.dumps({"summary": summary, "machine": result["machine"]}, indent=2) + "\n")
     return result
 
 
@@ -706,6 +716,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1", help="build: the seeds to train, comma-separated")
     parser.add_argument("--min-width", type=int, default=8, help="build-replicas: the narrowest replica width")
     parser.add_argument("--processes", type=int, default=2, help="build: jobs run in parallel")
+    parser.add_argument("--dashboard-summary", type=Path, help="report: also write the summary here (package data)")
     parser.add_argument(
         "--floor-runs", type=Path, action="append", default=[], help="report: replica rows built at a wider --min-width"
     )
@@ -717,7 +728,8 @@ def main() -> None:
         todo = jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, args.min_width)
         build(args.replica_runs, todo, args.processes)
     else:
-        print(json.dumps(report(args.runs, args.out, args.replica_runs, args.floor_runs)["summary"], indent=2))
+        result = report(args.runs, args.out, args.replica_runs, args.floor_runs, args.dashboard_summary)
+        print(json.dumps(result["summary"], indent=2))
 
 
 if __name__ == "__main__":

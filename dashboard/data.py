@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from workers.data import bits_per_byte
 from workers.status import TrialStatus
 
 FIDELITY_ENV = "RESNAS_FIDELITY_JSON"  # the fidelity benchmark's JSON (`make fidelity`), if not the shipped one
-SHIPPED_FIDELITY = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fidelity.json"
+SHIPPED_FIDELITY = resources.files("dashboard").joinpath("fidelity_summary.json")  # package data, from make fidelity
 TTL_S = 3.0  # cache lifetime of store reads (seconds)
 REFRESH_S = 5.0  # live refresh period of pages showing a running search
 
@@ -168,10 +169,10 @@ def widths(url: str, name: str) -> list[tuple[TrialRow, dict]]:
 
 
 def fidelity_benchmark(environ: Mapping[str, str] | None = None) -> dict | None:
-    """The summary of the fidelity benchmark's JSON ($RESNAS_FIDELITY_JSON, else the one shipped in
-    benchmarks/results/), or None where there is none (an installed package without the repository)."""
+    """The summary of the fidelity benchmark's JSON ($RESNAS_FIDELITY_JSON, else the summary shipped as
+    package data, `dashboard/fidelity_summary.json`), or None where there is none."""
     environ = os.environ if environ is None else environ
-    path = Path(environ.get(FIDELITY_ENV) or SHIPPED_FIDELITY)
+    path = Path(environ[FIDELITY_ENV]) if environ.get(FIDELITY_ENV) else SHIPPED_FIDELITY
     try:
         return json.loads(path.read_text())["summary"]
     except (OSError, ValueError, KeyError):

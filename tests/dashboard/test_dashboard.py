@@ -880,3 +880,11 @@ def test_app_reports_a_missing_store_without_creating_it(tmp_path, monkeypatch):
     assert storage_url(["--storage", "sqlite:///a.db"], {"RESNAS_STORAGE": "sqlite:///b.db"}) == "sqlite:///a.db"
     assert storage_url([], {"RESNAS_STORAGE": "sqlite:///b.db"}) == "sqlite:///b.db"
     assert storage_url([], {}, cwd=tmp_path) == default_url(tmp_path)
+
+
+def test_the_dashboards_fidelity_summary_is_the_benchmarks_and_ships_as_package_data():
+    """`make fidelity` writes both; the dashboard reads its copy through importlib.resources."""
+    shipped = json.loads(data.SHIPPED_FIDELITY.read_text())
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity.json"
+    assert shipped["summary"] == json.loads(results.read_text())["summary"]
+    assert data.fidelity_benchmark({}) == shipped["summary"]
