@@ -97,7 +97,7 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     batch_size: int = Field(16, ge=1, le=4096)
-    precision: Precision = "fp32"  # measured in benchmarks/precision.py: see README
+    precision: Precision = "fp32"  # bf16 autocast saves little on a CPU: benchmarks/results/precision.json
     eval_sequences: int = Field(
         64, ge=2, description="held-out sequences (spread over the held-out text) for val loss and the width probe"
     )

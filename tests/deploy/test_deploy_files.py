@@ -2,7 +2,7 @@
 
 Docker cannot run here, so these tests read the files and compare them with what they name: the
 `nas` CLI (commands and options parsed by its own click app), pyproject.toml (packages, console
-scripts, torch and Python ranges), the README's "Scaling out" section (services, profiles and
+scripts, torch and Python ranges), docs/deploy.md (services, profiles and
 commands it documents) and git (`.env` ignored). Compose variables are filled in from
 `.env.example`, as `docker compose` would from a copied `.env`.
 """
@@ -87,11 +87,9 @@ def project_image_services() -> dict[str, dict]:
     return {name: s for name, s in services().items() if "build" in s}
 
 
-def readme_section(title: str = "Scaling out") -> str:
-    text = (ROOT / "README.md").read_text()
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, flags=re.DOTALL | re.MULTILINE)
-    assert match, f"README.md has no '## {title}' section"
-    return match.group(1)
+def deploy_doc() -> str:
+    """docs/deploy.md: how to run a search on a cluster (its commands are checked against the compose file)."""
+    return (ROOT / "docs" / "deploy.md").read_text()
 
 
 def shell_lines(markdown: str) -> list[list[str]]:
@@ -342,14 +340,14 @@ def test_dashboard_service_listens_inside_its_container_and_is_published_on_loop
 
 
 def documented_commands() -> list[tuple[str, list[str]]]:
-    """(where, nas arguments) for every `nas ...` in the compose file and the README's section."""
+    """(where, nas arguments) for every `nas ...` in the compose file and docs/deploy.md."""
     found = [
         (f"docker-compose.yml {name}", args)
         for name, s in services().items()
         for args in nas_invocations(command_tokens(s))
     ]
     found += [
-        ("README Scaling out", args) for tokens in shell_lines(readme_section()) for args in nas_invocations(tokens)
+        ("docs/deploy.md", args) for tokens in shell_lines(deploy_doc()) for args in nas_invocations(tokens)
     ]
     return found
 
@@ -369,11 +367,11 @@ def test_every_nas_command_parses_with_the_real_cli():
 def test_every_ray_start_parses_with_the_installed_ray_cli():
     from ray.scripts.scripts import cli as ray_cli
 
-    lines = [command_tokens(s) for s in services().values()] + shell_lines(readme_section())
+    lines = [command_tokens(s) for s in services().values()] + shell_lines(deploy_doc())
     starts = [
         tokens[i + 2 :] for tokens in lines for i in range(len(tokens) - 1) if tokens[i : i + 2] == ["ray", "start"]
     ]
-    assert len(starts) >= 4  # head and workers in the compose file, head and worker in the README
+    assert len(starts) >= 4  # head and workers in the compose file, head and worker in docs/deploy.md
     for args in starts:
         try:
             ray_cli.commands["start"].make_context("ray start", list(args))  # parses, starts nothing
@@ -390,20 +388,20 @@ def test_cluster_options_exist_and_the_dashboard_listens_on_loopback_by_default(
 
 
 def readme_compose_invocations() -> list[dict]:
-    return [c for tokens in shell_lines(readme_section()) if (c := compose_invocation(tokens))]
+    return [c for tokens in shell_lines(deploy_doc()) if (c := compose_invocation(tokens))]
 
 
 def test_readme_names_only_real_services_and_profiles_and_documents_them_all():
     all_services, invocations = services(), readme_compose_invocations()
-    assert invocations, "the Scaling out section shows no `docker compose` command"
+    assert invocations, "docs/deploy.md shows no `docker compose` command"
     profiles = {p for s in all_services.values() for p in s.get("profiles", [])}
     for call in invocations:
         assert set(call["services"] + call["scaled"]) <= set(all_services), f"unknown service in {call}"
         assert set(call["profiles"]) <= profiles, f"unknown profile in {call}"
     named = {s for call in invocations for s in call["services"] + call["scaled"]}
-    section = readme_section()
+    section = deploy_doc()
     missing = [s for s in all_services if s not in named and f"`{s}`" not in section]
-    assert not missing, f"document these services in README 'Scaling out': {missing}"
+    assert not missing, f"document these services in docs/deploy.md: {missing}"
     scaled = {s for call in invocations if call["subcommand"] == "up" for s in call["scaled"]}
     assert scaled and scaled <= set(workers()), "show how to scale the Ray workers with --scale"
 
