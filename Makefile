@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency mod-published transfer small-configs compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer small-configs compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(PY) benchmarks/index.py --check
+
+# benchmarks/README.md's table, regenerated from benchmarks/results/*.json
+index: $(STAMP)
+	$(PY) benchmarks/index.py --write
 
 bench: $(STAMP)
 	$(PY) benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
@@ -71,6 +76,10 @@ fidelity: $(STAMP)
 		--replica-runs benchmarks/data/fidelity_replica_runs.csv \
 		--floor-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv --out benchmarks/results/fidelity.json \
 		--dashboard-summary dashboard/fidelity_summary.json
+
+# A replica-ladder trial's wall time beside a budget-ladder trial's, at the search's default rungs
+replica-wall: $(STAMP)
+	$(PY) benchmarks/replica_wall.py --out benchmarks/results/replica_wall.json
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
 ladder-efficiency: $(STAMP)

@@ -1,0 +1,111 @@
+"""benchmarks/index.py: the committed benchmarks/README.md table is what the results JSONs give, and the
+generator's rows, placeholders and drift check on a synthetic results folder."""
+
+import json
+
+import pytest
+
+from helpers import ROOT, import_benchmark
+
+README_TEXT = "# Benchmarks\n\nIntro.\n\n<!-- index:start -->\n<!-- index:end -->\n\nAfter the table.\n"
+
+
+@pytest.fixture(scope="module")
+def index():
+    return import_benchmark("index")
+
+
+@pytest.fixture
+def entries(index):
+    Entry, Figure = index.Entry, index.Figure
+    figures = (
+        Figure("tau", ("summary", "tau"), "{:+.2f}"),
+        Figure("share", ("summary", "shares", 1), "{:.1%}"),
+        Figure("ok", ("summary", "ok"), "{}"),
+        Figure("none", ("summary", "none"), "{:.2f}"),
+        Figure("gone", ("summary", "absent", "deeper"), "{:.2f}"),
+    )
+    return {"alpha.json": Entry(question="Is alpha | fast?", command="make alpha", figures=figures)}
+
+
+@pytest.fixture
+def results(tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    alpha = {"machine": {"cpu": "Test CPU", "threads": 2, "torch": "9.9"}}
+    alpha["summary"] = {"tau": 0.4567, "shares": [0.1, 0.25], "ok": True, "none": None}
+    (folder / "alpha.json").write_text(json.dumps(alpha))
+    (folder / "beta.json").write_text(json.dumps({"machine": {"cpu": "Other CPU", "threads": 1}, "value": 3}))
+    return folder
+
+
+ALPHA_ROW = (
+    "| Is alpha \\| fast? | `make alpha` | [alpha.json](results/alpha.json) | Test CPU, 2 threads, torch 9.9 | "
+    "tau +0.46; share 25.0%; ok yes; none n/a; gone missing |"
+)
+BETA_ROW = "|  |  | [beta.json](results/beta.json) | Other CPU, 1 thread | no headline figures yet |"
+
+
+def test_committed_readme_table_is_up_to_date(index, capsys):
+    assert index.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_every_figure_of_a_committed_result_resolves(index):
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.json")):
+        entry = index.ENTRIES.get(path.name)
+        data = json.loads(path.read_text())
+        for figure in entry.figures if entry else ():
+            index.lookup(data, figure.path)  # raises KeyError naming the absent key
+        index.lookup(data, entry.machine if entry else ("machine",))
+
+
+def test_rows_missing_paths_and_unknown_files(index, entries, results):
+    lines = index.render_table(results, entries).splitlines()
+    assert lines[2] == "| Question | Command | Result | Machine | Headline figures |"
+    assert lines[4:] == [ALPHA_ROW, BETA_ROW]
+
+
+def test_invalid_json_and_missing_machine_do_not_break_the_table(index, entries, results):
+    (results / "broken.json").write_text("{not json")
+    (results / "alpha.json").write_text(json.dumps({"summary": {"tau": 1}}))
+    rows = index.render_table(results, entries).splitlines()[4:]
+    assert rows[0].endswith("| missing | tau +1.00; share missing; ok missing; none missing; gone missing |")
+    assert rows[2] == "|  |  | [broken.json](results/broken.json) | missing | not valid JSON |"
+
+
+def test_write_then_check_and_check_fails_after_a_figure_changes(index, entries, results, monkeypatch, capsys):
+    monkeypatch.setattr(index, "ENTRIES", entries)
+    readme = results.parent / "README.md"
+    readme.write_text(README_TEXT)
+    paths = ["--results", str(results), "--readme", str(readme)]
+    assert index.main(["--check", *paths]) == 1  # the empty table is out of date
+    assert index.main(["--write", *paths]) == 0
+    text = readme.read_text()
+    assert text.startswith("# Benchmarks\n\nIntro.\n\n<!-- index:start -->\n") and text.endswith(
+        "\n<!-- index:end -->\n\nAfter the table.\n"
+    )
+    assert ALPHA_ROW in text and BETA_ROW in text
+    capsys.readouterr()
+    assert index.main(["--check", *paths]) == 0
+
+    alpha = json.loads((results / "alpha.json").read_text())
+    alpha["summary"]["tau"] = 0.5
+    (results / "alpha.json").write_text(json.dumps(alpha))
+    assert index.main(["--check", *paths]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "README.md" in err and "out of date" in err
+    assert readme.read_text() == text  # --check writes nothing
+
+
+def test_no_flag_prints_the_table(index, entries, results, monkeypatch, capsys):
+    monkeypatch.setattr(index, "ENTRIES", entries)
+    assert index.main(["--results", str(results)]) == 0
+    assert capsys.readouterr().out.splitlines()[4:] == [ALPHA_ROW, BETA_ROW]
+
+
+def test_a_readme_without_markers_fails_with_its_name(index, results, tmp_path, capsys):
+    readme = tmp_path / "NOTES.md"
+    readme.write_text("# No table here\n")
+    assert index.main(["--check", "--results", str(results), "--readme", str(readme)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "NOTES.md" in err and "<!-- index:start -->" in err
