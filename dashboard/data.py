@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import resources
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import streamlit as st
