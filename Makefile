@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer small-configs compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,10 +104,7 @@ gpu-session-smoke: $(STAMP)
 gpu-session-prepare: $(STAMP)
 	PYTHON=$(PY) bash benchmarks/gpu_session.sh prepare
 
-# CPU throughput across the space's sizes, and torch.compile's saving against its compile time
-small-configs: $(STAMP)
-	$(PY) benchmarks/small_configs.py --out benchmarks/results/small_configs.json
-
+# torch.compile's saving on a CPU step against its compile time
 compile-cpu: $(STAMP)
 	$(PY) benchmarks/compile_cpu.py --out benchmarks/results/compile_cpu.json
 

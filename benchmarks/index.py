@@ -257,7 +257,7 @@ ENTRIES: dict[str, Entry] = {
     ),
     "small_configs.json": Entry(
         question="Tokens/s and share of the matmul peak across the space's sizes, CPU path before and after?",
-        command="make small-configs",
+        command="retired script (result kept)",
         figures=(
             Figure("peak share: cascaded L2 d64", ("configs", "cascaded_L2_d64", "current", "share_of_peak"), "{:.1%}"),
             Figure("L8 d192", ("configs", "cascaded_L8_d192", "current", "share_of_peak"), "{:.1%}"),

@@ -1,1 +1,2 @@
-"""Search orchestration, the CLI, and (later) the store, budgets and export."""
+"""The search service: the CLI, budgets, the Optuna and Ray Tune adapters, predictions at the target, the store
+and export."""

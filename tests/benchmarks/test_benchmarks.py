@@ -152,17 +152,6 @@ def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
         assert paper["tokens_seen"] > dense["tokens_seen"]
 
 
-def test_small_configs_table_times_both_paths(tmp_path):
-    out = tmp_path / "small.json"
-    run_script("benchmarks/small_configs.py", "--rounds", "1", "--per-round", "1", "--out", str(out))
-    configs = json.loads(out.read_text())["configs"]
-    assert len(configs) == 12 and {"cascaded_L2_d64", "nag_L8_d192"} <= set(configs)
-    for row in configs.values():
-        for path in ("previous", "current"):
-            assert row[path]["tokens_per_s"] > 0 and 0 < row[path]["share_of_peak"] < 1.5
-        assert row["speedup"] > 0
-
-
 def test_compile_benchmark_reports_its_break_even(tmp_path):
     out = tmp_path / "compile.json"
     run_script("benchmarks/compile_cpu.py", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
