@@ -20,8 +20,8 @@ tokens), with the same optimiser settings and held-out set, for two seeds:
 
 Reported per run: validation loss, tokens trained, executed FLOPs per token, the realised skip rate of
 the routers (last evaluation) and wall time; per setting: the mean loss and its gap to dense, against
-the seed spread. The verdict per family says whether the paper's setting beats dense and the old
-default by more than twice the seed noise. Jobs run in 2 processes of 1 torch thread each.
+the seed spread. The verdict per family says whether the paper's setting beats dense and 0.25 per
+sublayer by more than twice the seed noise. Jobs run in 2 processes of 1 torch thread each.
 """
 
 from __future__ import annotations
@@ -90,14 +90,14 @@ def summarise(rows: list[dict]) -> dict:
             else None
         )
         gap = {s: mean[s] - mean["dense"] for s in SETTINGS}
-        paper, old = mean["block_0.875"], mean["sublayer_0.25"]
+        paper, sublayer = mean["block_0.875"], mean["sublayer_0.25"]
         margin = 2 * noise if noise is not None else 0.0
-        if paper < min(mean["dense"], old) - margin:
-            verdict = "the paper's setting wins: lower loss than dense and the old default at equal compute"
+        if paper < min(mean["dense"], sublayer) - margin:
+            verdict = "the paper's setting wins: lower loss than dense and 0.25 per sublayer at equal compute"
         elif paper > mean["dense"] + margin:
             verdict = "dense wins: the paper's setting loses at this scale and budget"
         else:
-            verdict = "no clear winner: the paper's setting is within twice the seed noise of dense or the old default"
+            verdict = "no clear winner: the paper's setting is within twice the seed noise of dense or 0.25 per sublayer"
         threshold_vs_predictor = {
             "val_loss": {"threshold": mean["block_0.875"], "predictor": mean["block_0.875_predictor"]},
         }
