@@ -31,7 +31,7 @@ from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from nas.extrapolate import NONE, STUDY
-from nas.fidelity import BAND_LEVEL, Prediction, at_target
+from nas.fidelity import BAND_LEVEL, Prediction, at_target, front_at_target
 from nas.pareto import (
     hypervolume,
     hypervolume_curve,
@@ -497,7 +497,7 @@ def target_front_figure(
     loss measured at each rung (right); x axes log, y axis shared.
 
     Left, from the trial rows and `nas.fidelity.predict_search`'s predictions: "front at T", the trials of
-    `nas.pareto.pareto_rows(at_target(rows, predictions))` (completed, non-dominated at their predicted loss)
+    `nas.fidelity.front_at_target(rows, predictions)` (completed, non-dominated at their predicted loss)
     joined by a step line, and "dominated at T", the other completed trials with a finite prediction; each
     with its 80% band as error bars. Right, from the search's `RungRow`s, per stored rung r (0 = the lowest
     budget C): "rung r measured", each trial's mean loss over its seeds at rung r (whatever the trial's status
@@ -507,7 +507,7 @@ def target_front_figure(
     """
     targeted = at_target(rows, predictions)
     measured = {r.number: r for r in rows}
-    front = pareto_rows(targeted, key=axis.of)
+    front = front_at_target(rows, predictions, key=axis.of)
     on_front = {r.number for r in front}
     dominated = [r for r in targeted if _on_axis(r, axis) and r.number not in on_front]
     fig = make_subplots(
@@ -765,7 +765,7 @@ def target_frame(rows: Sequence, predictions: Mapping[int, Prediction], axis: Co
     """One row per trial with a prediction: its measured (top-rung) loss, the predicted loss at the target and
     band, rungs, leave-one-out error and fit group, both costs per token, its measured / counted cost
     (`dashboard.cost.cost_ratios`), and whether it is on the front at T on `axis`; by number."""
-    front = {r.number for r in pareto_rows(at_target(rows, predictions), key=axis.of)}
+    front = {r.number for r in front_at_target(rows, predictions, key=axis.of)}
     ratios = cost_ratios(rows)
     columns = (
         "number",

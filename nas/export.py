@@ -31,8 +31,7 @@ from workers.status import TrialStatus
 from workers.train import OptimConfig, RunConfig
 
 from .budget import BudgetError, stored_budget
-from .fidelity import Prediction, at_target, predict_search
-from .pareto import pareto_rows
+from .fidelity import Prediction, front_at_target, predict_search
 from .store import Store, TrialRow
 from .version import code_version
 
@@ -152,11 +151,8 @@ def chosen_trials(
         return [row]
     if not pareto:
         raise ExportError("choose the trials: --pareto or --trial N")
-    if predictions:
-        by_number = {r.number: r for r in rows}
-        front = [by_number[r.number] for r in pareto_rows(at_target(rows, predictions))]
-    else:
-        front = pareto_rows(rows)
+    by_number = {r.number: r for r in rows}  # the stored rows, with their measured losses
+    front = [by_number[r.number] for r in front_at_target(rows, predictions)]
     if not front:
         raise ExportError(f"--pareto: search {name!r} has no completed trials with a finite loss")
     return front

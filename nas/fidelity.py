@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from .backtest import Backtest, backtest, rung_below_top
 from .extrapolate import RungPoint, StudyFit, fit_study, leave_one_out
+from .pareto import Cost, pareto_rows
 from .promotion import Candidate, should_promote
 from .store import RungRow, Store, TrialRow
 from .study import optuna_storage
@@ -40,6 +41,7 @@ __all__ = [
     "RungDecision",
     "at_target",
     "fit_group",
+    "front_at_target",
     "predict_search",
     "predict_search_with_backtest",
     "rung_points",
@@ -158,6 +160,15 @@ def at_target(rows: Sequence[TrialRow], predictions: dict[int, Prediction]) -> l
     """The rows with `val_loss` replaced by the predicted loss at the target, for fronts and hypervolumes
     at the target (`nas.pareto`); a row without a prediction keeps inf there and so never sits on them."""
     return [replace(r, val_loss=predictions[r.number].loss if r.number in predictions else math.inf) for r in rows]
+
+
+def front_at_target(
+    rows: Sequence[TrialRow], predictions: dict[int, Prediction], key: Cost | None = None
+) -> list[TrialRow]:
+    """The search's answer: the completed trials non-dominated by (predicted loss at the target, cost), as
+    rows carrying that predicted loss, sorted by cost (`nas.pareto.pareto_rows`, cost `key`). Without
+    predictions (a single-budget search) it is the front of the measured losses."""
+    return pareto_rows(at_target(rows, predictions) if predictions else rows, key=key)
 
 
 @dataclass

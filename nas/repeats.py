@@ -18,8 +18,7 @@ from workers.status import TrialStatus
 from workers.trial import run_trial
 
 from .budget import Budget
-from .fidelity import at_target, predict_search
-from .pareto import pareto_rows
+from .fidelity import front_at_target, predict_search
 from .ray_env import init_ray
 from .settings import SearchSettings, data_config
 from .space import SearchSpace, to_configs
@@ -66,7 +65,7 @@ def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, se
         return 0
     rungs = store.rungs(name)
     predictions = predict_search(rungs, budget.target)
-    front = pareto_rows(at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions))
+    front = front_at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions)
     stored = {(r.number, r.seed) for r in rungs}
     todo = []
     for row in front:

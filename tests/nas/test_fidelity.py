@@ -2,6 +2,7 @@
 
 import logging
 import math
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -125,3 +126,23 @@ def test_predictions_follow_the_fitted_curves_and_make_the_front_at_the_target(s
     front = pareto_rows([r for r in at_target(rows, predictions)])
     assert front == []  # none completed yet: fronts hold completed trials only
     assert [r.val_loss for r in at_target(rows, predictions)] == [predictions[n].loss for n in range(4)]
+
+
+def test_the_front_at_the_target_ranks_by_prediction_and_falls_back_to_measured_losses():
+    """Trial 1 is measured worse than 0 at equal cost but predicted better at T: it alone is the front at T."""
+    from dataclasses import dataclass
+
+    from nas.fidelity import Prediction, front_at_target
+
+    @dataclass(frozen=True)
+    class Row:
+        number: int
+        val_loss: float
+        executed_flops_per_token: float
+        status: str = "completed"
+
+    rows = [Row(0, 2.0, 1e6), Row(1, 2.1, 1e6), Row(2, 2.5, 5e5), Row(3, 1.0, 1e6, status="failed")]
+    predictions = {n: Prediction(loss, loss, loss, 2, "g", None) for n, loss in {0: 1.9, 1: 1.8, 2: 1.95}.items()}
+    assert [(r.number, r.val_loss) for r in front_at_target(rows, predictions)] == [(2, 1.95), (1, 1.8)]
+    assert [r.number for r in front_at_target(rows, {})] == [2, 0]  # no rungs: the measured front
+    assert front_at_target(rows, {0: predictions[0]}) == [replace(rows[0], val_loss=1.9)]  # unpredicted: never on it
