@@ -6,9 +6,9 @@ training budget C, rounded to whole batches (within half a batch of D).
 A ladder measures one run at several iso-FLOP budgets (rungs). Rung r of k has the training
 budget C_r = C_top / eta^(k-1-r) (geometric, C_top the trial's budget) and trains on
 D_r = C_r / (3 F) tokens, rounded to whole batches: s_r steps. The learning rate follows
-warmup-stable-decay (Hagele et al., arXiv 2405.18392): a linear warm-up over `warmup` x s_0
-steps (the lowest rung's share, so every rung has the same warm-up), then constant, then a
-linear decay to lr x min_lr_ratio over the last `cooldown` x s_r steps of rung r's own schedule.
+warmup-stable-decay (Hagele et al., arXiv 2405.18392; `workers.schedules`): a linear warm-up over
+`warmup` x s_0 steps (the lowest rung's share, so every rung has the same warm-up), then constant,
+then a linear decay to lr x min_lr_ratio over the last `cooldown` x s_r steps of rung r's own schedule.
 The main run decays at the top rung; for every lower rung the trainer branches a copy of the
 stable state at step s_r - round(cooldown x s_r), decays the copy over its cooldown, evaluates
 it and discards it (`workers.train`), so the losses of all rungs come from equal fractions of
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, tokens_for, training_flops
 
-__all__ = ["BudgetPlan", "InfeasibleBudget", "LadderConfig", "Rung", "plan_budget", "plan_ladder", "wsd_learning_rate"]
+__all__ = ["BudgetPlan", "InfeasibleBudget", "LadderConfig", "Rung", "plan_budget", "plan_ladder"]
 
 
 class LadderConfig(BaseModel):
@@ -89,17 +89,3 @@ def plan_ladder(cfg: ArchConfig, top_flops: float, ladder: LadderConfig, batch_s
         for index in range(ladder.rungs)
         for flops in [top_flops / ladder.eta ** (ladder.rungs - 1 - index)]
     ]
-
-
-def wsd_learning_rate(
-    step: int, lr: float, min_lr_ratio: float, warmup_steps: int, decay_start: int, decay_end: int
-) -> float:
-    """The learning rate of `step`: linear warm-up to lr over `warmup_steps`, then lr, then a linear
-    decay from `decay_start` reaching lr x min_lr_ratio at the last step before `decay_end` (the step
-    count of the rung whose schedule this is)."""
-    if step < warmup_steps:
-        return lr * (step + 1) / warmup_steps
-    if step < decay_start or decay_end <= decay_start:
-        return lr
-    progress = min(1.0, (step + 1 - decay_start) / (decay_end - decay_start))
-    return lr * (1 - (1 - min_lr_ratio) * progress)

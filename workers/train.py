@@ -34,8 +34,9 @@ from search_spaces.residual_lm import (
 from search_spaces.residual_lm.config import ResidualFamily
 from search_spaces.residual_lm.parametrization import tensor_rules
 
-from .budget import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder, wsd_learning_rate
+from .budget import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
 from .data import TokenizedCorpus, TrainBatches, validation_batches
+from .schedules import Schedule
 from .status import TrialStatus
 
 log = logging.getLogger(__name__)
@@ -105,16 +106,6 @@ class RunConfig(BaseModel):
     report_every: int = Field(10, ge=1, description="steps between progress reports")
     checkpoint_dir: str | None = None
     checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0 = never")
-
-
-def learning_rate(step: int, steps: int, optim: OptimConfig) -> float:
-    """Linear warm-up over warmup * steps, then cosine decay from lr to lr * min_lr_ratio."""
-    warm = max(1, round(optim.warmup * steps)) if optim.warmup > 0 else 0
-    if step < warm:
-        return optim.lr * (step + 1) / warm
-    progress = (step - warm) / max(1, steps - warm)
-    cosine = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-    return optim.lr * (optim.min_lr_ratio + (1 - optim.min_lr_ratio) * cosine)
 
 
 def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
@@ -269,7 +260,8 @@ def train(
     requested_lr, optim = optim.lr, optim.at_horizon(cfg.residual, plan.tokens)
     if optim.lr != requested_lr:
         log.info("horizon rule: lr %.3g for %d tokens (%.3g requested)", optim.lr, plan.tokens, requested_lr)
-    schedule = Schedule(optim, plan.steps, rungs, ladder.cooldown if ladder else 0.0)
+    cooldown = ladder.cooldown if ladder else 0.0
+    schedule = Schedule(optim.lr, optim.min_lr_ratio, optim.warmup, plan.steps, rungs, cooldown)
     torch.manual_seed(seed)
     model = build_model(cfg).train()
     if model_hook is not None:
@@ -298,7 +290,7 @@ def train(
             if on_rung is not None and not on_rung(result):  # the run ends at this rung: as its cooled branch
                 return TrainOutcome(TrialStatus.COMPLETED, branch, branch_state, rung.plan, val)
         # 4. One optimisation step; a non-finite loss ends the run.
-        loss = _train_step(model, opt, next(batches), schedule.lr(state.step), optim, run.precision, device, state)
+        loss = _train_step(model, opt, next(batches), schedule.at(state.step), optim, run.precision, device, state)
         if not math.isfinite(loss):
             return TrainOutcome(
                 TrialStatus.DIVERGED, model, state, plan, val, f"non-finite training loss at step {state.step}"
@@ -322,38 +314,6 @@ def train(
         if on_rung is not None:
             on_rung(state.rungs[-1])
     return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
-
-
-@dataclass(frozen=True)
-class Schedule:
-    """The learning rate of the main run: cosine over `steps`, or on a ladder warmup-stable-decay with
-    the warm-up sized by the lowest rung and the decay at the top rung's end."""
-
-    optim: OptimConfig
-    steps: int
-    rungs: list[Rung]
-    cooldown: float
-
-    @property
-    def warmup_steps(self) -> int:
-        return max(1, round(self.optim.warmup * self.rungs[0].steps)) if self.optim.warmup > 0 else 0
-
-    def lr(self, step: int, rung: Rung | None = None) -> float:
-        """At `step` of the main run, or of the cooldown branch of `rung`."""
-        if not self.rungs:
-            return learning_rate(step, self.steps, self.optim)
-        rung = rung or self.rungs[-1]
-        return wsd_learning_rate(
-            step, self.optim.lr, self.optim.min_lr_ratio, self.warmup_steps, rung.decay_start(self.cooldown), rung.steps
-        )
-
-    def rung_branching_at(self, step: int, done: int) -> Rung | None:
-        """The next lower rung not yet measured, if its cooldown branches off the main run at `step` (or
-        earlier: two rungs whose steps round to the same decay start branch at the same step)."""
-        if done >= len(self.rungs) - 1:
-            return None
-        rung = self.rungs[done]
-        return rung if rung.decay_start(self.cooldown) <= step else None
 
 
 def _rung_result(rung: Rung, val_loss: float, state: TrainState, training_flops: float) -> dict:
@@ -388,7 +348,7 @@ def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, stat
             branch,
             branch_opt,
             next(batches),
-            schedule.lr(branch_state.step, rung),
+            schedule.at(branch_state.step, rung),
             optim,
             run.precision,
             device,

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import flavour, tokens_for
-from workers.budget import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder, wsd_learning_rate
+from workers.budget import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from workers.data import DataConfig, load_corpus
+from workers.schedules import wsd_learning_rate
 from workers.train import OptimConfig, RunConfig, train
 
 train_module = importlib.import_module("workers.train")  # the package exports a function of that name

@@ -7,7 +7,8 @@ import pytest
 from search_spaces.residual_lm import flavour, flops_per_token
 from workers.budget import InfeasibleBudget, plan_budget
 from workers.data import DataConfig, load_corpus
-from workers.train import OptimConfig, RunConfig, learning_rate, train
+from workers.schedules import cosine_learning_rate
+from workers.train import OptimConfig, RunConfig, train
 
 # Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
 ABSURD = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
@@ -106,7 +107,7 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path, f
 
 def test_learning_rate_warms_up_then_decays():
     optim = OptimConfig(lr=1e-2, warmup=0.1, min_lr_ratio=0.1)
-    lrs = [learning_rate(s, 100, optim) for s in range(100)]
+    lrs = [cosine_learning_rate(s, 100, optim.lr, optim.min_lr_ratio, optim.warmup) for s in range(100)]
     assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:], strict=False))
     assert lrs[-1] == pytest.approx(1e-3, rel=0.01)
