@@ -97,7 +97,9 @@ def summarise(rows: list[dict]) -> dict:
         elif paper > mean["dense"] + margin:
             verdict = "dense wins: the paper's setting loses at this scale and budget"
         else:
-            verdict = "no clear winner: the paper's setting is within twice the seed noise of dense or 0.25 per sublayer"
+            verdict = (
+                "no clear winner: the paper's setting is within twice the seed noise of dense or of 0.25 per sublayer"
+            )
         threshold_vs_predictor = {
             "val_loss": {"threshold": mean["block_0.875"], "predictor": mean["block_0.875_predictor"]},
         }

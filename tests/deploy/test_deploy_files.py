@@ -346,9 +346,7 @@ def documented_commands() -> list[tuple[str, list[str]]]:
         for name, s in services().items()
         for args in nas_invocations(command_tokens(s))
     ]
-    found += [
-        ("docs/deploy.md", args) for tokens in shell_lines(deploy_doc()) for args in nas_invocations(tokens)
-    ]
+    found += [("docs/deploy.md", args) for tokens in shell_lines(deploy_doc()) for args in nas_invocations(tokens)]
     return found
 
 
