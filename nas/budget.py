@@ -30,7 +30,7 @@ from workers.budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budg
 from workers.replica import DEFAULT_MIN_WIDTH, plan_replica
 from workers.train import RunConfig
 
-from .messages import pretty_message
+from .messages import options_message
 from .space import IntParam, SearchSpace, describe, smallest_config
 
 __all__ = [
@@ -55,10 +55,6 @@ class BudgetError(ValueError):
     """A budget that cannot be used; the message is one line naming the CLI option."""
 
 
-def _option(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
 def _num(x: float) -> str:
     """Compact FLOP counts: 2e12, 1e3, 1.08e9."""
     text = f"{x:.3g}"
@@ -67,13 +63,7 @@ def _num(x: float) -> str:
 
 def budget_error_message(err: ValidationError | BudgetError) -> str:
     """One line naming each offending CLI option: `--trial-flops: must be > 0 (got -1.0)`."""
-    if not isinstance(err, ValidationError):
-        return str(err)
-    parts = []
-    for e in err.errors():
-        msg = pretty_message(e).removeprefix("Value error, ")
-        parts.append(f"{_option(str(e['loc'][0]))}: {msg}" if e["loc"] else msg)
-    return "; ".join(parts)
+    return options_message(err) if isinstance(err, ValidationError) else str(err)
 
 
 class Budget(BaseModel):

@@ -14,10 +14,36 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
 
 from .store import STORAGE_ENV
 
+
+class OneLineErrors(TyperGroup):
+    """typer's command group, except that usage errors (a missing or unknown option, a value of the wrong
+    type or out of an option's range) also end in one `error:` line with exit status 2.
+
+    The app itself carries this rule, so the console script and an in-process `CliRunner` behave alike.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        args = sys.argv[1:] if args is None else list(args)
+        if not standalone_mode or not args:  # no command: typer shows the help
+            return super().main(args, prog_name, complete_var, standalone_mode=standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        except TyperException as err:  # click's usage errors: bad option values, missing or unknown options
+            typer.echo(f"error: {' '.join(err.format_message().split())}", err=True)
+            sys.exit(2)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -117,9 +143,10 @@ def search(
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
     """Define a compute budget and a search space, and launch a search."""
+    from dataclasses import replace
+
     from .budget import BudgetError, check_budget_fits
     from .search import launch_search
-    from .settings import SearchSettings
     from .store import SearchExists, StoreError
 
     space_spec, budget = _validated_inputs(
@@ -139,32 +166,26 @@ def search(
     )
     if budget.beyond_validated:
         console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
-    _check_choices(
-        name=bool(name.strip()),
-        sampler=sampler in _samplers(),
-        workers=workers >= 1,
-        retries=retries >= 0,
-        seed=0 <= seed < 2**32,
-        gpus_per_trial=gpus_per_trial is None or 0 <= gpus_per_trial < math.inf,
-        repeat_seeds=0 <= repeat_seeds <= 8,
+    if not name.strip():
+        fail("--name: must be a non-empty name")
+    settings = _validated_settings(
+        dict(
+            workers=workers,
+            sampler=sampler,
+            seed=seed,
+            retries=retries,
+            ray_address=ray_address,
+            ray_dir=_validated_ray_dir(ray_dir),
+            gpus_per_trial=gpus_per_trial,
+            early_stopping=early_stop,
+            repeat_seeds=repeat_seeds,
+        )
     )
-    data_cfg, ray_dir = _validated_data(data), _validated_ray_dir(ray_dir)
+    settings = replace(settings, data=_validated_data(data))  # after the cheap checks: it loads the corpus
     try:
         check_budget_fits(space_spec, budget)  # at the space's own batch size
     except BudgetError as err:
         fail(str(err))
-    settings = SearchSettings(
-        workers=workers,
-        sampler=sampler,
-        seed=seed,
-        retries=retries,
-        ray_address=ray_address,
-        ray_dir=ray_dir,
-        gpus_per_trial=gpus_per_trial,
-        data=data_cfg,
-        early_stopping=early_stop,
-        repeat_seeds=repeat_seeds,
-    )
     if ray_address:
         _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     store = open_store(storage)
@@ -412,6 +433,17 @@ def _validated_inputs(space, budget_options: dict):
         fail(str(err))
 
 
+def _validated_settings(fields: dict):
+    """SearchSettings of the options, or a one-line error naming each bad option."""
+    from .messages import options_message
+    from .settings import SearchSettings
+
+    try:
+        return SearchSettings(**fields)
+    except ValidationError as err:
+        fail(options_message(err))
+
+
 def _validated_data(source: str) -> dict:
     """The corpus config, after loading the corpus once here (it is then cached for the trials), so a
     typo or an unreachable source fails now, in one line, instead of in every trial."""
@@ -445,27 +477,6 @@ def _validated_ray_dir(ray_dir: str | None) -> str | None:
     if path.exists() and not path.is_dir():
         fail(f"--ray-dir: must be a folder (or a URI), not the file {path}")
     return str(path)
-
-
-def _samplers() -> tuple[str, ...]:
-    from .study import SAMPLERS  # imports optuna: only for the commands that search
-
-    return SAMPLERS
-
-
-def _check_choices(**ok: bool) -> None:
-    accepted = {
-        "name": "a non-empty name",
-        "sampler": f"one of {', '.join(_samplers())}",
-        "workers": ">= 1",
-        "retries": ">= 0",
-        "seed": "in 0..2**32 - 1",
-        "gpus_per_trial": "a finite number >= 0 (a share of one GPU, e.g. 0.25)",
-        "repeat_seeds": "in 0..8",
-    }
-    for field, good in ok.items():
-        if not good:
-            fail(f"--{field.replace('_', '-')}: must be {accepted[field]}")
 
 
 def _loss(x) -> str:
@@ -560,21 +571,8 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
 
 
 def main() -> None:
-    """The `nas` console script: typer's app, except that usage errors (a missing option, a value of
-    the wrong type or out of an option's range) also end in one `error:` line with exit status 2."""
-    from typer.exceptions import TyperException
-
-    if len(sys.argv) <= 1:
-        app()  # no command: typer shows the help
-    try:
-        code = app(standalone_mode=False)
-    except typer.Abort:
-        typer.echo("Aborted!", err=True)
-        sys.exit(1)
-    except TyperException as err:  # click's usage errors: bad option values, missing or unknown options
-        typer.echo(f"error: {' '.join(err.format_message().split())}", err=True)
-        sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)
+    """The `nas` console script: the app on the command line's arguments (`OneLineErrors` says how it exits)."""
+    app()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""One-line error messages from pydantic validation errors, for the CLI's inputs (space, budget).
+"""One-line error messages from pydantic validation errors, for the CLI's inputs (space, budget, settings).
 
 `pretty_message(error)` words one pydantic error entry briefly and names what it got
-(`must be > 0 (got -1.0)`); `raise_errors(errors)` raises one `ValidationError` carrying several
-located messages from inside a validator, so pydantic prefixes the outer field path to each.
+(`must be > 0 (got -1.0)`); `options_message(err)` words a whole error of a model whose fields are CLI
+options as one line naming each option (`--trial-flops: must be > 0 (got -1.0)`); `raise_errors(errors)`
+raises one `ValidationError` carrying several located messages from inside a validator, so pydantic
+prefixes the outer field path to each.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-__all__ = ["YAML_FLOAT_HINT", "pretty_message", "raise_errors"]
+__all__ = ["YAML_FLOAT_HINT", "options_message", "pretty_message", "raise_errors"]
 
 # A YAML 1.1 quirk: PyYAML reads `1e-3` (no dot) as a string.
 YAML_FLOAT_HINT = " (YAML reads 1e-3 as text: write 1.0e-3)"
@@ -26,6 +28,7 @@ _PRETTY = {
     "finite_number": "must be a finite number",
     "missing": "required",
     "extra_forbidden": "unknown key",
+    "unexpected_keyword_argument": "unknown key",  # a pydantic dataclass's extra_forbidden
     "int_from_float": "must be a whole number",
     "int_parsing": "must be a whole number",
     "int_type": "must be a whole number",
@@ -58,10 +61,26 @@ def pretty_message(error: Any) -> str:
     ctx = {k: f"{v:g}" if isinstance(v, float) else v for k, v in ctx.items()}
     msg = _PRETTY[kind].format(**ctx) if kind in _PRETTY else error["msg"].removeprefix("Value error, ")
     value = error.get("input")
-    if kind in ("missing", "extra_forbidden") or isinstance(value, (dict, list, tuple)):
+    if kind in ("missing", "extra_forbidden", "unexpected_keyword_argument") or isinstance(value, (dict, list, tuple)):
         return msg
     hint = YAML_FLOAT_HINT if isinstance(value, str) and _looks_numeric(value) else ""
     return f"{msg} (got {value!r}){hint}"
+
+
+def _cli_option(field: str) -> str:
+    """The CLI option of a field: `trial_flops` -> `--trial-flops`."""
+    return "--" + field.replace("_", "-")
+
+
+def options_message(err: ValidationError) -> str:
+    """One line naming each offending CLI option, `; `-separated: `--trial-flops: must be > 0 (got -1.0)`.
+
+    An entry's first location is the field (its option); an entry without one (a model-level check)
+    is its message alone.
+    """
+    return "; ".join(
+        f"{_cli_option(str(e['loc'][0]))}: {pretty_message(e)}" if e["loc"] else pretty_message(e) for e in err.errors()
+    )
 
 
 def _looks_numeric(text: str) -> bool:

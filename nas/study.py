@@ -18,12 +18,11 @@ from pydantic import ValidationError
 from search_spaces.residual_lm import config_error_message, flops_per_token
 
 from .budget import Budget, trial_is_feasible
+from .settings import SAMPLERS
 from .space import SearchSpace, suggest, to_configs
 from .store import schema_lock
 
 __all__ = ["SAMPLERS", "DefineByRun", "fail_stale_optuna_trials", "make_sampler", "new_study_name", "optuna_storage"]
-
-SAMPLERS = ("tpe", "nsga2", "random", "gp")
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:

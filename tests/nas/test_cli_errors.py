@@ -1,33 +1,55 @@
-"""Bad input: a one-line error naming the field, exit code 2, and nothing written to the store."""
+"""Bad input: a one-line error naming the field, exit code 2, and nothing written to the store.
+
+The CLI runs in-process through typer's `CliRunner` (the app carries the one-line rule for usage
+errors too); one case runs the installed `nas` console script end to end.
+"""
 
 import os
 import subprocess
 import sys
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner, Result
 
+from nas.cli import app
+from nas.messages import options_message
+from nas.settings import SAMPLERS, SearchSettings
 from nas.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "tiny_space.yaml"
+RUNNER = CliRunner()
 
 
-def nas(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nas.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **env},
-    )
+@pytest.fixture
+def nas(tmp_path, monkeypatch):
+    """`nas(*args, **env)` runs the CLI in-process in tmp_path, with `env` added to the environment."""
+    monkeypatch.chdir(tmp_path)
+    saved = dict(os.environ)
+
+    def run(*args: str, **env: str) -> Result:
+        return RUNNER.invoke(app, list(args), env=env, catch_exceptions=False)
+
+    yield run
+    for key in set(os.environ) - set(saved):  # joining Ray sets its defaults (nas.ray_env)
+        del os.environ[key]
+    os.environ.update(saved)
 
 
 def space_file(tmp_path: Path, text: str) -> str:
     path = tmp_path / "space.yaml"
     path.write_text(text)
     return str(path)
+
+
+def one_error_line(done: Result) -> str:
+    """The single `error: ` line on stderr (fails the test otherwise)."""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return lines[0]
 
 
 SPACE_HEAD = "family: residual_lm\nfixed: {vocab_size: 256, seq_len: 32, batch_size: 4}\nparams:\n"
@@ -63,36 +85,34 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path):
+def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, nas):
     args, field = CASES[case]
     args = list(args)
     if args[0] == "--space":
         args[1] = space_file(tmp_path, args[1])
     base = {"--name": "bad", "--trial-flops": "2e10", "--space": str(TINY), "--storage": f"sqlite:///{tmp_path}/r.db"}
     base.update(dict(zip(args[::2], args[1::2], strict=False)))
-    done = nas("search", *[x for kv in base.items() for x in kv], "--no-progress", cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], done.stderr
+    done = nas("search", *[x for kv in base.items() for x in kv], "--no-progress")
+    assert done.exit_code == 2, done.stderr
+    assert field in one_error_line(done), done.stderr
     db = tmp_path / "r.db"
     assert not db.exists() or Store(f"sqlite:///{db}").list_searches() == []
 
 
 @pytest.mark.parametrize("command", [["resume", "nosuch"], ["show", "nosuch", "--pareto"], ["status", "nosuch"]])
-def test_unknown_search_name(command, tmp_path):
-    done = nas(*command, "--storage", f"sqlite:///{tmp_path}/r.db", cwd=tmp_path)
-    assert done.returncode == 2
+def test_unknown_search_name(command, tmp_path, nas):
+    done = nas(*command, "--storage", f"sqlite:///{tmp_path}/r.db")
+    assert done.exit_code == 2
     assert done.stderr.count("\n") == 1 and "nosuch" in done.stderr
     assert Store(f"sqlite:///{tmp_path}/r.db").list_searches() == []
 
 
 @pytest.mark.parametrize("args, field", [(["--out", "taken"], "--out"), ([], "nosuch.yaml")])
-def test_bad_pretrain_input_is_one_line_exit_2_and_writes_nothing(args, field, tmp_path):
+def test_bad_pretrain_input_is_one_line_exit_2_and_writes_nothing(args, field, tmp_path, nas):
     (tmp_path / "taken").write_text("a file, not a run folder")
-    done = nas("pretrain", "nosuch.yaml", *args, "--tokens", "1000", cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and field in lines[0], done.stderr
+    done = nas("pretrain", "nosuch.yaml", *args, "--tokens", "1000")
+    assert done.exit_code == 2, done.stderr
+    assert field in one_error_line(done), done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]  # no run folder
 
 
@@ -100,7 +120,7 @@ def test_bad_pretrain_input_is_one_line_exit_2_and_writes_nothing(args, field, t
     "option, value",
     [("--gpus-per-trial", "-0.5"), ("--gpus-per-trial", "nan"), ("--gpus-per-trial", "inf"), ("--ray-dir", "a-file")],
 )
-def test_bad_cluster_options_are_one_line_exit_2_and_write_nothing(option, value, tmp_path):
+def test_bad_cluster_options_are_one_line_exit_2_and_write_nothing(option, value, tmp_path, nas):
     (tmp_path / "a-file").write_text("not a folder")
     db = tmp_path / "r.db"
     done = nas(
@@ -114,20 +134,68 @@ def test_bad_cluster_options_are_one_line_exit_2_and_write_nothing(option, value
         option,
         value,
         "--no-progress",
-        cwd=tmp_path,
         RESNAS_STORAGE=f"sqlite:///{db}",
     )
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {option}: must be"), done.stderr
+    assert done.exit_code == 2, done.stderr
+    assert one_error_line(done).startswith(f"error: {option}: must be"), done.stderr
     assert not db.exists() or Store(f"sqlite:///{db}").list_searches() == []
 
 
-def test_the_store_url_comes_from_resnas_storage_unless_storage_is_given(tmp_path):
+def test_the_store_url_comes_from_resnas_storage_unless_storage_is_given(tmp_path, nas):
     unreachable = "sqlite:////nonexistent-dir/x.db"
-    done = nas("list", cwd=tmp_path, RESNAS_STORAGE=unreachable)
-    assert done.returncode == 2 and "nonexistent-dir" in done.stderr, done.stderr
+    done = nas("list", RESNAS_STORAGE=unreachable)
+    assert done.exit_code == 2 and "nonexistent-dir" in done.stderr, done.stderr
     assert not (tmp_path / "resnas.db").exists()  # not the default file
-    done = nas("list", "--storage", f"sqlite:///{tmp_path / 'given.db'}", cwd=tmp_path, RESNAS_STORAGE=unreachable)
-    assert done.returncode == 0, done.stderr
+    done = nas("list", "--storage", f"sqlite:///{tmp_path / 'given.db'}", RESNAS_STORAGE=unreachable)
+    assert done.exit_code == 0, done.stderr
     assert (tmp_path / "given.db").exists()
+
+
+def test_search_settings_are_validated_wherever_they_are_built():
+    settings = SearchSettings(workers=3, sampler="nsga2", gpus_per_trial=0.25)
+    assert SearchSettings(**asdict(settings)) == settings  # the stored dict rebuilds the same settings
+    with pytest.raises(ValidationError) as info:
+        SearchSettings(workers=0, sampler="hyperband", seed=-1, repeat_seeds=9)
+    assert options_message(info.value) == (
+        "--workers: must be >= 1 (got 0); "
+        "--sampler: Input should be 'tpe', 'nsga2', 'random' or 'gp' (got 'hyperband'); "
+        "--seed: must be >= 0 (got -1); --repeat-seeds: must be <= 8 (got 9)"
+    )
+    with pytest.raises(ValidationError):
+        replace(settings, retries=-1)  # a changed copy is validated again
+    with pytest.raises(ValidationError) as info:
+        SearchSettings(**{**asdict(settings), "bogus": 1})
+    assert options_message(info.value) == "--bogus: unknown key"
+
+
+def test_every_sampler_the_settings_accept_can_be_built():
+    from nas.study import make_sampler
+
+    for name in SAMPLERS:
+        make_sampler(name, seed=0)
+    with pytest.raises(ValueError, match="--sampler: unknown sampler 'hyperband'"):
+        make_sampler("hyperband", seed=0)
+
+
+def test_the_console_script_rejects_bad_input_in_one_line_and_leaves_the_store_untouched(tmp_path):
+    """The installed `nas` script, as a user runs it: a bad option exits 2 with one line, before the store opens."""
+    script = Path(sys.executable).with_name("nas")
+    assert script.exists(), f"the console script is not installed beside {sys.executable}"
+    db = tmp_path / "r.db"
+    Store(f"sqlite:///{db}").create_search(
+        "kept", requested_trials=1, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
+    )
+    before = db.read_bytes()
+    done = subprocess.run(
+        [str(script), "search", "--name", "bad", "--trial-flops", "2e10", "--space", str(TINY)]
+        + ["--workers", "0", "--storage", f"sqlite:///{db}", "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == ["error: --workers: must be >= 1 (got 0)"], done.stderr
+    assert db.read_bytes() == before
+    assert [s.name for s in Store(f"sqlite:///{db}").list_searches()] == ["kept"]
