@@ -7,8 +7,10 @@ cycle. The graph has one node per module (`pkg/__init__.py` is `pkg`) and one ed
   module (file or package folder), else to `pkg`; only edges to the four packages are kept;
 - importing `pkg.sub` is an edge to `pkg.sub` alone, not to `pkg` (Python runs `pkg/__init__.py`
   first, but counting that would make every `__init__` that re-exports a submodule a cycle);
-- imports inside functions count (they run when the function does); imports under
-  `if TYPE_CHECKING:` do not (they never run); `importlib` calls and strings are not imports.
+- imports inside functions count (they run when the function does), and so do imports under
+  `if TYPE_CHECKING:` (they never run, but two modules that name each other's types still depend
+  on each other: a cycle a type checker alone sees is a cycle); `importlib` calls and strings are
+  not imports.
 """
 
 from __future__ import annotations
@@ -35,23 +37,9 @@ def repo_root() -> Path:
     return next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(tree: ast.AST):
-    """Every Import/ImportFrom node in `tree`, at any depth, except in the body of `if TYPE_CHECKING:`."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            todo.extend(node.orelse)
-        else:
-            todo.extend(ast.iter_child_nodes(node))
+    """Every Import/ImportFrom node in `tree`, at any depth (functions and `if TYPE_CHECKING:` included)."""
+    return (node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)))
 
 
 def build_graph(root: Path, packages: tuple[str, ...]) -> list[Edge]:
@@ -114,35 +102,56 @@ def cycles(edges: list[Edge]) -> list[list[str]]:
     return sorted(sorted(c) for c in components)
 
 
+def upward_report(edges: list[Edge], layers: tuple[str, ...]) -> str:
+    """What `test_no_upward_imports` prints: one line per upward edge ("" if none)."""
+    bad = upward_edges(edges, layers)
+    if not bad:
+        return ""
+    return f"imports of a package above the importer ({' -> '.join(layers)}):\n" + "".join(f"{e}\n" for e in bad)
+
+
+def cycle_report(edges: list[Edge]) -> str:
+    """What `test_no_cycles_inside_a_package` prints: each cycle's modules, then the edges between them ("" if none)."""
+    found = cycles(edges)
+    if not found:
+        return ""
+    report = "import cycles:\n"
+    for c in found:
+        report += ", ".join(c) + ":\n" + "".join(f"    {e}\n" for e in edges if e.src in c and e.dst in c)
+    return report
+
+
 def test_no_upward_imports():
-    bad = upward_edges(build_graph(repo_root(), LAYERS), LAYERS)
-    assert not bad, (
-        "imports of a package above the importer (" + " -> ".join(LAYERS) + "):\n" + "\n".join(map(str, bad))
-    )
+    report = upward_report(build_graph(repo_root(), LAYERS), LAYERS)
+    assert not report, report
 
 
 def test_no_cycles_inside_a_package():
-    edges = build_graph(repo_root(), LAYERS)
-    found = cycles(edges)
-    report = [", ".join(c) + ":\n" + "\n".join(f"    {e}" for e in edges if e.src in c and e.dst in c) for c in found]
-    assert not found, "import cycles:\n" + "\n".join(report)
+    report = cycle_report(build_graph(repo_root(), LAYERS))
+    assert not report, report
 
 
-def test_checker_finds_a_lazy_cycle_and_an_upward_import(tmp_path):
-    files = {
-        "a/__init__.py": "from .x import f\n",
-        "a/x.py": "import a.y\n\ndef f():\n    pass\n",
-        "a/y.py": "def g():\n    from .x import f  # lazy, still an edge\n    return f\n",
-        "a/sub/__init__.py": "",
-        "a/sub/m.py": "import os\nfrom .. import x\nfrom ..y import g\n",
-        "b/__init__.py": "",
-        "b/z.py": "import importlib.util\nfrom typing import TYPE_CHECKING\n\nfrom a import f\n\n"
-        "if TYPE_CHECKING:\n    from a.sub import m\nelse:\n    m = None\n"
-        "SPEC = importlib.util.find_spec('a.y')\n",
-    }
+def write_tree(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_checker_reads_lazy_relative_and_type_checking_imports(tmp_path):
+    write_tree(
+        tmp_path,
+        {
+            "a/__init__.py": "from .x import f\n",
+            "a/x.py": "import a.y\n\ndef f():\n    pass\n",
+            "a/y.py": "def g():\n    from .x import f  # lazy, still an edge\n    return f\n",
+            "a/sub/__init__.py": "",
+            "a/sub/m.py": "import os\nfrom .. import x\nfrom ..y import g\n",
+            "b/__init__.py": "",
+            "b/z.py": "import importlib.util\nfrom typing import TYPE_CHECKING\n\nfrom a import f\n\n"
+            "if TYPE_CHECKING:\n    from a.sub import m\nelse:\n    m = None\n"
+            "SPEC = importlib.util.find_spec('a.y')\n",
+        },
+    )
     edges = build_graph(tmp_path, ("a", "b"))
     assert {(e.src, e.dst) for e in edges} == {
         ("a", "a.x"),
@@ -151,8 +160,37 @@ def test_checker_finds_a_lazy_cycle_and_an_upward_import(tmp_path):
         ("a.sub.m", "a.x"),
         ("a.sub.m", "a.y"),
         ("b.z", "a"),
+        ("b.z", "a.sub.m"),  # under TYPE_CHECKING: an edge all the same
     }
-    assert [str(e) for e in upward_edges(edges, ("a", "b"))] == ["b.z -> a (b/z.py:4)"]  # not the TYPE_CHECKING one
+    assert [str(e) for e in upward_edges(edges, ("a", "b"))] == ["b.z -> a (b/z.py:4)", "b.z -> a.sub.m (b/z.py:7)"]
     assert upward_edges(edges, ("b", "a")) == []
-    assert cycles(edges) == [["a.x", "a.y"]]
-    assert cycles(edges + [Edge("b.z", "b.z", "b/z.py", 1)]) == [["a.x", "a.y"], ["b.z"]]
+    assert upward_report(edges, ("b", "a")) == ""
+    assert "b.z -> a.sub.m (b/z.py:7)" in upward_report(edges, ("a", "b"))
+
+
+def test_checker_finds_cycles_inside_a_package(tmp_path):
+    """a.x -> a.y -> a.x at import time; b.p <-> b.q behind TYPE_CHECKING; c.r -> c.s -> c.t -> c.r; d acyclic."""
+    write_tree(
+        tmp_path,
+        {
+            "a/__init__.py": "",
+            "a/x.py": "from . import y\n",
+            "a/y.py": "from .x import *\n",
+            "b/__init__.py": "",
+            "b/p.py": "from .q import Q\n",
+            "b/q.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .p import P\n\nQ = 1\n",
+            "c/__init__.py": "",
+            "c/r.py": "import c.s\n",
+            "c/s.py": "import c.t\n",
+            "c/t.py": "def h():\n    import c.r\n",
+            "d/__init__.py": "from .u import U\n",
+            "d/u.py": "from d.v import V as U\n",
+            "d/v.py": "V = 1\n",
+        },
+    )
+    edges = build_graph(tmp_path, ("a", "b", "c", "d"))
+    assert cycles(edges) == [["a.x", "a.y"], ["b.p", "b.q"], ["c.r", "c.s", "c.t"]]
+    report = cycle_report(edges)
+    assert "b.p, b.q:\n    b.p -> b.q (b/p.py:1)\n    b.q -> b.p (b/q.py:4)\n" in report
+    assert cycles(edges + [Edge("d.v", "d.v", "d/v.py", 1)])[-1] == ["d.v"]  # a module that imports itself
+    assert cycle_report([e for e in edges if e.src.startswith("d")]) == ""

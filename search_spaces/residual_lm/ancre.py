@@ -53,7 +53,6 @@ class AncreLM(ResidualLM):
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.connectivity = AncreConnectivity(cfg.n_layers, cfg.ancre_tau)
         self.logit_multiplier = logit_multiplier(cfg)  # muP's 1/m_d (1 under standard)
-        self.init_weights()
 
     def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)

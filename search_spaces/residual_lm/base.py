@@ -2,8 +2,10 @@
 
 A family subclasses `ResidualLM`, builds its blocks, and implements `hidden(idx) -> z` (the
 final block output, before any final norm), `head(z) -> logits` and `routers()`;
-`forward(idx) = head(hidden(idx))`. Diagnostics are recorded only inside `with model.recording_diagnostics():`,
-so training steps pay nothing for them; executed FLOPs are always known after a forward.
+`forward(idx) = head(hidden(idx))`. A constructor only builds: `build_model` records the
+parameters' growth with width (`width_growth`) and then calls `init_weights`.
+Diagnostics are recorded only inside `with model.recording_diagnostics():`, so training steps
+pay nothing for them; executed FLOPs are always known after a forward.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ from torch import Tensor, nn
 
 from .config import ArchConfig
 from .flops import SublayerKey, forward_flops
-from .parametrization import standard_init_std, tensor_rules
+from .parametrization import INIT_STD, TensorGrowth, init_std, tensor_rules
 from .routing import DepthRouter, LinearRouter
 
-INIT_STD = 0.02  # GPT-2 / nanoGPT
+__all__ = ["INIT_STD", "ResidualLM", "make_router"]
 
 
 class ResidualLM(nn.Module):
@@ -32,6 +34,7 @@ class ResidualLM(nn.Module):
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.width_growth: dict[str, TensorGrowth] = {}  # per parameter; recorded by build_model
         self.recording = False
         self.last_residual_rms: list[Tensor] = []
         self._last_shape: tuple[int, int] = (0, 0)
@@ -44,14 +47,12 @@ class ResidualLM(nn.Module):
     def init_weights(self) -> None:
         """Every matrix from N(0, std^2): GPT-2's N(0, 0.02), the sublayers' output projections at
         0.02 / sqrt(2L), under `standard`; under `completep` those stds at the base depth L_0, times
-        the tensor's width rule (`parametrization.tensor_rules`)."""
-        if self.tok_emb.weight.is_meta:  # a shape-only build (parametrization._growing_dims)
-            return
+        the tensor's width rule (`parametrization.init_std`). Needs `width_growth`; a family that
+        starts a tensor differently extends this."""
         rules = tensor_rules(self)  # init_scale 1 under standard
-        depth = self.cfg.base_depth if self.cfg.parametrization == "completep" else self.cfg.n_layers
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                nn.init.normal_(p, 0.0, standard_init_std(name, INIT_STD, depth) * rules[name].init_scale)
+                nn.init.normal_(p, 0.0, init_std(self.cfg, name, rules[name]))
 
     def routers(self) -> dict[SublayerKey, DepthRouter]:
         """The routers of the routed sublayers, keyed by ("attn" | "mlp", 1-based block).

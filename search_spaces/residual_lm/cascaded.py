@@ -92,7 +92,6 @@ class CascadedLM(ResidualLM):
         self.blocks = nn.ModuleList(PreNormBlock(cfg, j) for j in range(1, cfg.n_layers + 1))
         self.norm = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.logit_multiplier = logit_multiplier(cfg)  # muP's 1/m_d (1 under standard)
-        self.init_weights()
 
     def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)

@@ -9,7 +9,9 @@ The stream is a unit-RMS direction u (||u|| = sqrt d) and a log-norm lane s; x =
     update     tan(theta) = alpha_l m,  u' = cos(theta) u + sin(theta) v,  s' = s + log1p((alpha_l m)^2) / 2
     output     logits = (W_hat u / d) exp(s),  W_hat = unembedding rows at unit RMS
 
-alpha_l starts at l^-0.5 (l = 1..2L counts sublayers); under `completep` the rotation uses c_L alpha_l
+The gate and the rotation are the plain functions of `nag_math` (`nag_gate`, `rotate`); a sublayer
+runs them as one fused op (`ops.nag_epilogue`) whose reference they are. alpha_l starts at l^-0.5
+(l = 1..2L counts sublayers); under `completep` the rotation uses c_L alpha_l
 (`parametrization.nag_rotation_multiplier`: the total initial rotation does not grow with depth).
 The update's relative size is alpha m whatever ||x|| is, and scaling e by c > 0 changes only s
 (by log c): the tests check both.
@@ -32,7 +34,8 @@ from torch import Tensor, nn
 from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU, scaled
 from .config import ArchConfig
-from .ops.nag_epilogue import NORM_EPS, nag_epilogue, nag_gate
+from .nag_math import NORM_EPS, nag_gate
+from .ops.nag_epilogue import nag_epilogue
 from .parametrization import nag_rotation_multiplier
 from .routing import DepthRouter, TokenSelection, gather_tokens
 
@@ -144,7 +147,9 @@ class NagLM(ResidualLM):
         super().__init__(cfg)
         self.blocks = nn.ModuleList(NagBlock(cfg, j) for j in range(1, cfg.n_layers + 1))
         self.g_encode = nn.Parameter(torch.zeros(()))
-        self.init_weights()
+
+    def init_weights(self) -> None:
+        super().init_weights()
         nn.init.normal_(self.tok_emb.weight, 0.0, 1.0)  # unit RMS: s_0 starts near g_encode = 0
 
     def encode(self, idx: Tensor) -> tuple[Tensor, Tensor]:

@@ -38,22 +38,33 @@ The gate's C pre-activations read the d-wide stream: a readout. ANCRe's mixing l
 finite (their number grows with depth, each is a scalar in a softmax over a convex combination
 of states, which keeps the stream's scale whatever L is). The MoD predictor's second layer
 (32 -> 1) is finite.
+
+The rules read plain data, never a model: the config, and per parameter a `TensorGrowth` saying
+which of its dimensions grow with width and whether it is the embedding or the unembedding.
+`build_model` records that for every model it builds (`model.width_growth`), then initialises it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
-
-import torch
+from typing import Literal, NamedTuple, Protocol
 
 from .config import ArchConfig
 
-if TYPE_CHECKING:
-    from .base import ResidualLM
+INIT_STD = 0.02  # GPT-2 / nanoGPT
 
 TensorKind = Literal["hidden", "readout", "input", "finite", "unembed"]
+TensorRole = Literal["embedding", "unembedding"]  # the two tensors whose kind is not read from their shape
+
+
+class TensorGrowth(NamedTuple):
+    """How one parameter grows with the width d (muP's "infinite" dimensions)."""
+
+    fan_out: bool  # dimension 0 grows (a matrix is (out, in); a vector has only this one)
+    fan_in: bool  # dimension 1 grows
+    role: TensorRole | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,16 @@ class TensorRule:
     lr_scale: float  # multiplies the AdamW learning rate
     weight_decay_scale: float
     eps_scale: float
+
+
+class Described(Protocol):
+    """What `tensor_rules` reads from a model: its config and its parameters' growth, plain data."""
+
+    @property
+    def cfg(self) -> ArchConfig: ...
+
+    @property
+    def width_growth(self) -> Mapping[str, TensorGrowth]: ...
 
 
 def width_multiplier(cfg: ArchConfig) -> float:
@@ -112,48 +133,39 @@ def standard_init_std(name: str, init_std: float, depth: int) -> float:
     return init_std
 
 
-def _growing_dims(model: ResidualLM) -> dict[str, tuple[bool, bool]]:
-    """Per parameter (fan-out grows, fan-in grows) with width, from a meta-device build at width 2d."""
-    cfg = model.cfg
-    wide_cfg = cfg.model_copy(update={"d_model": 2 * cfg.d_model})
-    with torch.device("meta"):
-        wide = type(model)(wide_cfg)
-    wide_shapes = {name: p.shape for name, p in wide.named_parameters()}
-    grows = {}
-    for name, p in model.named_parameters():
-        wide_shape = wide_shapes[name]
-        changed = [a != b for a, b in zip(p.shape, wide_shape, strict=True)]
-        if p.dim() == 2:
-            grows[name] = (changed[0], changed[1])  # nn.Linear / nn.Embedding weights are (out, in)
-        else:
-            grows[name] = (any(changed), False)  # vectors: a width-sized one is an "input" (norm gains, biases)
-    return grows
+def init_std(cfg: ArchConfig, name: str, rule: TensorRule) -> float:
+    """A matrix's init std: `standard_init_std` at depth L under `standard`; under `completep` at the
+    base depth L_0 (depth enters through the branch multiplier), times the tensor's width rule."""
+    depth = cfg.base_depth if cfg.parametrization == "completep" else cfg.n_layers
+    return standard_init_std(name, INIT_STD, depth) * rule.init_scale
 
 
-def tensor_rules(model: ResidualLM) -> dict[str, TensorRule]:
-    """Every parameter's `TensorRule` (see the module docstring for the table)."""
-    cfg = model.cfg
+def tensor_kind(growth: TensorGrowth) -> TensorKind:
+    """The row of the table a tensor falls in, from which of its dimensions grow with width."""
+    if growth.role == "embedding":  # also a tied unembedding: it keeps the embedding's rules (the head has 1/m_d)
+        return "input"
+    if growth.role == "unembedding":
+        return "unembed"
+    if growth.fan_out and growth.fan_in:
+        return "hidden"
+    if growth.fan_in:
+        return "readout"
+    return "input" if growth.fan_out else "finite"
+
+
+def tensor_rule(cfg: ArchConfig, growth: TensorGrowth) -> TensorRule:
+    """One tensor's `TensorRule` (see the module docstring for the table)."""
     if cfg.parametrization == "standard":
-        return {name: TensorRule("finite", 1.0, 1.0, 1.0, 1.0) for name, _ in model.named_parameters()}
+        return TensorRule("finite", 1.0, 1.0, 1.0, 1.0)  # nothing scales with width
     m_d, m_l = width_multiplier(cfg), depth_multiplier(cfg)
-    by_kind = {
-        "hidden": TensorRule("hidden", m_d**-0.5, 1.0 / m_d, m_d, 1.0 / (m_d * m_l)),
-        "readout": TensorRule("readout", 1.0 / m_d, 1.0 / m_d, m_d, 1.0 / m_d),
-        **{kind: TensorRule(kind, 1.0, 1.0, 1.0, 1.0) for kind in ("input", "finite", "unembed")},
-    }
-    grows = _growing_dims(model)
-    rules = {}
-    for name, p in model.named_parameters():
-        out_grows, in_grows = grows[name]
-        if p is model.tok_emb.weight:  # also a tied unembedding: it keeps the embedding's rules (the head has 1/m_d)
-            kind = "input"
-        elif p is model.unembedding:
-            kind = "unembed"
-        elif out_grows and in_grows:
-            kind = "hidden"
-        elif in_grows:
-            kind = "readout"
-        else:
-            kind = "input" if out_grows else "finite"
-        rules[name] = by_kind[kind]
-    return rules
+    kind = tensor_kind(growth)
+    if kind == "hidden":
+        return TensorRule("hidden", m_d**-0.5, 1.0 / m_d, m_d, 1.0 / (m_d * m_l))
+    if kind == "readout":
+        return TensorRule("readout", 1.0 / m_d, 1.0 / m_d, m_d, 1.0 / m_d)
+    return TensorRule(kind, 1.0, 1.0, 1.0, 1.0)
+
+
+def tensor_rules(model: Described) -> dict[str, TensorRule]:
+    """Every parameter's `TensorRule`, by name, from `model.cfg` and `model.width_growth`."""
+    return {name: tensor_rule(model.cfg, growth) for name, growth in model.width_growth.items()}

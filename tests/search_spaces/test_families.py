@@ -89,7 +89,7 @@ def test_nag_direction_lane_stays_on_the_sphere():
 
 def test_nag_update_is_a_rotation_by_atan_alpha_m():
     """u' = cos(theta) u + sin(theta) v with tan(theta) = alpha m, and s' - s = log1p(tan^2) / 2."""
-    from search_spaces.residual_lm.ops.nag_epilogue import rotate
+    from search_spaces.residual_lm.nag_math import rotate
 
     d = 16
     u = torch.randn(5, d)

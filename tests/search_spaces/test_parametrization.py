@@ -6,6 +6,7 @@ change of a hidden activation and of the logits stays of the same size as the wi
 """
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,8 +15,7 @@ from pydantic import ValidationError
 
 from helpers import FAMILIES
 from search_spaces.residual_lm import ArchConfig, build_model
-from search_spaces.residual_lm.base import INIT_STD
-from search_spaces.residual_lm.parametrization import nag_rotation_multiplier, tensor_rules
+from search_spaces.residual_lm.parametrization import INIT_STD, TensorGrowth, nag_rotation_multiplier, tensor_rules
 from workers.train import ADAM_EPS, OptimConfig, build_optimizer
 
 BASE = {"base_width": 64, "base_depth": 2}
@@ -122,6 +122,30 @@ def test_rules_per_tensor_match_the_table(family):
         decayed = p.dim() >= 2 and not gate
         assert group["weight_decay"] == pytest.approx(0.1 * rule.weight_decay_scale if decayed else 0.0), name
         assert group["eps"] == pytest.approx(ADAM_EPS * rule.eps_scale), name
+
+
+def test_rules_are_read_from_plain_data():
+    """`tensor_rules` needs no model: a config and each tensor's growth with width are enough."""
+    growth = {
+        "qkv": TensorGrowth(True, True),
+        "gate": TensorGrowth(False, True),
+        "gain": TensorGrowth(True, False),
+        "alpha": TensorGrowth(False, False),
+        "table": TensorGrowth(False, True, "embedding"),
+        "head": TensorGrowth(False, True, "unembedding"),
+    }
+    kinds = {
+        "qkv": "hidden",
+        "gate": "readout",
+        "gain": "input",
+        "alpha": "finite",
+        "table": "input",
+        "head": "unembed",
+    }
+    completep = SimpleNamespace(cfg=cfg_of("cascaded", 256, 4, "completep"), width_growth=growth)
+    assert {name: rule.kind for name, rule in tensor_rules(completep).items()} == kinds
+    standard = SimpleNamespace(cfg=cfg_of("cascaded", 256, 4, "standard"), width_growth=growth)
+    assert {(r.kind, r.init_scale, r.lr_scale) for r in tensor_rules(standard).values()} == {("finite", 1.0, 1.0)}
 
 
 def test_forward_multipliers():

@@ -1,7 +1,8 @@
 """The NAG sublayer epilogue: gate, rotation and log-norm update fused into one row-wise op.
 
 Per row (u, f of length d, s a scalar, pre the C gate pre-activations w_c . u + b_c), with
-shared p = mix_weights (C,), beta > 0, alpha and eps = NORM_EPS, exactly NagGate + `rotate`:
+shared p = mix_weights (C,), beta > 0, alpha and eps = NORM_EPS, exactly the family's
+`nag_math.nag_gate` then `nag_math.rotate` (the reference, `nag_epilogue_reference`):
 
     mix = sum_c p_c sigmoid(pre_c),  m = max(mix, eps)^beta,  tan = alpha m
     mean = mean(f),  a = <f, u> / d,  P = ||f||^2 - d (mean^2 + a^2)   (= ||f_perp||^2)
@@ -39,37 +40,13 @@ import math
 import torch
 from torch import Tensor
 
+from ..nag_math import NORM_EPS, nag_gate, rotate
 from . import backend, jit, tl, triton
 
 __all__ = ["NORM_EPS", "nag_epilogue", "nag_epilogue_bytes", "nag_epilogue_reference", "nag_gate", "rotate"]
 
-NORM_EPS = 1e-6  # floor of the clamped norms and of the gate mixture
 MAX_D = 65536  # a row must fit in one program's registers
 _TILE = 4096  # elements of a (rows, d) block per program
-
-
-def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
-    """m = max(sum_c p_c sigmoid(pre_c), eps)^beta in [0, 1]: (...,) from pre (..., C)."""
-    return (torch.sigmoid(pre) * mix_weights).sum(-1).clamp_min(NORM_EPS) ** beta.reshape(())
-
-
-def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
-    """Rotate u towards the part of f orthogonal to it. Returns (u', s' - s).
-
-    u is zero-mean with ||u||^2 = d, so 1 and u are orthogonal and, with m = mean(f) and
-    a = <f, u> / d, f_perp = f - m - a u has ||f_perp||^2 = ||f||^2 - d m^2 - d a^2. Then
-    u + tan v = (1 - k a) u + k (f - m) with k = tan sqrt(d) / ||f_perp||: three row reductions
-    and one pass over f, instead of materialising f_perp and v. The final renormalisation keeps
-    ||u'||^2 = d exactly even where f is almost parallel to u (cancellation in ||f_perp||).
-    """
-    d = u.shape[-1]
-    mean = f.mean(-1, keepdim=True)
-    along_u = (f * u).sum(-1, keepdim=True) / d
-    perp_sq = (f * f).sum(-1, keepdim=True) - d * (mean.square() + along_u.square())
-    k = tan_theta.unsqueeze(-1) * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))
-    moved = torch.addcmul(u * (1.0 - k * along_u), k, f) - k * mean  # u + tan(theta) v, (..., d)
-    u_next = moved * (math.sqrt(d) * torch.rsqrt(moved.square().sum(-1, keepdim=True)))
-    return u_next, 0.5 * torch.log1p(tan_theta.square())
 
 
 def nag_epilogue_reference(
