@@ -494,47 +494,70 @@ def _replica(rung) -> str:
     return f"{rung.d_model}, {rung.tokens_per_param:.3g}" + ("" if rung.on_path else "*")
 
 
+FRONT_COLUMNS = (
+    "trial",
+    "residual",
+    "layers",
+    "d",
+    "heads",
+    "mod",
+    "lr",
+    "rungs",
+    "top replica d, tok/param",
+    "top-rung loss",
+    "loss at T",
+    "80% band",
+    "LOO err",
+    "seeds",
+    "tied with",
+    "FLOPs/tok",
+)
+
+
 def _print_front(store, name: str, only_front: bool = True) -> None:
-    """The front at the search's target budget: predicted loss at T (with its band) vs executed FLOPs/token."""
+    """The front at the search's target budget: predicted loss at T (with its band) vs executed FLOPs/token,
+    the predictor chosen, and the hypervolume at T."""
     from workers.status import TrialStatus
 
     from .budget import stored_budget
-    from .extrapolate import seed_noise, tied
-    from .fidelity import at_target, predict_search_with_backtest, rung_points
-    from .pareto import hypervolume, pareto_rows, reference_point
+    from .extrapolate import seed_noise
+    from .fidelity import at_target, front_at_target, predict_search_with_backtest, rung_points
+    from .pareto import hypervolume, reference_point
 
     rows = store.trials(name)
     budget = stored_budget(store.get_search(name).budget)
     rungs = store.rungs(name)
     predictions, check = predict_search_with_backtest(rungs, budget.target)
-    top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
     noise = seed_noise(rung_points(rungs)) if rungs else None
     targeted = at_target(rows, predictions) if predictions else rows  # no rungs: a single-budget search
-    front = pareto_rows(targeted)
+    front = front_at_target(rows, predictions)
     shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
-    measured = {r.number: r for r in rows}
-    ref = reference_point(rows)
     what = "Pareto front" if only_front else "completed trials"
-    table = Table(
-        "trial",
-        "residual",
-        "layers",
-        "d",
-        "heads",
-        "mod",
-        "lr",
-        "rungs",
-        "top replica d, tok/param",
-        "top-rung loss",
-        "loss at T",
-        "80% band",
-        "LOO err",
-        "seeds",
-        "tied with",
-        "FLOPs/tok",
-        title=f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs",
+    title = f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs"
+    console.print(_front_table(title, shown, rows, rungs, predictions, noise))
+    if predictions:
+        console.print(f"{budget.ladder} ladder; {check.describe()}")
+    if budget.beyond_validated:
+        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
+    ref = reference_point(rows)
+    console.print(
+        f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
+        f"(loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
+        f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
+        f"{len(rows)} trial rows"
+        + (f"; seed noise {noise:.4f} nats: losses within {2 * noise:.4f} are tied" if noise else "")
     )
+
+
+def _front_table(title: str, shown, rows, rungs, predictions, noise: float | None) -> Table:
+    """One line per trial of `shown` (rows at their loss at T): its knobs, rungs, top replica, measured top-rung
+    loss, prediction and band, leave-one-out error, seeds, the trials it is tied with, FLOPs per token."""
+    from .extrapolate import tied
+
+    measured = {r.number: r for r in rows}
+    top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
     seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
+    table = Table(*FRONT_COLUMNS, title=title)
     for r in shown:
         lr, p = r.config.get("lr"), predictions.get(r.number)
         ties = [str(o.number) for o in shown if o.number != r.number and tied(r.val_loss, o.val_loss, noise)]
@@ -556,18 +579,7 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
             ", ".join(ties) or "-",
             _flops(r.executed_flops_per_token),
         )
-    console.print(table)
-    if predictions:
-        console.print(f"{budget.ladder} ladder; {check.describe()}")
-    if budget.beyond_validated:
-        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
-    console.print(
-        f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
-        f"(loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
-        f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
-        f"{len(rows)} trial rows"
-        + (f"; seed noise {noise:.4f} nats: losses within {2 * noise:.4f} are tied" if noise else "")
-    )
+    return table
 
 
 def main() -> None:
