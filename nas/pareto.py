@@ -11,12 +11,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import moocore
 import numpy as np
 
 from workers.status import TrialStatus
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    """The least a row needs to be placed on a front: what benchmarks and figures build from tables.
+
+    Store rows (`TrialRow`) carry the same four fields, so either may be passed to the functions here.
+    """
+
+    number: int
+    val_loss: float | None
+    executed_flops_per_token: float | None
+    status: str = TrialStatus.COMPLETED
 
 
 def is_front_candidate(row) -> bool:
