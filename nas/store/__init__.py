@@ -1,17 +1,7 @@
 """The resnas database: searches, trials and their results (see `Store`)."""
 
-from .access import (
-    RungRow,
-    SearchExists,
-    SearchRow,
-    SearchSummary,
-    Store,
-    StoreError,
-    TrialRow,
-    UnknownSearch,
-    UnknownTrial,
-    default_url,
-)
+from .access import Store
+from .engine import default_url
 from .migrations import (
     MIGRATIONS,
     SCHEMA_LOCK_KEY,
@@ -21,6 +11,7 @@ from .migrations import (
     ensure_schema,
     schema_lock,
 )
+from .rows import RungRow, SearchExists, SearchRow, SearchSummary, StoreError, TrialRow, UnknownSearch, UnknownTrial
 from .schema import SEARCH_STATUSES, TRIAL_STATUSES, SearchStatus, sanitise_json
 
 STORAGE_ENV = "RESNAS_STORAGE"  # the store URL when none is given, ahead of default_url (CLI and dashboard)

@@ -2,40 +2,34 @@
 
 Every public method is one `with self._session() as s:` block. That context manager owns the
 transaction (commit, or rollback on any error) and turns SQLAlchemy's errors into `StoreError`,
-so callers never see an ORM object or a driver exception. URLs are generic SQLAlchemy URLs
-(`sqlite:///path/resnas.db`, `postgresql+psycopg://user:pw@host/db`).
+so callers never see an ORM object or a driver exception (rows and errors: `rows.py`; engines,
+URLs and SQLite's settings: `engine.py`).
 
-SQLite is made safe for several writer processes: WAL journal, a 30 s busy timeout, foreign keys
-on, and write transactions that start with `BEGIN IMMEDIATE` (they take the write lock up front,
-so a read-then-write transaction never fails on a lock upgrade; readers are never blocked).
 PostgreSQL runs its default READ COMMITTED transactions: each search's trials are written by its
 driver and its rungs by the workers (`record_rung`, insert-once), and unique constraints (search
-name; search and trial number; rung keys) turn any other race into an error.
-On both, every process has its own connection pool (`pool_pre_ping`; never shared across fork).
-`Store.url` is the URL to connect with and may hold a password; print `display_url`.
+name; search and trial number; rung keys) turn any other race into an error. On SQLite, writes
+begin with `BEGIN IMMEDIATE`. `Store.url` is the URL to connect with and may hold a password;
+print `display_url`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from datetime import datetime
-from functools import partial
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, case, create_engine, delete, event, func, insert, make_url, select, update
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from workers.status import PENDING, TrialStatus
 
+from .engine import absolute_sqlite, display_url, make_engine, one_line
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
+from .rows import RungRow, SearchExists, SearchRow, SearchSummary, StoreError, TrialRow, UnknownSearch, UnknownTrial
 from .schema import (
     ARCH_FIELDS,
     CURVE_FIELDS,
@@ -52,197 +46,6 @@ from .schema import (
     WidthCertificateModel,
     utcnow,
 )
-
-
-class StoreError(Exception):
-    """A store operation failed; the message is one line."""
-
-    def __init__(self, message: str):
-        super().__init__(" ".join(str(message).split()))
-
-
-class UnknownSearch(StoreError):
-    """No search has that name."""
-
-
-class SearchExists(StoreError):
-    """A search with that name already exists."""
-
-
-class UnknownTrial(StoreError):
-    """No trial has that id."""
-
-
-@dataclass(frozen=True)
-class SearchRow:
-    id: int
-    name: str
-    status: SearchStatus
-    created_at: datetime
-    updated_at: datetime
-    requested_trials: int
-    budget: dict
-    space: dict
-    settings: dict
-    optuna_study_name: str | None
-    code_version: str | None
-
-
-@dataclass(frozen=True)
-class SearchSummary:
-    name: str
-    status: str
-    created_at: datetime
-    requested_trials: int
-    completed: int
-    failed: int
-    running: int  # running, or retrying (an attempt is about to start again)
-    other: int  # diverged, stopped, infeasible
-    interrupted: int  # left running by a dead driver (replaced on resume)
-    best_val_loss: float | None  # among completed trials
-
-
-@dataclass(frozen=True)
-class TrialRow:
-    id: int
-    search_id: int
-    number: int
-    attempt: int
-    optuna_trial_number: int | None
-    status: TrialStatus
-    failure_reason: str | None
-    previous_attempts: list  # [{"attempt", "status", "failure_reason"}] of earlier tries
-    config: dict
-    started_at: datetime
-    finished_at: datetime | None
-    residual: str | None
-    n_layers: int | None
-    d_model: int | None
-    n_heads: int | None
-    mod_rate: float | None
-    val_loss: float | None
-    val_bpb: float | None
-    nominal_flops_per_token: float | None
-    executed_flops_per_token: float | None
-    realised_flops_per_token: float | None
-    budget_flops: float | None
-    training_flops: float | None
-    tokens_seen: int | None
-    planned_tokens: int | None
-    steps: int | None
-    wall_time_s: float | None
-    tokens_per_s: float | None
-    step_time_share: float | None
-    peak_memory_mb: float | None
-    seed: int | None
-    branch_flops: float | None
-
-
-@dataclass(frozen=True)
-class RungRow:
-    """One measured rung of a trial (with the trial's family and executed FLOPs per token, for fits)."""
-
-    number: int
-    rung: int
-    seed: int
-    budget_flops: float
-    steps: int
-    tokens: int
-    val_loss: float | None
-    training_flops: float
-    train_seconds: float | None
-    d_model: int | None  # the replica's width, parameters and tokens per parameter (None on a budget ladder)
-    params: int | None
-    tokens_per_param: float | None
-    target_tokens_per_param: float | None
-    on_path: bool | None
-    residual: str | None
-    executed_flops_per_token: float | None
-
-
-def default_url(cwd: str | Path) -> str:
-    """The SQLite file `resnas.db` in `cwd`."""
-    return f"sqlite:///{Path(cwd).resolve() / 'resnas.db'}"
-
-
-def _absolute_sqlite(url: str) -> str:
-    """`url`, with the path of a SQLite file made absolute (relative to the working directory now)."""
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return url  # _make_engine reports it
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
-        return url
-    return parsed.set(database=str(Path(database).expanduser().resolve())).render_as_string(hide_password=False)
-
-
-def _display_url(url: str) -> str:
-    """`url` with its password hidden."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", str(url))
-
-
-def _one_line(err: BaseException) -> str:
-    """`Kind: first line`, Kind being SQLAlchemy's portable class (IntegrityError, OperationalError...).
-
-    The text is the driver's, without SQLAlchemy's [SQL: ...] lines; the class is SQLAlchemy's, so a
-    NOT NULL violation reads `IntegrityError` on SQLite and PostgreSQL alike.
-    """
-    orig = getattr(err, "orig", None) or err
-    text = str(orig).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
-
-
-def _on_sqlite_connect(dbapi_connection, _record) -> None:
-    dbapi_connection.isolation_level = None  # the driver begins nothing; `_on_sqlite_begin` does
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout = 30000")
-    cursor.execute("PRAGMA foreign_keys = ON")
-    cursor.execute("PRAGMA journal_mode = WAL")
-    cursor.close()
-
-
-def _on_sqlite_begin(connection) -> None:
-    mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
-    if mode not in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
-        raise ValueError(f"sqlite_begin must be DEFERRED, IMMEDIATE or EXCLUSIVE, not {mode!r}")
-    connection.exec_driver_sql(f"BEGIN {mode}")
-
-
-_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()  # every Store's engine in this process
-
-
-def _fresh_pools_after_fork() -> None:
-    """In a forked child, every engine starts a new pool; the parent's connections are left alone.
-
-    Two processes talking over one socket corrupt both sessions, and a child that closed (or
-    pinged) an inherited connection would end or disturb the parent's session.
-    """
-    for engine in list(_ENGINES):
-        engine.dispose(close=False)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_pools_after_fork)
-
-
-def _make_engine(url: str) -> Engine:
-    """An engine for `url`: strict JSON everywhere, a pool per process (connections are checked with
-    a ping before use, and never shared across fork()), and the SQLite settings of the module docstring."""
-    parsed = make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
-        if not Path(database).expanduser().parent.is_dir():
-            raise StoreError(f"directory {Path(database).parent} does not exist")
-    engine = create_engine(parsed, json_serializer=partial(json.dumps, allow_nan=False), pool_pre_ping=True)
-    _ENGINES.add(engine)
-    if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _on_sqlite_connect)
-        event.listen(engine, "begin", _on_sqlite_begin)
-    return engine
 
 
 def _arch_columns(config: dict) -> dict:
@@ -286,16 +89,16 @@ class Store:
     def __init__(self, url: str):
         # What to connect with (Optuna's storage and the workers' rung writes too, from whatever working
         # directory Ray gives them: a relative SQLite path is made absolute). May hold a password: never print it.
-        self.url = _absolute_sqlite(str(url))
-        self.display_url = _display_url(url)  # safe to print: password hidden
+        self.url = absolute_sqlite(str(url))
+        self.display_url = display_url(url)  # safe to print: password hidden
         engine = None
         try:
-            engine = _make_engine(url)
+            engine = make_engine(url)
             ensure_schema(engine)
         except (StoreError, SQLAlchemyError, SchemaVersionError, ImportError, OSError, ValueError) as err:
             if engine is not None:
                 engine.dispose()
-            detail = str(err) if isinstance(err, (StoreError, SchemaVersionError)) else _one_line(err)
+            detail = str(err) if isinstance(err, (StoreError, SchemaVersionError)) else one_line(err)
             raise StoreError(f"cannot open store {self.display_url}: {detail}") from err
         self._engine = engine
         self._dispose = weakref.finalize(self, engine.dispose)  # runs once: at close() or when unreferenced
@@ -323,7 +126,7 @@ class Store:
                 session.commit()
             except SQLAlchemyError as err:
                 session.rollback()
-                raise StoreError(f"database error: {_one_line(err)}") from err
+                raise StoreError(f"database error: {one_line(err)}") from err
             except BaseException:
                 session.rollback()
                 raise

@@ -1,0 +1,110 @@
+"""Engines and URLs: one SQLAlchemy engine per store, safe across processes.
+
+URLs are generic SQLAlchemy URLs (`sqlite:///path/resnas.db`, `postgresql+psycopg://user:pw@host/db`);
+`display_url` hides the password. Every engine checks a connection with a ping before use
+(`pool_pre_ping`) and a forked child starts a fresh pool (two processes on one socket corrupt both
+sessions).
+
+SQLite is made safe for several writer processes: WAL journal, a 30 s busy timeout, foreign keys
+on, and write transactions that start with `BEGIN IMMEDIATE` when asked (`sqlite_begin` execution
+option): they take the write lock up front, so a read-then-write transaction never fails on a lock
+upgrade, and readers are never blocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import weakref
+from functools import partial
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, make_url
+
+from .rows import StoreError
+
+
+def default_url(cwd: str | Path) -> str:
+    """The SQLite file `resnas.db` in `cwd`."""
+    return f"sqlite:///{Path(cwd).resolve() / 'resnas.db'}"
+
+
+def absolute_sqlite(url: str) -> str:
+    """`url`, with the path of a SQLite file made absolute (relative to the working directory now)."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return url  # make_engine reports it
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return url
+    return parsed.set(database=str(Path(database).expanduser().resolve())).render_as_string(hide_password=False)
+
+
+def display_url(url: str) -> str:
+    """`url` with its password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", str(url))
+
+
+def one_line(err: BaseException) -> str:
+    """`Kind: first line`, Kind being SQLAlchemy's portable class (IntegrityError, OperationalError...).
+
+    The text is the driver's, without SQLAlchemy's [SQL: ...] lines; the class is SQLAlchemy's, so a
+    NOT NULL violation reads `IntegrityError` on SQLite and PostgreSQL alike.
+    """
+    orig = getattr(err, "orig", None) or err
+    text = str(orig).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+def _on_sqlite_connect(dbapi_connection, _record) -> None:
+    dbapi_connection.isolation_level = None  # the driver begins nothing; `_on_sqlite_begin` does
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.close()
+
+
+def _on_sqlite_begin(connection) -> None:
+    mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+    if mode not in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE"):
+        raise ValueError(f"sqlite_begin must be DEFERRED, IMMEDIATE or EXCLUSIVE, not {mode!r}")
+    connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()  # every Store's engine in this process
+
+
+def _fresh_pools_after_fork() -> None:
+    """In a forked child, every engine starts a new pool; the parent's connections are left alone.
+
+    Two processes talking over one socket corrupt both sessions, and a child that closed (or
+    pinged) an inherited connection would end or disturb the parent's session.
+    """
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_pools_after_fork)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url`: strict JSON everywhere, a pool per process (connections are checked with
+    a ping before use, and never shared across fork()), and the SQLite settings of the module docstring."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
+        if not Path(database).expanduser().parent.is_dir():
+            raise StoreError(f"directory {Path(database).parent} does not exist")
+    engine = create_engine(parsed, json_serializer=partial(json.dumps, allow_nan=False), pool_pre_ping=True)
+    _ENGINES.add(engine)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _on_sqlite_connect)
+        event.listen(engine, "begin", _on_sqlite_begin)
+    return engine
