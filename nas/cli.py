@@ -142,50 +142,38 @@ def search(
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
-    """Define a compute budget and a search space, and launch a search."""
-    from dataclasses import replace
+    """Define a compute budget and a search space, and launch a search.
 
-    from .budget import BudgetError, check_budget_fits
+    The signature is long because typer declares one parameter per flag; the checks live in
+    `_checked_search_inputs`, so this body only launches.
+    """
     from .search import launch_search
     from .store import SearchExists, StoreError
 
-    space_spec, budget = _validated_inputs(
-        space,
-        dict(
-            trial_flops=trial_flops,
-            trials=trials,
-            search_flops=search_flops,
-            max_trial_seconds=max_trial_seconds,
-            max_search_seconds=max_search_seconds,
-            rungs=rungs,
-            eta=eta,
-            target_flops=target_flops,
-            ladder=ladder,
-            min_replica_width=min_replica_width,
-        ),
+    budget_options = dict(
+        trial_flops=trial_flops,
+        trials=trials,
+        search_flops=search_flops,
+        max_trial_seconds=max_trial_seconds,
+        max_search_seconds=max_search_seconds,
+        rungs=rungs,
+        eta=eta,
+        target_flops=target_flops,
+        ladder=ladder,
+        min_replica_width=min_replica_width,
     )
-    if budget.beyond_validated:
-        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
-    if not name.strip():
-        fail("--name: must be a non-empty name")
-    settings = _validated_settings(
-        dict(
-            workers=workers,
-            sampler=sampler,
-            seed=seed,
-            retries=retries,
-            ray_address=ray_address,
-            ray_dir=_validated_ray_dir(ray_dir),
-            gpus_per_trial=gpus_per_trial,
-            early_stopping=early_stop,
-            repeat_seeds=repeat_seeds,
-        )
+    settings_options = dict(
+        workers=workers,
+        sampler=sampler,
+        seed=seed,
+        retries=retries,
+        ray_address=ray_address,
+        ray_dir=ray_dir,
+        gpus_per_trial=gpus_per_trial,
+        early_stopping=early_stop,
+        repeat_seeds=repeat_seeds,
     )
-    settings = replace(settings, data=_validated_data(data))  # after the cheap checks: it loads the corpus
-    try:
-        check_budget_fits(space_spec, budget)  # at the space's own batch size
-    except BudgetError as err:
-        fail(str(err))
+    space_spec, budget, settings = _checked_search_inputs(name, space, budget_options, settings_options, data)
     if ray_address:
         _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     store = open_store(storage)
@@ -194,6 +182,30 @@ def search(
     except (SearchExists, StoreError) as err:
         fail(f"{err}" + ("; use `nas resume`" if isinstance(err, SearchExists) else ""))
     _print_front(store, report.name)
+
+
+def _checked_search_inputs(name: str, space: Path | None, budget_options: dict, settings_options: dict, data: str):
+    """(space spec, budget, settings) of a new search, or a one-line `fail` naming the field.
+
+    The cheap checks run first; the corpus is loaded last, then the budget is checked against the
+    space at its own batch size.
+    """
+    from dataclasses import replace
+
+    from .budget import BudgetError, check_budget_fits
+
+    space_spec, budget = _validated_inputs(space, budget_options)
+    if budget.beyond_validated:
+        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
+    if not name.strip():
+        fail("--name: must be a non-empty name")
+    settings = _validated_settings({**settings_options, "ray_dir": _validated_ray_dir(settings_options["ray_dir"])})
+    settings = replace(settings, data=_validated_data(data))  # after the cheap checks: it loads the corpus
+    try:
+        check_budget_fits(space_spec, budget)
+    except BudgetError as err:
+        fail(str(err))
+    return space_spec, budget, settings
 
 
 @app.command()

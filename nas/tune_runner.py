@@ -138,6 +138,29 @@ def configs_from(space: SearchSpace, params: dict):
     return to_configs(space, {k: v for k, v in params.items() if k in space.params})
 
 
+def trial_context(
+    store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings, study_name: str
+) -> dict:
+    """What every trial of the search receives beside its sampled parameters (Ray's `with_parameters`)."""
+    return {
+        "budget_flops": budget.top_rung_flops,
+        "seed": settings.seed,
+        "data": data_config(settings).model_dump(),
+        "configs": partial(configs_from, space),
+        # One rung is the single-budget search (cosine schedule, no rung rows, the measured loss told).
+        "ladder": budget.ladder_config.model_dump() if budget.rungs > 1 else None,
+        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs, study_name)
+        if budget.rungs > 1
+        else None,
+        # Replica rungs: each rung its own run of a narrower copy at the target's tokens per parameter
+        "replica_rungs": rung_budgets(budget.trial_flops, budget.ladder_config)
+        if budget.rungs > 1 and budget.ladder == "replica"
+        else None,
+        "target_flops": budget.target,
+        "replica_min_width": budget.min_replica_width,
+    }
+
+
 def run_tuner(
     store: Store,
     name: str,
@@ -166,23 +189,7 @@ def run_tuner(
         study_name=study_name,
         storage=optuna_storage(store.url),
     )
-    context = {
-        "budget_flops": budget.top_rung_flops,
-        "seed": settings.seed,
-        "data": data_config(settings).model_dump(),
-        "configs": partial(configs_from, space),
-        # One rung is the single-budget search (cosine schedule, no rung rows, the measured loss told).
-        "ladder": budget.ladder_config.model_dump() if budget.rungs > 1 else None,
-        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs, study_name)
-        if budget.rungs > 1
-        else None,
-        # Replica rungs: each rung its own run of a narrower copy at the target's tokens per parameter
-        "replica_rungs": rung_budgets(budget.trial_flops, budget.ladder_config)
-        if budget.rungs > 1 and budget.ladder == "replica"
-        else None,
-        "target_flops": budget.target,
-        "replica_min_width": budget.min_replica_width,
-    }
+    context = trial_context(store, name, space, budget, settings, study_name)
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
     with _progress(show_progress, n_trials) as (progress, task):
         callback = StoreCallback(store, name, settings.retries, progress, task)

@@ -84,37 +84,43 @@ def proxy_trainable(params: dict, context: dict) -> None:
         return decision.promote
 
     ladder = context.get("ladder")
-    if context.get("replica_rungs"):
-        result = run_replica_trial(
-            arch,
-            context["target_flops"],
-            context["replica_rungs"],
-            corpus,
-            seed=context["seed"],
-            report=progress,
-            optim=optim,
-            run=run,
-            on_rung=on_rung if decide else None,
-            min_width=context.get("replica_min_width", DEFAULT_MIN_WIDTH),
-        )
-    else:
-        result = run_trial(
-            arch,
-            context["budget_flops"],
-            corpus,
-            seed=context["seed"],
-            report=progress,
-            optim=optim,
-            run=run,
-            ladder=LadderConfig(**ladder) if ladder else None,
-            on_rung=on_rung if decide else None,
-        )
+    result = _run(arch, optim, run, corpus, context, progress, on_rung if decide else None)
     record = result.to_dict()
     if record["status"] != TrialStatus.COMPLETED:  # only a completed trial has a loss to tell Optuna
         record["target_loss"] = math.inf
     else:
         record["target_loss"] = predicted["loss"] if decide and ladder else record["val_loss"]
     tune.report(_final(record))
+
+
+def _run(arch, optim, run, corpus, context: dict, report, on_rung):
+    """The trial itself: replica rungs (each its own run) when the context has them, else one run
+    of the sampled config on its budget ladder (or at a single budget)."""
+    if context.get("replica_rungs"):
+        return run_replica_trial(
+            arch,
+            context["target_flops"],
+            context["replica_rungs"],
+            corpus,
+            seed=context["seed"],
+            report=report,
+            optim=optim,
+            run=run,
+            on_rung=on_rung,
+            min_width=context.get("replica_min_width", DEFAULT_MIN_WIDTH),
+        )
+    ladder = context.get("ladder")
+    return run_trial(
+        arch,
+        context["budget_flops"],
+        corpus,
+        seed=context["seed"],
+        report=report,
+        optim=optim,
+        run=run,
+        ladder=LadderConfig(**ladder) if ladder else None,
+        on_rung=on_rung,
+    )
 
 
 def _final(record: dict) -> dict:

@@ -253,15 +253,7 @@ def train(
     rung's result in order; returning False ends the run there (status completed, the rung's loss).
     """
     # 1. Plan the budget and build everything under the seed.
-    if cfg.vocab_size < corpus.vocab_size:
-        raise ValueError(f"vocab_size={cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})")
-    rungs = plan_ladder(cfg, budget_flops, ladder, run.batch_size) if ladder else []
-    plan = rungs[-1].plan if rungs else plan_budget(cfg, budget_flops, run.batch_size)
-    requested_lr, optim = optim.lr, optim.at_horizon(cfg.residual, plan.tokens)
-    if optim.lr != requested_lr:
-        log.info("horizon rule: lr %.3g for %d tokens (%.3g requested)", optim.lr, plan.tokens, requested_lr)
-    cooldown = ladder.cooldown if ladder else 0.0
-    schedule = Schedule(optim.lr, optim.min_lr_ratio, optim.warmup, plan.steps, rungs, cooldown)
+    rungs, plan, optim, schedule = _plan(cfg, budget_flops, corpus, optim, run, ladder)
     torch.manual_seed(seed)
     model = build_model(cfg).train()
     if model_hook is not None:
@@ -280,15 +272,9 @@ def train(
     while state.step < plan.steps:
         # 3. At a lower rung's branch point: measure that rung on a cooldown branch.
         while (rung := schedule.rung_branching_at(state.step, done=len(state.rungs))) is not None:
-            branch, branch_state = _measure_rung_on_a_branch(
-                model, opt, batches, val, optim, run, device, state, schedule, rung
-            )
-            result = state.rungs[-1]
-            if not math.isfinite(result["val_loss"]):
-                reason = f"non-finite loss in the cooldown of rung {rung.index} (step {branch_state.step})"
-                return TrainOutcome(TrialStatus.DIVERGED, branch, branch_state, rung.plan, val, reason)
-            if on_rung is not None and not on_rung(result):  # the run ends at this rung: as its cooled branch
-                return TrainOutcome(TrialStatus.COMPLETED, branch, branch_state, rung.plan, val)
+            ended = _branch_rung(model, opt, batches, val, optim, run, device, state, schedule, rung, on_rung)
+            if ended is not None:
+                return ended
         # 4. One optimisation step; a non-finite loss ends the run.
         loss = _train_step(model, opt, next(batches), schedule.at(state.step), optim, run.precision, device, state)
         if not math.isfinite(loss):
@@ -314,6 +300,42 @@ def train(
         if on_rung is not None:
             on_rung(state.rungs[-1])
     return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
+
+
+def _branch_rung(model, opt, batches, val, optim, run, device, state, schedule, rung, on_rung) -> TrainOutcome | None:
+    """Measure `rung` on a cooldown branch; the outcome if the run ends there (a diverged branch, or
+    `on_rung` declining to promote: the run ends as the cooled branch), else None."""
+    branch, branch_state = _measure_rung_on_a_branch(
+        model, opt, batches, val, optim, run, device, state, schedule, rung
+    )
+    result = state.rungs[-1]
+    if not math.isfinite(result["val_loss"]):
+        reason = f"non-finite loss in the cooldown of rung {rung.index} (step {branch_state.step})"
+        return TrainOutcome(TrialStatus.DIVERGED, branch, branch_state, rung.plan, val, reason)
+    if on_rung is not None and not on_rung(result):
+        return TrainOutcome(TrialStatus.COMPLETED, branch, branch_state, rung.plan, val)
+    return None
+
+
+def _plan(
+    cfg: ArchConfig,
+    budget_flops: float,
+    corpus: TokenizedCorpus,
+    optim: OptimConfig,
+    run: RunConfig,
+    ladder: LadderConfig | None,
+) -> tuple[list[Rung], BudgetPlan, OptimConfig, Schedule]:
+    """The run's rungs (none without a ladder), its budget plan, the optimiser settings at its token
+    horizon, and the learning-rate schedule it follows."""
+    if cfg.vocab_size < corpus.vocab_size:
+        raise ValueError(f"vocab_size={cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})")
+    rungs = plan_ladder(cfg, budget_flops, ladder, run.batch_size) if ladder else []
+    plan = rungs[-1].plan if rungs else plan_budget(cfg, budget_flops, run.batch_size)
+    requested_lr, optim = optim.lr, optim.at_horizon(cfg.residual, plan.tokens)
+    if optim.lr != requested_lr:
+        log.info("horizon rule: lr %.3g for %d tokens (%.3g requested)", optim.lr, plan.tokens, requested_lr)
+    cooldown = ladder.cooldown if ladder else 0.0
+    return rungs, plan, optim, Schedule(optim.lr, optim.min_lr_ratio, optim.warmup, plan.steps, rungs, cooldown)
 
 
 def _rung_result(rung: Rung, val_loss: float, state: TrainState, training_flops: float) -> dict:

@@ -290,6 +290,11 @@ def _backward_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_C: tl.constexpr,
 ):
+    """One program: the backward of `BLOCK_N` rows, in registers from load to store.
+
+    Its length is its argument list (twenty pointers and sizes) and one fused program: splitting it
+    into `@triton.jit` helpers would only move the loads away from the arithmetic that uses them.
+    """
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
