@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -139,6 +140,9 @@ def search(
         help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
         "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
     ),
+    stop_grace: float = typer.Option(
+        120.0, help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung."
+    ),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
@@ -172,16 +176,37 @@ def search(
         gpus_per_trial=gpus_per_trial,
         early_stopping=early_stop,
         repeat_seeds=repeat_seeds,
+        stop_grace=stop_grace,
     )
     space_spec, budget, settings = _checked_search_inputs(name, space, budget_options, settings_options, data)
     if ray_address:
         _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     store = open_store(storage)
     try:
-        report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
+        with _stopped_by_signal(store, name):
+            report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
     except (SearchExists, StoreError) as err:
         fail(f"{err}" + ("; use `nas resume`" if isinstance(err, SearchExists) else ""))
     _print_front(store, report.name)
+
+
+@contextmanager
+def _stopped_by_signal(store, name: str):
+    """A search stopped by Ctrl-C or SIGTERM exits 128 + the signal, with one line on how to finish it."""
+    from .interrupt import SearchInterrupted
+    from .search import finished_trial_numbers
+
+    try:
+        yield
+    except SearchInterrupted as stop:
+        row = store.get_search(name)
+        done = len(finished_trial_numbers(store, name))
+        typer.echo(
+            f"search {name!r} {stop}: {done} of {row.requested_trials} trials finished, none lost; "
+            f"`nas resume {name}` finishes it",
+            err=True,
+        )
+        raise typer.Exit(stop.exit_code) from None
 
 
 def _checked_search_inputs(name: str, space: Path | None, budget_options: dict, settings_options: dict, data: str):
@@ -221,7 +246,8 @@ def resume(
 
     store = open_store(storage)
     try:
-        report = resume_search(store, name, show_progress=progress, ray_address=ray_address)
+        with _stopped_by_signal(store, name):
+            report = resume_search(store, name, show_progress=progress, ray_address=ray_address)
     except StoreError as err:
         fail(str(err))
     _print_front(store, report.name)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from workers.status import FINAL, TrialStatus
 
 from .budget import Budget, stored_budget
+from .interrupt import SearchInterrupted
 from .ray_env import configure_ray_env
 from .repeats import repeat_front
 from .settings import SearchSettings
@@ -99,6 +100,12 @@ def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: st
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
         if len(finished_trial_numbers(store, name)) >= row.requested_trials:
             repeat_front(store, name, space, budget, settings)
+    except SearchInterrupted:
+        # Trials Tune never started, and their Optuna trials, are closed too: the store is ready for resume.
+        store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
+        fail_stale_optuna_trials(optuna_storage(store.url), row.optuna_study_name)
+        store.set_search_status(name, SearchStatus.INTERRUPTED)
+        raise
     except BaseException:
         store.set_search_status(name, SearchStatus.INTERRUPTED)
         raise

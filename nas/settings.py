@@ -43,6 +43,12 @@ class SearchSettings:
     repeat_seeds: int = Field(
         1, ge=0, le=8, description="more seeds for each member of the front at the target (nas.repeats)"
     )
+    stop_grace: float = Field(
+        120.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds running trials get, after a first Ctrl-C or SIGTERM, to reach their next rung",
+    )
 
 
 def data_config(settings: SearchSettings) -> DataConfig:

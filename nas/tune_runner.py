@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import warnings
 from dataclasses import dataclass, field
 from functools import partial
@@ -18,16 +19,18 @@ from pathlib import Path
 
 import optuna
 from ray import tune
+from ray.tune.search import Searcher
 from ray.tune.search.optuna import OptunaSearch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from workers.ray_trainable import OBJECTIVES, proxy_trainable
+from workers.ray_trainable import OBJECTIVES, RUNG_DONE, proxy_trainable
 from workers.replica import rung_budgets
 from workers.status import TrialStatus
 
 from .budget import Budget
 from .early_stop import FlopBandStopper, TrialTimeLimit
 from .fidelity import RungDecider
+from .interrupt import SearchInterrupted, StopRequest, stop_signals
 from .ray_env import init_ray, ray_results_dir, trial_resources
 from .settings import SearchSettings, data_config
 from .space import SearchSpace, to_configs
@@ -58,9 +61,12 @@ class Counts:
 class StoreCallback(tune.Callback):
     """Writes trial starts, results and failures to the store; drives the progress bar."""
 
-    def __init__(self, store: Store, name: str, retries: int, progress: Progress | None, task) -> None:
+    def __init__(
+        self, store: Store, name: str, retries: int, progress: Progress | None, task, stop: StopRequest | None = None
+    ) -> None:
         self.store, self.name, self.retries = store, name, retries
         self.progress, self.task, self.counts = progress, task, Counts()
+        self.stop = stop or StopRequest(grace_s=0.0)
 
     def __getstate__(self) -> dict:
         """Tune pickles its run config (for experiment restore): keep the store and the bar out of it."""
@@ -80,6 +86,8 @@ class StoreCallback(tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         result = (trial.last_result or {}).get("trial_result")
+        if result is None and self.stop.requested:
+            result = interrupted_result(trial, self.stop)
         if result is None:  # cut short (time limit, early stopping): never a partial loss on the front
             progress = (trial.last_result or {}).get("progress") or {}
             result = {
@@ -126,11 +134,58 @@ class StoreCallback(tune.Callback):
             )
 
 
-def stoppers(budget: Budget, settings: SearchSettings):
-    """Per-trial time limit and FLOP-band early stopping, as configured (None if neither)."""
+def interrupted_result(trial, stop: StopRequest) -> dict:
+    """A trial the driver's signal ended before its last report: `interrupted`, never a loss on a front
+    (its measured rungs are in the store already)."""
+    return {
+        "status": TrialStatus.INTERRUPTED,
+        "val_loss": math.inf,
+        "failure_reason": f"the search was stopped ({signal_name(stop.signum)}) before this trial finished",
+        "executed_flops_per_token": trial.config.get("executed_flops_per_token"),
+    }
+
+
+def signal_name(signum: int | None) -> str:
+    return signal.Signals(signum).name if signum is not None else "a signal"
+
+
+class StoppableOptunaSearch(OptunaSearch):
+    """Optuna's Tune searcher that proposes nothing once a stop is requested, and tells Optuna FAIL for
+    a trial the stop ended (samplers ignore it; `nas resume` runs a new trial in its place)."""
+
+    def __init__(self, *args, stop: StopRequest, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stop = stop
+
+    def suggest(self, trial_id: str):
+        return Searcher.FINISHED if self.stop.requested else super().suggest(trial_id)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        if self.stop.requested and "trial_result" not in (result or {}):
+            result, error = None, True
+        super().on_trial_complete(trial_id, result, error)
+
+
+class StopOnRequest(tune.Stopper):
+    """Ends a trial at its next rung once a stop is requested, and every trial once the grace period
+    is over or a second signal came."""
+
+    def __init__(self, request: StopRequest):
+        self.request = request
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return self.request.requested and (RUNG_DONE in result or self.request.grace_over())
+
+    def stop_all(self) -> bool:
+        return self.request.immediate or (self.request.requested and self.request.grace_over())
+
+
+def stoppers(budget: Budget, settings: SearchSettings, stop: StopRequest | None = None):
+    """Per-trial time limit and FLOP-band early stopping as configured, and the driver's signals."""
     chosen = ([TrialTimeLimit(budget.max_trial_seconds)] if budget.max_trial_seconds else []) + (
         [FlopBandStopper()] if settings.early_stopping else []
     )
+    chosen += [StopOnRequest(stop)] if stop is not None else []
     return tune.stopper.CombinedStopper(*chosen) if chosen else None
 
 
@@ -181,7 +236,9 @@ def run_tuner(
     # Ray times each define-by-run call and warns above 1 s: the first call builds the space's cached
     # shapes (a replica plan's shape-only models), which is work, not a misplaced training step.
     warnings.filterwarnings("ignore", message="Define-by-run function passed in the `space` argument took")
-    searcher = OptunaSearch(
+    stop = StopRequest(settings.stop_grace)
+    searcher = StoppableOptunaSearch(
+        stop=stop,
         space=DefineByRun(space, budget),
         metric=list(OBJECTIVES),
         mode=["min", "min"],
@@ -191,8 +248,8 @@ def run_tuner(
     )
     context = trial_context(store, name, space, budget, settings, study_name)
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
-    with _progress(show_progress, n_trials) as (progress, task):
-        callback = StoreCallback(store, name, settings.retries, progress, task)
+    with _progress(show_progress, n_trials) as (progress, task), stop_signals(stop):
+        callback = StoreCallback(store, name, settings.retries, progress, task, stop)
         tuner = tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
@@ -208,11 +265,13 @@ def run_tuner(
                 verbose=0,
                 callbacks=[callback],
                 failure_config=tune.FailureConfig(max_failures=settings.retries),
-                stop=stoppers(budget, settings),
+                stop=stoppers(budget, settings, stop),
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             ),
         )
         tuner.fit()
+    if stop.requested:
+        raise SearchInterrupted(stop.signum or signal.SIGINT)
     return callback.counts
 
 

@@ -24,6 +24,7 @@ from .trial import run_trial
 # Both minimised: the loss predicted at the search's target budget (the last rung's loss when the
 # search gives no rung decider), and the executed forward FLOPs per token.
 OBJECTIVES = ("target_loss", "executed_flops_per_token")
+RUNG_DONE = "rung_done"  # reported (with the rung's index) once a rung is stored and the trial climbs on
 
 
 def finite_or_inf(value: Any) -> float:
@@ -81,6 +82,8 @@ def proxy_trainable(params: dict, context: dict) -> None:
         assert decide is not None
         decision = decide(params["optuna_number"], context["seed"], params["executed_flops_per_token"], rung)
         predicted["loss"] = decision.predicted_loss
+        if decision.promote:  # the rung is stored and the trial goes on: a point where a driver may stop it
+            tune.report({**dict.fromkeys(OBJECTIVES, math.inf), RUNG_DONE: int(rung["rung"])})
         return decision.promote
 
     ladder = context.get("ladder")
