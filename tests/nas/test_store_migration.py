@@ -133,3 +133,23 @@ def test_a_newer_store_is_refused_and_left_as_it_is(tmp_path):
     with engine.connect() as db:
         assert db.execute(text("SELECT version FROM resnas_schema_version")).scalar() == SCHEMA_VERSION + 1
     engine.dispose()
+
+
+@pytest.mark.parametrize("command", [["list"], ["show", "any"], ["status"]])
+def test_an_older_nas_refuses_a_newer_store_in_one_line_naming_both_versions(tmp_path, command):
+    from typer.testing import CliRunner
+
+    from nas.cli import app
+
+    url = default_url(tmp_path)
+    Store(url).close()
+    engine = create_engine(url)
+    with engine.begin() as db:
+        db.execute(text("UPDATE resnas_schema_version SET version = :v"), {"v": SCHEMA_VERSION + 1})
+    engine.dispose()
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    done = CliRunner().invoke(app, [*command, "--storage", url])
+    assert done.exit_code == 2
+    lines = done.output.strip().splitlines()
+    assert len(lines) == 1 and f"version {SCHEMA_VERSION + 1}" in lines[0] and f"version {SCHEMA_VERSION})" in lines[0]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files  # nothing written
