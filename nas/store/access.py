@@ -14,12 +14,16 @@ print `display_url`.
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
+import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -27,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from workers.status import PENDING, TrialStatus
 
-from .engine import absolute_sqlite, display_url, make_engine, one_line
+from .engine import absolute_sqlite, display_url, is_connection_error, make_engine, one_line
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
 from .rows import RungRow, SearchExists, SearchRow, SearchSummary, StoreError, TrialRow, UnknownSearch, UnknownTrial
 from .schema import (
@@ -76,6 +80,60 @@ def _check_status(status: Any, allowed: Iterable[str], what: str) -> None:
         raise ValueError(f"{what} status must be one of {', '.join(allowed)}, not {status!r}")
 
 
+log = logging.getLogger(__name__)
+
+RETRY_ENV = "RESNAS_STORE_RETRY_SECONDS"  # how long writes retry an unreachable store (default below)
+DEFAULT_RETRY_SECONDS = 300.0
+MAX_BACKOFF_SECONDS = 30.0
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def retry_window(seconds: float | None = None) -> float:
+    """`seconds`, else $RESNAS_STORE_RETRY_SECONDS, else 300: a database failover or restart takes
+    seconds to a few minutes."""
+    if seconds is not None:
+        return float(seconds)
+    return float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_SECONDS))
+
+
+def retried(method: Method) -> Method:
+    """Run a Store method again, with exponential backoff (0.5 s doubling up to 30 s), while it fails on
+    a connection-class error (`is_connection_error`), for up to the store's `retry_seconds`; then raise
+    a one-line `StoreError` saying for how long the store was unreachable.
+
+    Each retried method is one transaction, rolled back when it fails, so a retry repeats nothing
+    half-done; rungs are insert-once and finishing a trial again replaces it. One case is not covered:
+    a commit that reached the server whose answer was lost, for `start_trial`, is refused on retry
+    as a trial that already exists."""
+
+    @functools.wraps(method)
+    def run(self: Store, *args, **kwargs):
+        started, delay = time.monotonic(), 0.5
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except StoreError as err:
+                cause = err.__cause__
+                waited = time.monotonic() - started
+                if cause is None or not is_connection_error(cause):
+                    raise
+                if waited >= self.retry_seconds:
+                    raise StoreError(f"store {self.display_url} unreachable for {waited:.0f} s: {err}") from cause
+                log.warning(
+                    "store %s unreachable for %.0f s (%s); retrying %s for up to %.0f s more",
+                    self.display_url,
+                    waited,
+                    one_line(cause),
+                    method.__name__,
+                    self.retry_seconds - waited,
+                )
+                time.sleep(min(delay, self.retry_seconds - waited))
+                delay = min(2 * delay, MAX_BACKOFF_SECONDS)
+
+    return run  # type: ignore[return-value]
+
+
 FINISHED_TRIAL_STATUSES = tuple(s for s in TrialStatus if s != TrialStatus.RUNNING)
 
 
@@ -86,11 +144,12 @@ class Store:
     reference to it, so `Store(url).trials(name)` leaves no idle server connection behind.
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, retry_seconds: float | None = None):
         # What to connect with (Optuna's storage and the workers' rung writes too, from whatever working
         # directory Ray gives them: a relative SQLite path is made absolute). May hold a password: never print it.
         self.url = absolute_sqlite(str(url))
         self.display_url = display_url(url)  # safe to print: password hidden
+        self.retry_seconds = retry_window(retry_seconds)  # how long writes retry an unreachable store
         engine = None
         try:
             engine = make_engine(url)
@@ -182,17 +241,20 @@ class Store:
             s.refresh(search)  # as stored: JSON sanitised, times in UTC
             return _search_row(search)
 
+    @retried
     def set_search_status(self, name: str, status: SearchStatus | str) -> None:
         _check_status(status, SearchStatus, "search")
         with self._session() as s:
             self._search(s, name).status = SearchStatus(status)
 
+    @retried
     def set_requested_trials(self, name: str, n: int) -> None:
         if n < 0:
             raise ValueError(f"requested_trials must be >= 0, not {n}")
         with self._session() as s:
             self._search(s, name).requested_trials = n
 
+    @retried
     def start_trial(
         self, search_name: str, *, number: int, attempt: int = 0, config: dict, optuna_trial_number: int | None = None
     ) -> int:
@@ -233,6 +295,7 @@ class Store:
             s.flush()
             return trial.id
 
+    @retried
     def finish_trial(self, trial_id: int, result: dict) -> None:
         """Store a `TrialResult.to_dict()`: scalars, curve, diagnostics and width, in one transaction.
 
@@ -248,6 +311,7 @@ class Store:
             _add_missing_rungs(s, trial.search_id, trial.number, int(result.get("seed") or 0), result.get("rungs"))
             s.execute(update(SearchModel).where(SearchModel.id == trial.search_id).values(updated_at=utcnow()))
 
+    @retried
     def record_rung(self, search_name: str, number: int, seed: int, result: dict) -> bool:
         """Store one rung of trial `number` (a rung result of `workers.train`) unless that rung and seed
         are stored already; True if this call wrote it. Rows are never replaced."""
@@ -259,6 +323,7 @@ class Store:
                 s.rollback()
                 return False
 
+    @retried
     def rungs(self, search_name: str) -> list[RungRow]:
         """Every measured rung of the search, by trial number, rung and seed."""
         r, t = RungModel, TrialModel
@@ -280,6 +345,7 @@ class Store:
             )
             return [RungRow(*row) for row in s.execute(query)]
 
+    @retried
     def mark_running_trials(self, search_name: str, status: TrialStatus, reason: str) -> int:
         """Give the search's trials still running (or waiting to retry) `status` and `reason`; return how many.
 

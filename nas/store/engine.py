@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from .rows import StoreError
 
@@ -108,3 +109,13 @@ def make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _on_sqlite_connect)
         event.listen(engine, "begin", _on_sqlite_begin)
     return engine
+
+
+def is_connection_error(err: BaseException) -> bool:
+    """A failure of the connection, not of the statement: the server restarting or unreachable, a
+    dropped connection, SQLite's lock wait running out. Worth retrying; an integrity error never is."""
+    if isinstance(err, IntegrityError):
+        return False
+    if isinstance(err, DBAPIError) and err.connection_invalidated:
+        return True
+    return isinstance(err, (OperationalError, InterfaceError))

@@ -1,0 +1,88 @@
+"""A real PostgreSQL server restarted while a driver writes: every write lands exactly once, after retries.
+
+The server is this test's own (restarting the session's would break other tests); the writes are a
+search driver's and its workers' (start a trial, store its rung, finish it), from a second thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+import time
+
+import pytest
+
+from nas.store import Store, StoreError
+from postgres_server import LocalPostgres, PostgresUnavailable, create_database
+
+TRIALS = 30
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def own_server():
+    server = LocalPostgres(tempfile.mkdtemp(prefix="resnas-pg-outage-"), remove_on_stop=True)
+    try:
+        admin = server.start()
+    except (PostgresUnavailable, OSError) as err:
+        server.stop()
+        pytest.skip(f"no PostgreSQL: {err}")
+    yield server, create_database(admin)
+    server.stop()
+
+
+def drive(store: Store, name: str, written: list[int], errors: list[BaseException]) -> None:
+    try:
+        for number in range(TRIALS):
+            trial = store.start_trial(name, number=number, config={"executed_flops_per_token": 1e5})
+            rung = {"rung": 0, "budget_flops": 1e9, "steps": 10, "tokens": 1000, "val_loss": 2.0, "training_flops": 1e9}
+            store.record_rung(name, number, 0, rung)
+            store.finish_trial(
+                trial, {"status": "completed", "val_loss": 2.0 + number, "executed_flops_per_token": 1e5}
+            )
+            written.append(number)
+            time.sleep(0.05)
+    except BaseException as err:  # reported by the test
+        errors.append(err)
+
+
+def test_writes_retry_through_a_server_restart_and_land_exactly_once(own_server, caplog):
+    server, url = own_server
+    store = Store(url, retry_seconds=60)
+    store.create_search(
+        "outage", requested_trials=TRIALS, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
+    )
+    written: list[int] = []
+    errors: list[BaseException] = []
+    writer = threading.Thread(target=drive, args=(store, "outage", written, errors))
+    with caplog.at_level(logging.WARNING, logger="nas.store.access"):
+        writer.start()
+        while len(written) < 5 and writer.is_alive():
+            time.sleep(0.05)
+        server.restart(down_seconds=3.0)  # every connection dropped, no server for 3 s
+        writer.join(timeout=200)
+    assert not errors, errors
+    assert written == list(range(TRIALS))
+    rows = store.trials("outage")
+    assert [r.number for r in rows] == list(range(TRIALS))  # each trial exactly once
+    assert all(r.status == "completed" and r.val_loss == 2.0 + r.number for r in rows)
+    assert [(g.number, g.rung) for g in store.rungs("outage")] == [(n, 0) for n in range(TRIALS)]
+    assert any("unreachable" in m and "retrying" in m for m in caplog.messages)  # the user was told
+    store.close()
+
+
+def test_a_store_down_longer_than_the_window_fails_the_write_in_one_line(own_server):
+    server, url = own_server
+    store = Store(url, retry_seconds=2)
+    store.create_search(
+        "down", requested_trials=1, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
+    )
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(StoreError, match=r"unreachable for \d+ s") as err:
+        store.start_trial("down", number=0, config={})
+    assert "\n" not in str(err.value)
+    assert 2 <= time.monotonic() - started < 30
+    store.close()
