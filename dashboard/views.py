@@ -1,4 +1,4 @@
-"""The dashboard's pages: each reads through `dashboard.data` (the store's read API) and draws `dashboard.figures`.
+"""The dashboard's pages: each reads through `dashboard.data` (the store's read API) and draws its figures and tables.
 
 Selections (searches, trial, filters) are widgets drawn once per script run; what they show is
 drawn by a `render` closure, which `live` turns into a fragment that Streamlit reruns every
@@ -27,23 +27,16 @@ from workers.status import PENDING, TrialStatus
 from . import data
 from .cost import AXES, AXIS_HELP, COUNTED, CostAxis, unmeasured_note
 from .export import export_bundle
-from .figures import (
+from .front_figures import cost_ratio_figure, hypervolume_figure, pareto_figure
+from .style import format_number
+from .tables import fidelity_benchmark_frame, searches_frame, target_frame, trials_frame
+from .target_figures import fidelity_figure, rung_curve_figure, target_front_figure
+from .trial_figures import (
     ancre_heatmap,
-    cost_ratio_figure,
-    fidelity_benchmark_frame,
-    fidelity_figure,
-    format_number,
-    hypervolume_figure,
     loss_curve_figure,
     nag_figure,
-    pareto_figure,
     residual_norm_figure,
-    rung_curve_figure,
-    searches_frame,
     skip_rate_figure,
-    target_frame,
-    target_front_figure,
-    trials_frame,
     width_figure,
 )
 

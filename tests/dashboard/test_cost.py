@@ -11,7 +11,9 @@ from dataclasses import fields, replace
 import pytest
 
 from dashboard.cost import COUNTED, MEASURED, cost_ratios, seconds_per_token, unmeasured, unmeasured_note
-from dashboard.figures import cost_ratio_figure, pareto_figure, target_frame, target_front_figure, trials_frame
+from dashboard.front_figures import cost_ratio_figure, pareto_figure
+from dashboard.tables import target_frame, trials_frame
+from dashboard.target_figures import target_front_figure
 from nas.fidelity import Prediction
 from nas.pareto import pareto_rows
 from nas.store import TrialRow

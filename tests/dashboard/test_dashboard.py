@@ -15,22 +15,16 @@ import pytest
 
 from dashboard import data
 from dashboard.cost import MEASURED, seconds_per_token
-from dashboard.figures import (
-    FAMILY_COLOURS,
+from dashboard.front_figures import hypervolume_figure, pareto_figure
+from dashboard.style import FAMILY_COLOURS, mod_symbol
+from dashboard.tables import fidelity_benchmark_frame, target_frame, trials_frame
+from dashboard.target_figures import fidelity_figure, rung_curve_figure, target_front_figure
+from dashboard.trial_figures import (
     ancre_heatmap,
-    fidelity_benchmark_frame,
-    fidelity_figure,
-    hypervolume_figure,
     loss_curve_figure,
-    mod_symbol,
     nag_figure,
-    pareto_figure,
     residual_norm_figure,
-    rung_curve_figure,
     skip_rate_figure,
-    target_frame,
-    target_front_figure,
-    trials_frame,
     width_figure,
 )
 from nas.extrapolate import fit_study

@@ -1,0 +1,202 @@
+"""The dashboard's tables: store rows as flat `pandas.DataFrame`s, one row per trial or per search.
+
+`trials_frame` holds every trial with its flat config (`TRIAL_COLUMNS`, then the other sampled knobs),
+`searches_frame` one row per search with its counts and hypervolume, `target_frame` each trial's prediction
+at the target budget T, and `fidelity_benchmark_frame` the fidelity benchmark's figures beside their goals.
+Pure functions; no Streamlit, no store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from nas.fidelity import Prediction, front_at_target
+from nas.pareto import hypervolume, pareto_rows, reference_point
+
+from .cost import COUNTED, CostAxis, cost_ratios, seconds_per_token
+from .style import format_number, group_label, trial_lr
+
+__all__ = ["TRIAL_COLUMNS", "fidelity_benchmark_frame", "searches_frame", "target_frame", "trials_frame"]
+
+TRIAL_COLUMNS = (
+    "number",
+    "status",
+    "residual",
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "mod_rate",
+    "lr",
+    "val_loss",
+    "val_bpb",
+    "executed_flops_per_token",
+    "nominal_flops_per_token",
+    "realised_flops_per_token",
+    "tokens_seen",
+    "training_flops",
+    "wall_time_s",
+    "tokens_per_s",
+    "measured_s_per_token",
+    "cost_ratio",
+    "attempt",
+    "failure_reason",
+    "on_front",
+    "trial_id",
+)
+_CONFIG_NOISE = {"arch", "optim", "run", "optuna_number", "infeasible_reason", "executed_flops_per_token"}
+
+
+def _config_params(row) -> dict:
+    """The flat sampled knobs of the config that are not already a column (mlp_ratio, warmup, ...)."""
+    return {
+        k: v
+        for k, v in row.config.items()
+        if k not in _CONFIG_NOISE and k not in TRIAL_COLUMNS and isinstance(v, (int, float, str, bool))
+    }
+
+
+def trials_frame(rows: Sequence, axis: CostAxis = COUNTED) -> pd.DataFrame:
+    """One row per trial, flat columns (`TRIAL_COLUMNS`, then the other sampled knobs), by number.
+
+    `measured_s_per_token` is the training step's seconds per token and `cost_ratio` the trial's measured over
+    counted cost with the median among `rows` 1 (`dashboard.cost`); `on_front` is on `axis`.
+    """
+    front = {r.id for r in pareto_rows(rows, key=axis.of)}
+    ratios = cost_ratios(rows)
+    records = []
+    for r in sorted(rows, key=lambda r: r.number):
+        record = {name: getattr(r, name, None) for name in TRIAL_COLUMNS}
+        record.update(
+            lr=trial_lr(r),
+            measured_s_per_token=seconds_per_token(r),
+            cost_ratio=ratios.get(r.id),
+            on_front=r.id in front,
+            trial_id=r.id,
+        )
+        records.append({**record, **_config_params(r)})
+    frame = pd.DataFrame.from_records(records, columns=None if records else list(TRIAL_COLUMNS))
+    for name in frame.columns[len(TRIAL_COLUMNS) :]:  # a knob with mixed types would not convert to Arrow
+        if len({type(v) for v in frame[name].dropna()}) > 1:
+            frame[name] = frame[name].map(lambda v: None if v is None else str(v))
+    return frame.reset_index(drop=True)
+
+
+def searches_frame(
+    summaries: Sequence, searches: Mapping[str, Any], rows_by_search: Mapping[str, Sequence]
+) -> pd.DataFrame:
+    """One row per search: status, budget, trial counts, best loss and hypervolume with its reference point.
+
+    "done" counts finished trials (completed, diverged, stopped, infeasible) as `nas list` does.
+    """
+    records = []
+    for s in summaries:
+        budget = getattr(searches.get(s.name), "budget", None) or {}
+        rows = rows_by_search.get(s.name, [])
+        ref = reference_point(rows)
+        records.append(
+            dict(
+                search=s.name,
+                status=s.status,
+                created=s.created_at,
+                trial_flops=budget.get("trial_flops"),
+                search_flops=budget.get("search_flops"),
+                requested=s.requested_trials,
+                done=s.completed + s.other,
+                completed=s.completed,
+                failed=s.failed,
+                running=s.running,
+                best_val_loss=s.best_val_loss,
+                on_front=len(pareto_rows(rows)),
+                hypervolume=hypervolume(rows, ref),
+                reference_point=f"loss {ref[0]:.4f}, FLOPs/token {ref[1]:.4g}",
+            )
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def fidelity_benchmark_frame(summary: Mapping) -> pd.DataFrame:
+    """The fidelity benchmark's acceptance figures (`benchmarks/fidelity.py`) beside their
+    goals: how far a ranking at T predicted from a ladder agrees with the ranking trained there.
+
+    Columns: figure, value (as text), goal, met (<NA> where the figure has no goal). The prediction's Kendall tau
+    must reach its goal and beat every baseline (lowest rung, top rung, parameter count)."""
+    taus = summary["kendall_tau"]
+    baselines = [taus[k] for k in ("lowest_rung", "top_rung", "parameter_count") if taus.get(k) is not None]
+    goals = summary.get("goals", {})
+    tau_goal = goals.get("prediction_tau", 0.8)
+    hv_goal = goals.get("hypervolume_ratio", 0.95)
+    share_goal = goals.get("ladder_compute_share", 0.15)
+    prediction = taus.get("prediction")
+    rows = [
+        ("Kendall tau: prediction at T", prediction, f">= {tau_goal:g} and above every baseline",
+         prediction is not None and prediction >= tau_goal and all(prediction > b for b in baselines)),
+        ("Kendall tau: top rung alone", taus.get("top_rung"), "baseline", None),
+        ("Kendall tau: lowest rung alone", taus.get("lowest_rung"), "baseline", None),
+        ("Kendall tau: parameter count", taus.get("parameter_count"), "baseline", None),
+        ("noise ceiling (tau of a perfect predictor)", summary.get("tau_ceiling"), "", None),
+        ("true best in the predicted top 3", summary["true_best_in_predicted_top3"], "yes",
+         bool(summary["true_best_in_predicted_top3"])),
+        ("hypervolume ratio (predicted front on true losses)", summary["hypervolume_ratio"], f">= {hv_goal:g}",
+         summary["hypervolume_ratio"] >= hv_goal),
+        ("ladder compute / truth's", summary["ladder_compute_share"], f"<= {share_goal:g}",
+         summary["ladder_compute_share"] <= share_goal),
+        ("prediction's mean absolute error (nats)", summary.get("prediction_mean_abs_error"), "", None),
+    ]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["figure", "value", "goal", "met"])
+    frame["value"] = [_figure_text(v) for v in frame["value"]]
+    return frame.astype({"met": "boolean"})
+
+
+def _figure_text(value: Any) -> str:
+    """A benchmark figure as text: yes/no, 3 decimals, or '-' where the benchmark could not compute it."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return format_number(value, ".3f")
+
+
+def target_frame(rows: Sequence, predictions: Mapping[int, Prediction], axis: CostAxis = COUNTED) -> pd.DataFrame:
+    """One row per trial with a prediction: its measured (top-rung) loss, the predicted loss at the target and
+    band, rungs, leave-one-out error and fit group, both costs per token, its measured / counted cost
+    (`dashboard.cost.cost_ratios`), and whether it is on the front at T on `axis`; by number."""
+    front = {r.number for r in front_at_target(rows, predictions, key=axis.of)}
+    ratios = cost_ratios(rows)
+    columns = (
+        "number",
+        "status",
+        "residual",
+        "rungs",
+        "val_loss",
+        "loss_at_T",
+        "band_low",
+        "band_high",
+        "loo_error",
+        "executed_flops_per_token",
+        "measured_s_per_token",
+        "cost_ratio",
+        "fit",
+        "on_front_at_T",
+    )
+    records = [
+        dict(
+            number=r.number,
+            status=str(r.status),
+            residual=r.residual,
+            rungs=p.rungs,
+            val_loss=r.val_loss,
+            loss_at_T=p.loss,
+            band_low=p.low,
+            band_high=p.high,
+            loo_error=p.loo_error,
+            executed_flops_per_token=r.executed_flops_per_token,
+            measured_s_per_token=seconds_per_token(r),
+            cost_ratio=ratios.get(r.id),
+            fit=group_label(p.group),
+            on_front_at_T=r.number in front,
+        )
+        for r in sorted(rows, key=lambda r: r.number)
+        if (p := predictions.get(r.number)) is not None
+    ]
+    return pd.DataFrame.from_records(records, columns=list(columns))
