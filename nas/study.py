@@ -9,18 +9,20 @@ with an Optuna constraint by `DefineByRun` and never trained.
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 
 import optuna
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from search_spaces.residual_lm import config_error_message, flops_per_token
 
 from .budget import Budget, trial_is_feasible
 from .settings import SAMPLERS
 from .space import SearchSpace, suggest, to_configs
-from .store import schema_lock
+from .store import call_with_retries, retry_window, schema_lock
 
 __all__ = ["SAMPLERS", "DefineByRun", "fail_stale_optuna_trials", "make_sampler", "new_study_name", "optuna_storage"]
 
@@ -76,7 +78,41 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     """
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     with schema_lock(url):
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        return RetryingRDBStorage(url, engine_kwargs=kwargs)
+
+
+class RetryingRDBStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose every storage call is retried while the database is unreachable, as
+    the store's own writes are (`nas.store.call_with_retries`, for $RESNAS_STORE_RETRY_SECONDS).
+
+    Optuna turns a failed commit into `StorageInternalError` from the SQLAlchemy error; a read that
+    fails raises the SQLAlchemy error itself. Both are retried only on connection-class errors.
+    """
+
+
+def _database_error(err: BaseException) -> BaseException | None:
+    if isinstance(err, optuna.exceptions.StorageInternalError):
+        return err.__cause__
+    return err if isinstance(err, SQLAlchemyError) else None
+
+
+def _retrying(name: str, call):
+    @functools.wraps(call)
+    def run(self, *args, **kwargs):
+        return call_with_retries(
+            lambda: call(self, *args, **kwargs),
+            window=retry_window(),
+            where="(Optuna)",
+            what=f"optuna {name}",
+            cause=_database_error,
+        )
+
+    return run
+
+
+for _name in dir(optuna.storages.BaseStorage):  # the storage API: every public method
+    if not _name.startswith("_") and _name not in ("remove_session", "check_trial_is_updatable"):
+        setattr(RetryingRDBStorage, _name, _retrying(_name, getattr(optuna.storages.RDBStorage, _name)))
 
 
 def fail_stale_optuna_trials(storage: optuna.storages.RDBStorage, study_name: str) -> int:

@@ -1,7 +1,7 @@
 """The resnas database: searches, trials and their results (see `Store`)."""
 
 from .access import Store
-from .engine import default_url
+from .engine import call_with_retries, default_url, retry_window
 from .migrations import (
     MIGRATIONS,
     SCHEMA_LOCK_KEY,
@@ -33,6 +33,8 @@ __all__ = [
     "StoreError",
     "TRIAL_STATUSES",
     "TrialRow",
+    "call_with_retries",
+    "retry_window",
     "UnknownSearch",
     "UnknownTrial",
     "default_url",

@@ -15,8 +15,6 @@ print `display_url`.
 from __future__ import annotations
 
 import functools
-import logging
-import os
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -31,7 +29,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from workers.status import PENDING, TrialStatus
 
-from .engine import absolute_sqlite, display_url, is_connection_error, make_engine, one_line
+from .engine import (
+    absolute_sqlite,
+    call_with_retries,
+    display_url,
+    is_connection_error,
+    make_engine,
+    one_line,
+    retry_window,
+)
 from .migrations import SchemaVersionError, ensure_schema, recorded_version
 from .rows import RungRow, SearchExists, SearchRow, SearchSummary, StoreError, TrialRow, UnknownSearch, UnknownTrial
 from .schema import (
@@ -80,27 +86,12 @@ def _check_status(status: Any, allowed: Iterable[str], what: str) -> None:
         raise ValueError(f"{what} status must be one of {', '.join(allowed)}, not {status!r}")
 
 
-log = logging.getLogger(__name__)
-
-RETRY_ENV = "RESNAS_STORE_RETRY_SECONDS"  # how long writes retry an unreachable store (default below)
-DEFAULT_RETRY_SECONDS = 300.0
-MAX_BACKOFF_SECONDS = 30.0
-
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 
-def retry_window(seconds: float | None = None) -> float:
-    """`seconds`, else $RESNAS_STORE_RETRY_SECONDS, else 300: a database failover or restart takes
-    seconds to a few minutes."""
-    if seconds is not None:
-        return float(seconds)
-    return float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_SECONDS))
-
-
 def retried(method: Method) -> Method:
-    """Run a Store method again, with exponential backoff (0.5 s doubling up to 30 s), while it fails on
-    a connection-class error (`is_connection_error`), for up to the store's `retry_seconds`; then raise
-    a one-line `StoreError` saying for how long the store was unreachable.
+    """A Store method run again while the store is unreachable (`engine.call_with_retries`, for the
+    store's `retry_seconds`); past that, a one-line `StoreError` says for how long.
 
     Each retried method is one transaction, rolled back when it fails, so a retry repeats nothing
     half-done; rungs are insert-once and finishing a trial again replaces it. One case is not covered:
@@ -109,27 +100,20 @@ def retried(method: Method) -> Method:
 
     @functools.wraps(method)
     def run(self: Store, *args, **kwargs):
-        started, delay = time.monotonic(), 0.5
-        while True:
-            try:
-                return method(self, *args, **kwargs)
-            except StoreError as err:
-                cause = err.__cause__
-                waited = time.monotonic() - started
-                if cause is None or not is_connection_error(cause):
-                    raise
-                if waited >= self.retry_seconds:
-                    raise StoreError(f"store {self.display_url} unreachable for {waited:.0f} s: {err}") from cause
-                log.warning(
-                    "store %s unreachable for %.0f s (%s); retrying %s for up to %.0f s more",
-                    self.display_url,
-                    waited,
-                    one_line(cause),
-                    method.__name__,
-                    self.retry_seconds - waited,
-                )
-                time.sleep(min(delay, self.retry_seconds - waited))
-                delay = min(2 * delay, MAX_BACKOFF_SECONDS)
+        started = time.monotonic()
+        try:
+            return call_with_retries(
+                lambda: method(self, *args, **kwargs),
+                window=self.retry_seconds,
+                where=self.display_url,
+                what=method.__name__,
+                cause=lambda err: err.__cause__ if isinstance(err, StoreError) else None,
+            )
+        except StoreError as err:
+            if err.__cause__ is None or not is_connection_error(err.__cause__):
+                raise
+            waited = time.monotonic() - started
+            raise StoreError(f"store {self.display_url} unreachable for {waited:.0f} s: {err}") from err.__cause__
 
     return run  # type: ignore[return-value]
 

@@ -14,16 +14,28 @@ upgrade, and readers are never blocked.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import time
 import weakref
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from .rows import StoreError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RETRY_ENV = "RESNAS_STORE_RETRY_SECONDS"  # how long writes retry an unreachable store (default below)
+DEFAULT_RETRY_SECONDS = 300.0
+MAX_BACKOFF_SECONDS = 30.0
 
 
 def default_url(cwd: str | Path) -> str:
@@ -119,3 +131,46 @@ def is_connection_error(err: BaseException) -> bool:
     if isinstance(err, DBAPIError) and err.connection_invalidated:
         return True
     return isinstance(err, (OperationalError, InterfaceError))
+
+
+def retry_window(seconds: float | None = None) -> float:
+    """`seconds`, else $RESNAS_STORE_RETRY_SECONDS, else 300: a database failover or restart takes
+    seconds to a few minutes."""
+    if seconds is not None:
+        return float(seconds)
+    return float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_SECONDS))
+
+
+def call_with_retries(
+    call: Callable[[], T],
+    *,
+    window: float,
+    where: str,
+    what: str,
+    cause: Callable[[BaseException], BaseException | None],
+) -> T:
+    """`call()`, run again with exponential backoff (0.5 s doubling up to 30 s) while it fails on a
+    connection-class error, for up to `window` seconds; then the last error is raised.
+
+    `cause(err)` is the database error behind an exception `call` raises (None: not a database
+    error, raised at once). Each wait is logged as one line naming the store (`where`), the
+    operation (`what`), for how long it has failed and how much longer it will be retried.
+    """
+    started, delay = time.monotonic(), 0.5
+    while True:
+        try:
+            return call()
+        except Exception as err:
+            behind, waited = cause(err), time.monotonic() - started
+            if behind is None or not is_connection_error(behind) or waited >= window:
+                raise
+            log.warning(
+                "store %s unreachable for %.0f s (%s); retrying %s for up to %.0f s more",
+                where,
+                waited,
+                one_line(behind),
+                what,
+                window - waited,
+            )
+            time.sleep(min(delay, window - waited))
+            delay = min(2 * delay, MAX_BACKOFF_SECONDS)

@@ -86,3 +86,44 @@ def test_a_store_down_longer_than_the_window_fails_the_write_in_one_line(own_ser
     assert "\n" not in str(err.value)
     assert 2 <= time.monotonic() - started < 30
     store.close()
+
+
+def test_a_search_survives_a_server_restart_with_every_trial_and_rung_once(own_server, tmp_path):
+    import subprocess
+
+    import optuna
+    from test_search import nas_args, wait_for
+
+    from nas.study import optuna_storage
+
+    server, url = own_server
+    driver = subprocess.Popen(
+        nas_args("restart", url, trials=6, flops="5e9"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def completed() -> int:
+            try:
+                with Store(url) as store:
+                    return sum(r.status == "completed" for r in store.trials("restart"))
+            except StoreError:
+                return 0
+
+        wait_for(completed, timeout=240)
+        server.restart(down_seconds=3.0)
+        _, err = driver.communicate(timeout=400)
+    finally:
+        driver.kill()
+    assert driver.returncode == 0, err[-4000:]
+    with Store(url) as store:
+        rows = store.trials("restart")
+        rungs = [(g.number, g.rung, g.seed) for g in store.rungs("restart")]
+        study = optuna.load_study(study_name=store.get_search("restart").optuna_study_name, storage=optuna_storage(url))
+    assert len(rows) == len({r.number for r in rows}) and sum(r.status == "completed" for r in rows) == 6
+    assert len(rungs) == len(set(rungs)) and {n for n, _, _ in rungs} == {r.number for r in rows}
+    told = {t.number: t.state.name for t in study.trials}
+    assert all(told[r.optuna_trial_number] == "COMPLETE" for r in rows if r.status == "completed")
