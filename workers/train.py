@@ -13,8 +13,10 @@ report, checkpoint. A NaN or inf loss ends the run as `diverged`; it never raise
 from __future__ import annotations
 
 import copy
+import errno
 import logging
 import math
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -208,8 +210,33 @@ def save_checkpoint(path: Path, cfg: ArchConfig, optim: OptimConfig, model, opt,
         "state": {k: v for k, v in vars(state).items()},
     }
     tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
+    try:
+        torch.save(payload, tmp)
+    except (OSError, RuntimeError) as err:
+        tmp.unlink(missing_ok=True)  # the last complete checkpoint stays as it was
+        free = shutil.disk_usage(path.parent).free
+        # torch's zip writer reports a full disk as a RuntimeError that does not say so: the free space does
+        if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or free < checkpoint_bytes(payload):
+            message = f"No space left on device writing checkpoint {path} ({free} bytes free)"
+            raise OSError(errno.ENOSPC, message) from err
+        raise
     tmp.replace(path)
+
+
+def checkpoint_bytes(payload: dict) -> int:
+    """Bytes of the tensors in a checkpoint payload: about what writing it needs on disk."""
+    tensors = [*payload["model"].values(), *_tensors(payload["optimizer"])]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _tensors(tree) -> list:
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, dict):
+        return [t for v in tree.values() for t in _tensors(v)]
+    if isinstance(tree, (list, tuple)):
+        return [t for v in tree for t in _tensors(v)]
+    return []
 
 
 def load_checkpoint(path: Path, cfg: ArchConfig, model, opt, batches) -> TrainState:

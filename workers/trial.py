@@ -9,6 +9,7 @@ there in bf16 autocast, with the fused Triton kernels; otherwise on the CPU with
 
 from __future__ import annotations
 
+import errno
 import math
 import resource
 import sys
@@ -73,10 +74,21 @@ def trial_device() -> torch.device:
 
 
 def one_line(err: BaseException) -> str:
+    """The failure reason stored for a crashed trial: `Kind: first line`, prefixed `out of memory:` or
+    `disk full:` when that is what happened, so both read the same whatever raised them."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if isinstance(err, MemoryError) or "out of memory" in text.lower():
         return f"out of memory: {type(err).__name__}: {text}"[:500]
+    if is_disk_full(err):
+        return f"disk full: {type(err).__name__}: {text}"[:500]
     return f"{type(err).__name__}: {text}"[:500]
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC, raised by Python as OSError or by torch's writer as a RuntimeError naming it."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    return "no space left on device" in str(err).lower() or (err.__cause__ is not None and is_disk_full(err.__cause__))
 
 
 def _diagnostics(outcome: TrainOutcome) -> dict:

@@ -123,10 +123,17 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+def is_disk_full(err: BaseException) -> bool:
+    """The database's disk is full (SQLite: "database or disk is full"; PostgreSQL: "No space left on
+    device"): not retried, since waiting frees no space; the write fails in one line at once."""
+    text = str(getattr(err, "orig", None) or err).lower()
+    return "disk is full" in text or "no space left on device" in text
+
+
 def is_connection_error(err: BaseException) -> bool:
     """A failure of the connection, not of the statement: the server restarting or unreachable, a
     dropped connection, SQLite's lock wait running out. Worth retrying; an integrity error never is."""
-    if isinstance(err, IntegrityError):
+    if isinstance(err, IntegrityError) or is_disk_full(err):
         return False
     if isinstance(err, DBAPIError) and err.connection_invalidated:
         return True
