@@ -37,90 +37,90 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) benchmarks/index.py --check
+	$(PY) -m benchmarks.index --check
 
 # benchmarks/README.md's table, regenerated from benchmarks/results/*.json
 index: $(STAMP)
-	$(PY) benchmarks/index.py --write
+	$(PY) -m benchmarks.index --write
 
 bench: $(STAMP)
-	$(PY) benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
-	$(PY) benchmarks/cpu_throughput.py --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
+	$(PY) -m benchmarks.cpu_throughput --out benchmarks/results/cpu_throughput.json
+	$(PY) -m benchmarks.cpu_throughput --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
 
 precision: $(STAMP)
-	$(PY) benchmarks/precision.py --out benchmarks/results/precision.json
+	$(PY) -m benchmarks.precision --out benchmarks/results/precision.json
 
 proxy: $(STAMP)
-	$(PY) benchmarks/proxy_trial.py --out benchmarks/results/proxy_trial.json
+	$(PY) -m benchmarks.proxy_trial --out benchmarks/results/proxy_trial.json
 
 claims: $(STAMP)
-	for sweep in depth mod width; do $(PY) benchmarks/paper_claims.py $$sweep --out-dir benchmarks/results || exit 1; done
+	for sweep in depth mod width; do $(PY) -m benchmarks.paper_claims $$sweep --out-dir benchmarks/results || exit 1; done
 
 service: $(STAMP)
-	$(PY) benchmarks/service_overhead.py --out benchmarks/results/service_overhead.json
+	$(PY) -m benchmarks.service_overhead --out benchmarks/results/service_overhead.json
 
 # 500 no-op trials, 8 at a time, on PostgreSQL: LOAD_ADMIN_URL=postgresql://... uses a running server,
 # otherwise a private one is started (and stopped) like the tests' (tests/postgres_server.py).
 load: $(STAMP)
-	$(PY) benchmarks/store_load.py --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
+	$(PY) -m benchmarks.store_load --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
 
 # The fidelity benchmark: 24 configs on the budget ladder and on replica rungs (and, seed 0, replicas no
 # narrower than 32), graded against the same configs trained for real at T; builds only the rows its
 # tables lack, `report` alone re-reads them.
 fidelity: $(STAMP)
-	$(PY) benchmarks/fidelity.py build --runs benchmarks/data/fidelity_runs.csv
-	$(PY) benchmarks/fidelity.py build-replicas --replica-runs benchmarks/data/fidelity_replica_runs.csv
-	$(PY) benchmarks/fidelity.py build-replicas --min-width 32 --seeds 0 \
+	$(PY) -m benchmarks.fidelity build --runs benchmarks/data/fidelity_runs.csv
+	$(PY) -m benchmarks.fidelity build-replicas --replica-runs benchmarks/data/fidelity_replica_runs.csv
+	$(PY) -m benchmarks.fidelity build-replicas --min-width 32 --seeds 0 \
 		--replica-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv
-	$(PY) benchmarks/fidelity.py report --runs benchmarks/data/fidelity_runs.csv \
+	$(PY) -m benchmarks.fidelity report --runs benchmarks/data/fidelity_runs.csv \
 		--replica-runs benchmarks/data/fidelity_replica_runs.csv \
 		--floor-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv --out benchmarks/results/fidelity.json \
 		--dashboard-summary dashboard/fidelity_summary.json
 
 # A replica-ladder trial's wall time beside a budget-ladder trial's, at the search's default rungs
 replica-wall: $(STAMP)
-	$(PY) benchmarks/replica_wall.py --out benchmarks/results/replica_wall.json
+	$(PY) -m benchmarks.replica_wall --out benchmarks/results/replica_wall.json
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
 ladder-efficiency: $(STAMP)
-	$(PY) benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv \
+	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
 		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/ladder_efficiency.json
 
 # Mixture-of-Depths as published (block routing, 0.875 on every other block) vs dense and per-sublayer 0.25,
 # equal training compute, every family, two seeds
 mod-published: $(STAMP)
-	$(PY) benchmarks/mod_published.py --out benchmarks/results/mod_published.json
+	$(PY) -m benchmarks.mod_published --out benchmarks/results/mod_published.json
 
 # Learning-rate sweeps at widths 64-256 and depths 2-16, standard vs completep, every family, iso-FLOP,
 # and the search replayed on the table; `report` alone re-reads the committed table
 transfer: $(STAMP)
-	$(PY) benchmarks/transfer.py build --runs benchmarks/data/transfer_runs.csv
-	$(PY) benchmarks/transfer.py report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
+	$(PY) -m benchmarks.transfer build --runs benchmarks/data/transfer_runs.csv
+	$(PY) -m benchmarks.transfer report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
 
 # Every GPU question in one prepared session: run `bash benchmarks/gpu_session.sh` on a lent GPU
 gpu-session-smoke: $(STAMP)
-	TRITON_INTERPRET=1 OMP_NUM_THREADS=1 $(PY) benchmarks/gpu_session.py --smoke --out /tmp/gpu_session_smoke.json
+	TRITON_INTERPRET=1 OMP_NUM_THREADS=1 $(PY) -m benchmarks.gpu_session --smoke --out /tmp/gpu_session_smoke.json
 
 gpu-session-prepare: $(STAMP)
 	PYTHON=$(PY) bash benchmarks/gpu_session.sh prepare
 
 # torch.compile's saving on a CPU step against its compile time
 compile-cpu: $(STAMP)
-	$(PY) benchmarks/compile_cpu.py --out benchmarks/results/compile_cpu.json
+	$(PY) -m benchmarks.compile_cpu --out benchmarks/results/compile_cpu.json
 
 search-efficiency: $(STAMP)
-	$(PY) benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json
+	$(PY) -m benchmarks.search_efficiency replay --out benchmarks/results/search_efficiency.json
 
 case-study: $(STAMP)
-	$(PY) benchmarks/ancre_case_study.py --out-dir benchmarks/results
+	$(PY) -m benchmarks.ancre_case_study --out-dir benchmarks/results
 
 # Fused kernels on a CUDA machine: per-op Triton / eager / torch.compile, bandwidth, whole steps.
 gpu-kernels: $(STAMP)
-	$(PY) benchmarks/gpu_kernels.py --out benchmarks/results/gpu_kernels.json
+	$(PY) -m benchmarks.gpu_kernels --out benchmarks/results/gpu_kernels.json
 
 # On CPU: the share of each family's training step spent in the reference ops the kernels fuse.
 reference-ops: $(STAMP)
-	$(PY) benchmarks/gpu_kernels.py --reference-only --device cpu --out benchmarks/results/reference_ops_cpu.json
+	$(PY) -m benchmarks.gpu_kernels --reference-only --device cpu --out benchmarks/results/reference_ops_cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache *.egg-info

@@ -86,7 +86,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cpu_throughput import machine_info  # the machine record every benchmark writes
+from benchmarks.harness import machine_info
 
 LOG = logging.getLogger("ancre_case_study")
 

@@ -1,6 +1,6 @@
 """torch.compile on the CPU workers: the step it saves against the compile time it costs.
 
-    python benchmarks/compile_cpu.py --out benchmarks/results/compile_cpu.json   # ~2 min here
+    python -m benchmarks.compile_cpu --out benchmarks/results/compile_cpu.json   # ~2 min here
 
 For each family at the `bench` size (d 128, 4 layers, 4 heads, seq 128, batch 16; dense, as
 MoD's token counts change every batch and would recompile), one run builds two copies of the same
@@ -28,11 +28,10 @@ os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="resnas-inductor
 
 import torch  # noqa: E402
 
-from cpu_throughput import BATCH, machine_info, make_step  # noqa: E402
+from benchmarks.harness import BATCH, FAMILIES, machine_info, make_step, time_interleaved, write_json  # noqa: E402
 from search_spaces.residual_lm import ArchConfig, build_model, flavour  # noqa: E402
 
-FAMILIES = ("cascaded", "nag", "ancre")
-PROXY_STEPS = 200  # a default proxy trial at the bench size (2e12 training FLOPs)
+PROXY_STEPS = 200  # a default proxy trial at the bench size (`harness.PROXY_BUDGET`, 2e12 training FLOPs)
 
 
 def measure(cfg: ArchConfig, rounds: int, per_round: int) -> dict:
@@ -45,13 +44,7 @@ def measure(cfg: ArchConfig, rounds: int, per_round: int) -> dict:
     compiled()
     compile_s = time.perf_counter() - start
     eager()
-    times: dict[str, list[float]] = {"eager": [], "compiled": []}
-    for _ in range(rounds):
-        for name, step in (("eager", eager), ("compiled", compiled)):
-            start = time.perf_counter()
-            for _ in range(per_round):
-                step()
-            times[name].append((time.perf_counter() - start) / per_round)
+    times = time_interleaved({"eager": eager, "compiled": compiled}, rounds, per_round, per_call=False)
     eager_s, compiled_s = statistics.median(times["eager"]), statistics.median(times["compiled"])
     saved = eager_s - compiled_s
     return {
@@ -89,8 +82,7 @@ def main() -> None:
         "families": rows,
         "verdict": verdict,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result["families"], indent=2), "\n", verdict)
 
 

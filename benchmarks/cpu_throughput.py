@@ -12,8 +12,8 @@ One run measures, side by side and interleaved (so machine noise hits every mode
   and achieved GFLOP/s as a share of the measured peak, with FLOPs = 3 x executed forward FLOPs
   (docs/design.md §3.5: matmuls only, attention over causal keys).
 
-    python benchmarks/cpu_throughput.py --out benchmarks/results/cpu_throughput.json
-    python benchmarks/cpu_throughput.py --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
+    python -m benchmarks.cpu_throughput --out benchmarks/results/cpu_throughput.json
+    python -m benchmarks.cpu_throughput --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
 
 (`--threads 1` is how a search's workers train: one torch thread per trial, one trial per core.)
 """
@@ -21,9 +21,7 @@ One run measures, side by side and interleaved (so machine noise hits every mode
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +30,17 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from benchmarks.harness import (
+    BATCH,
+    FAMILIES,
+    MOD_RATES,
+    SIZE,
+    VARIANTS,
+    machine_info,
+    make_step,
+    time_interleaved,
+    write_json,
+)
 from search_spaces.residual_lm import (
     TRAINING_FLOPS_PER_FORWARD_FLOP,
     ArchConfig,
@@ -42,30 +51,6 @@ from search_spaces.residual_lm.common import apply_rope, rope_frequencies
 
 log = logging.getLogger("cpu_throughput")
 
-SIZE = dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4)
-BATCH = 16
-# mod_every=1 routes blocks 2-4: at mod_rate 0.25 that skips 3/4 * 25% of all sublayer pairs.
-# (mod_every=2 routes only blocks 2 and 4, so 12.5%: it cannot reach 0.85x by construction.)
-FAMILIES = ("cascaded", "nag", "ancre")
-MOD_RATES = (0.125, 0.25, 0.5, 0.875)  # the step time should fall roughly in proportion to the skipped FLOPs
-VARIANTS = {
-    **{fam: dict(residual=fam) for fam in FAMILIES},
-    # per-sublayer routing (each sublayer decides) and block routing (one decision per block), every family
-    **{f"{fam}_mod0.25": dict(residual=fam, mod_rate=0.25, mod_every=1) for fam in FAMILIES},
-    **{
-        f"{fam}_mod0.25_block": dict(residual=fam, mod_rate=0.25, mod_every=1, mod_granularity="block")
-        for fam in FAMILIES
-    },
-    # the rate sweep, cascaded, both granularities
-    **{
-        f"cascaded_mod{rate}{suffix}": dict(
-            residual="cascaded", mod_rate=rate, mod_every=1, mod_granularity=granularity
-        )
-        for rate in MOD_RATES
-        if rate != 0.25
-        for suffix, granularity in (("", "sublayer"), ("_block", "block"))
-    },
-}
 TARGETS = {
     "cascaded_vs_reference_tokens_per_s": 1.0,  # at least
     "nag_vs_cascaded_step_time": 1.10,  # at most
@@ -167,65 +152,6 @@ def matmul_peak_gflops(sizes=(512, 1024, 2048), repeats: int = 5) -> dict:
             times.append(time.perf_counter() - start)
         best[n] = 2 * n**3 / min(times) / 1e9
     return {"gflops": max(best.values()), "by_size": best}
-
-
-def make_step(model: nn.Module, fused_optimizer: bool = True):
-    """One training step (forward, backward, AdamW) on a fixed cycle of random batches. The optimiser
-    is torch's fused AdamW on every model, as `workers.train.build_optimizer` uses it (`fused_optimizer`
-    False: the per-tensor loop every trial ran before)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True if fused_optimizer else None)
-    gen = torch.Generator().manual_seed(0)
-    batches = [torch.randint(0, SIZE["vocab_size"], (BATCH, SIZE["seq_len"] + 1), generator=gen) for _ in range(4)]
-    state = {"i": 0}
-
-    def step() -> None:
-        window = batches[state["i"] % len(batches)]
-        state["i"] += 1
-        logits = model(window[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    return step
-
-
-def time_interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> dict[str, list[float]]:
-    """Median-ready step times: each round runs every model for `per_round` steps, in turn."""
-    for step in steps.values():
-        for _ in range(warmup):
-            step()
-    times = {name: [] for name in steps}
-    for r in range(rounds):
-        for name, step in steps.items():
-            for _ in range(per_round):
-                start = time.perf_counter()
-                step()
-                times[name].append(time.perf_counter() - start)
-        log.info("round %d/%d done", r + 1, rounds)
-    return times
-
-
-def machine_info() -> dict:
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else platform.processor()
-    )
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-    }
 
 
 def build_models() -> tuple[dict, dict]:
@@ -330,8 +256,7 @@ def main() -> None:
         targets=TARGETS,
         targets_met=verdicts(result["ratios"]),
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     for k, v in result["ratios"].items():
         log.info("%-42s %.3f", k, v)
     log.info("targets met: %s", result["targets_met"])

@@ -1,7 +1,7 @@
 """Fidelity: does the ranking the search predicts at the target budget match the ranking trained for real there?
 
-    python benchmarks/fidelity.py build    # real runs -> benchmarks/data/fidelity_runs.csv (45 min here)
-    python benchmarks/fidelity.py report --out benchmarks/results/fidelity.json   # JSON + PNG from the table
+    python -m benchmarks.fidelity build    # real runs -> benchmarks/data/fidelity_runs.csv (45 min here)
+    python -m benchmarks.fidelity report --out benchmarks/results/fidelity.json   # JSON + PNG from the table
 
 `build` measures a fixed set of 24 configs (every family x widths 32/64/96 x depths 2/4/6, less the
 three largest; MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) with
@@ -26,7 +26,7 @@ how many truth pairs cross between the lowest rung and the truth (a benchmark wi
 not tell a method from the lowest rung).
 `--smoke` runs every path at tiny size (CI).
 
-    python benchmarks/fidelity.py build --space search_spaces/residual_lm/space_completep.yaml \
+    python -m benchmarks.fidelity build --space search_spaces/residual_lm/space_completep.yaml \
         --runs benchmarks/data/fidelity_runs_horizon_rule.csv      # then `report --runs` that table
 
 trains under a space's horizon rule (`OptimConfig.horizon_tokens`: NAG's rate times (D / 752,640)^-0.74
@@ -42,19 +42,16 @@ import csv
 import itertools
 import json
 import math
-import multiprocessing as mp
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 from scipy.stats import kendalltau
 
-from cpu_throughput import machine_info
+from benchmarks.harness import append_runs, machine_info, pending, write_json
 from nas.extrapolate import RungPoint, fit_study, seed_noise
-from nas.pareto import hypervolume, pareto_rows
+from nas.pareto import FrontPoint, hypervolume, pareto_rows
 from nas.promotion import Candidate, should_promote
 
 HERE = Path(__file__).resolve().parent
@@ -253,24 +250,14 @@ def horizon_rule(space: Path | None) -> dict:
 
 def pending_jobs(out: Path, todo: list[Job]) -> list[Job]:
     """The jobs of `todo` whose rows the table at `out` does not hold yet (all of them without a table)."""
-    done = {(r["config"], r["kind"], r["seed"]) for r in read(out)} if out.exists() else set()
-    return [j for j in todo if (j.config, j.kind, j.seed) not in done]
+    rows = read(out) if out.exists() else []
+    return pending(todo, rows, lambda j: (j.config, j.kind, j.seed), lambda r: (r["config"], r["kind"], r["seed"]))
 
 
 def build(out: Path, all_jobs: list[Job], processes: int = 2) -> None:
     """Run the jobs `out` lacks, appending their rows (a killed build resumes where it stopped)."""
-    fresh = not out.exists() or out.stat().st_size == 0
-    start, todo = time.perf_counter(), pending_jobs(out, all_jobs)
-    kinds = {j.kind for j in all_jobs}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with mp.get_context("spawn").Pool(processes) as pool, out.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=REPLICA_COLUMNS if "replica" in kinds else COLUMNS)
-        if fresh:
-            writer.writeheader()
-        for done, rows in enumerate(pool.imap_unordered(run_job, todo), 1):
-            writer.writerows(rows)
-            f.flush()
-            print(f"{done}/{len(todo)} jobs, {time.perf_counter() - start:.0f} s", flush=True)
+    columns = REPLICA_COLUMNS if any(j.kind == "replica" for j in all_jobs) else COLUMNS
+    append_runs(out, pending_jobs(out, all_jobs), run_job, columns=columns, processes=processes)
 
 
 def read(path: Path) -> list[dict]:
@@ -327,19 +314,16 @@ def tau(a: dict[int, float], b: dict[int, float]) -> float | None:
 
 def search_view(points: list[RungPoint], flops: dict[int, float], target: float) -> tuple[list[RungPoint], set[int]]:
     """The rung points a search holds, and the configs it repeated: seed 0 of every config, and the other
-    seeds of the configs on the front at T predicted from seed 0 (`nas search --repeat-seeds 1`: item 5's
+    seeds of the configs on the front at T predicted from seed 0 (`nas search --repeat-seeds 1`: its
     repeats, a ladder run of another seed each). The table holds both seeds of every config; a search does
     not pay for, nor see, the second seed of a config off its front."""
     front = front_of(predictions([p for p in points if p.seed == 0], target), flops)
     return [p for p in points if p.seed == 0 or p.trial in front], front
 
 
-def as_rows(losses: dict[int, float], flops: dict[int, float]) -> list[SimpleNamespace]:
+def as_rows(losses: dict[int, float], flops: dict[int, float]) -> list[FrontPoint]:
     """Configs as the completed trial rows `nas.pareto` reads."""
-    return [
-        SimpleNamespace(number=c, status="completed", val_loss=loss, executed_flops_per_token=flops[c])
-        for c, loss in losses.items()
-    ]
+    return [FrontPoint(number=c, val_loss=loss, executed_flops_per_token=flops[c]) for c, loss in losses.items()]
 
 
 def front_of(losses: dict[int, float], flops: dict[int, float]) -> set[int]:
@@ -492,8 +476,7 @@ def report(
             for c in sorted(truth)
         ],
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out, result)
     plot(result, out.with_suffix(".png"))
     if dashboard_summary is not None:
         dashboard_summary.write_text(json.dumps({"summary": summary, "machine": result["machine"]}, indent=2) + "\n")

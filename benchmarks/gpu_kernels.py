@@ -16,8 +16,8 @@ One run, on one device, measures side by side (interleaved, median of repeats):
 Targets (H100/H200 class): each fused op >= 2x eager and >= 70% of peak bandwidth; NAG
 and ANCRe steps within 5% of cascaded; MoD 0.25 at <= 0.85x the rate-0 step.
 
-    python benchmarks/gpu_kernels.py --out benchmarks/results/gpu_kernels.json          # on a GPU
-    TRITON_INTERPRET=1 python benchmarks/gpu_kernels.py --smoke --out /tmp/smoke.json   # CPU check
+    python -m benchmarks.gpu_kernels --out benchmarks/results/gpu_kernels.json          # on a GPU
+    TRITON_INTERPRET=1 python -m benchmarks.gpu_kernels --smoke --out /tmp/smoke.json   # CPU check
 
 `--smoke` uses tiny shapes and one repeat: it checks that every path runs (the CI test does this
 on CPU through Triton's interpreter); its timings mean nothing. `--reference-only` skips the Triton
@@ -27,11 +27,9 @@ path, which is how the CPU numbers (the reference path's overhead per family) ar
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +37,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from cpu_throughput import machine_info as cpu_machine_info
+from benchmarks.harness import BATCH, SIZE, elapsed_s, synchronize, time_interleaved, write_json
+from benchmarks.harness import machine_info as cpu_machine_info
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, triton, use_backend
 from search_spaces.residual_lm.ops.add_rmsnorm import add_rmsnorm, add_rmsnorm_bytes, add_rmsnorm_reference
@@ -103,23 +102,18 @@ SMOKE = Shapes(
     op_repeats=1,
     warmup=0,
 )
-# The CPU reference-path overhead runs at cpu_throughput.py's size (the CPU proxy).
+# The CPU reference-path overhead runs at the bench size (the CPU proxy).
 CPU = Shapes(
-    rows=16 * 128,
-    d=128,
+    rows=BATCH * SIZE["seq_len"],
+    d=SIZE["d_model"],
     gate_components=32,
     ancre_states=(3, 5),
-    model=dict(vocab_size=256, seq_len=128, n_layers=4, d_model=128, n_heads=4),
-    batch=16,
+    model=dict(SIZE),
+    batch=BATCH,
     repeats=30,
     op_repeats=200,
     warmup=3,
 )
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> float:
@@ -127,20 +121,7 @@ def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int,
     for _ in range(warmup):
         fn()
     synchronize(device)
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            start_s = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start_s)
-    return statistics.median(times)
+    return statistics.median(elapsed_s(fn, device) for _ in range(repeats))
 
 
 def measured_copy_bandwidth(device: torch.device) -> float | None:
@@ -333,12 +314,7 @@ def time_families(
                 steps.pop(key, None)
             else:
                 rows[key] = {"executed_forward_flops_per_token": flops_per_token(cfg).executed}
-    synchronize(device)
-    times: dict[str, list[float]] = {key: [] for key in steps}
-    for r in range(shapes.repeats):
-        for key, step in steps.items():
-            times[key].append(median_seconds(step, device, repeats=1, warmup=0))
-        log.info("step round %d/%d", r + 1, shapes.repeats)
+    times = time_interleaved(steps, shapes.repeats, device=device)
     tokens = shapes.batch * shapes.model["seq_len"]
     for key, ts in times.items():
         rows[key].update(median_step_s=statistics.median(ts), tokens_per_s=tokens / statistics.median(ts))
@@ -441,7 +417,7 @@ def verdicts(ops: dict, ratios: dict) -> dict:
 
 
 def machine_info(device: torch.device) -> dict:
-    """cpu_throughput's record of the machine, plus the device, Triton and (on CUDA) the GPU."""
+    """The harness's record of the machine, plus the device, Triton and (on CUDA) the GPU."""
     info = {
         **cpu_machine_info(),
         "device": str(device),
@@ -499,8 +475,7 @@ def main() -> None:
         # a smoke run's or the interpreter's timings say nothing about a GPU: no verdicts then
         "targets_met": None if args.smoke or interpreting() else verdicts(ops, ratios),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     for key, value in ratios.items():
         log.info("%s: %.3f", key, value)
     log.info("wrote %s", args.out)

@@ -10,9 +10,10 @@ answers everything at once, in order, within `--budget-s` (default 480 s):
    bf16, forward and forward + backward, share of peak bandwidth), with fewer repeats;
 3. `kernel_steps`: gpu_kernels.py's training steps per family at MoD 0 and 0.25, Triton kernels
    vs reference ops (12 layers, d 768, seq 1024, batch 8, bf16 autocast);
-4. `mod_ratios`: the MoD step ratios of cpu_throughput.py's variants at that GPU size with the
-   default kernels: dense vs MoD 0.25 per sublayer and per block for each family, and cascaded at
-   0.125 / 0.5 / 0.875 both ways, beside the share of the FLOPs each executes;
+4. `mod_ratios`: the MoD step ratios of the bench variants (`harness.VARIANTS`, which
+   cpu_throughput.py times on CPU) at that GPU size with the default kernels: dense vs MoD 0.25
+   per sublayer and per block for each family, and cascaded at 0.125 / 0.5 / 0.875 both ways,
+   beside the share of the FLOPs each executes;
 5. `proxy_trials`: one `run_trial` per family, the default proxy of proxy_trial.py (`bench`
    flavour, MoD 0.25, 2e12 training FLOPs; bf16 and the Triton kernels on CUDA): val loss,
    tokens/s, wall time, executed FLOPs/token and the share of the bf16 peak it reaches.
@@ -41,7 +42,7 @@ gpu_session.json and gpu_session.log in $OUT. One stage again, if device time is
 TRITON_INTERPRET=1 the Triton paths run in Triton's interpreter, without it only the reference
 paths run. Its timings mean nothing.
 
-    TRITON_INTERPRET=1 python benchmarks/gpu_session.py --smoke --out /tmp/gpu_session.json
+    TRITON_INTERPRET=1 python -m benchmarks.gpu_session --smoke --out /tmp/gpu_session.json
 """
 
 from __future__ import annotations
@@ -64,9 +65,7 @@ from pathlib import Path
 
 import torch
 
-import cpu_throughput
-import proxy_trial
-from gpu_kernels import (
+from benchmarks.gpu_kernels import (
     FULL,
     SMOKE,
     TARGETS,
@@ -82,6 +81,7 @@ from gpu_kernels import (
     time_ops,
     verdicts,
 )
+from benchmarks.harness import FAMILIES, MOD_RATES, PROXY_BUDGET, VARIANTS
 from search_spaces.residual_lm import flavour
 from search_spaces.residual_lm.ops import interpreting
 from workers import DataConfig, RunConfig, TrialResult, load_corpus, run_trial
@@ -90,7 +90,7 @@ from workers.data import VOCAB_SIZE
 log = logging.getLogger("gpu_session")
 
 FLOPS = "executed_forward_flops_per_token"  # gpu_kernels.time_families' per-row count
-SUFFIXES = ("", "_block")  # cpu_throughput.py's variant names: MoD routed per sublayer, per block
+SUFFIXES = ("", "_block")  # `harness.VARIANTS`' names: MoD routed per sublayer, per block
 
 # Spec-sheet dense bf16 tensor-core FLOP/s (no sparsity), matched against the device name like
 # gpu_kernels.PEAK_BANDWIDTH. The H200 has the H100 SXM's compute; one H200 lent to this project was
@@ -126,7 +126,7 @@ GPU = Plan(
     kernel_shapes=replace(FULL, op_repeats=50, repeats=15, warmup=3),
     mod_shapes=replace(FULL, repeats=20, warmup=3),
     trial_flavour="bench",
-    trial_budget=proxy_trial.BUDGET,
+    trial_budget=PROXY_BUDGET,
     trial_run=RunConfig(),  # proxy_trial.py's: batch 16, the CPU numbers compare one to one
     matmul_n=8192,
     estimates_s={
@@ -257,9 +257,9 @@ def stage_kernel_steps(s: Session) -> dict:
 
 
 def stage_mod_ratios(s: Session) -> dict:
-    """cpu_throughput.py's MoD variants at the GPU size, default kernels, interleaved step times."""
+    """The bench variants (`harness.VARIANTS`) at the GPU size, default kernels, interleaved step times."""
     shapes = s.plan.mod_shapes
-    rows = time_families(shapes, s.device, ["auto"], variants=cpu_throughput.VARIANTS)
+    rows = time_families(shapes, s.device, ["auto"], variants=VARIANTS)
     ratios, sweep = mod_summary(rows)
     met = {
         k: v <= TARGETS["mod0.25_vs_dense_step_time" if "_mod0.25" in k else "family_vs_cascaded_step_time"]
@@ -282,7 +282,7 @@ def mod_summary(rows: dict) -> tuple[dict, dict]:
     def ratio(a: str, b: str, key: str = "median_step_s") -> float | None:
         return timed[a][key] / timed[b][key] if a in timed and b in timed else None
 
-    families = cpu_throughput.FAMILIES
+    families = FAMILIES
     ratios = {
         **{f"{f}_vs_cascaded_step_time": ratio(f, "cascaded") for f in families if f != "cascaded"},
         **{f"{f}_mod0.25{sfx}_vs_dense_step_time": ratio(f"{f}_mod0.25{sfx}", f) for f in families for sfx in SUFFIXES},
@@ -292,7 +292,7 @@ def mod_summary(rows: dict) -> tuple[dict, dict]:
             "step_time_vs_dense": ratio(f"cascaded_mod{rate}{sfx}", "cascaded"),
             "executed_flops_vs_dense": ratio(f"cascaded_mod{rate}{sfx}", "cascaded", FLOPS),
         }
-        for rate in cpu_throughput.MOD_RATES
+        for rate in MOD_RATES
         for sfx in SUFFIXES
     }
     return ratios, sweep
@@ -302,8 +302,7 @@ def stage_proxy_trials(s: Session) -> dict:
     """One `run_trial` per family at the plan's flavour and budget; families that no longer fit are skipped."""
     plan = s.plan
     configs = {  # before the corpus: a bad flavour fails at once
-        f: flavour(plan.trial_flavour, residual=f, mod_rate=0.25, vocab_size=VOCAB_SIZE)
-        for f in cpu_throughput.FAMILIES
+        f: flavour(plan.trial_flavour, residual=f, mod_rate=0.25, vocab_size=VOCAB_SIZE) for f in FAMILIES
     }
     corpus = load_corpus(DataConfig())
     trials = {}

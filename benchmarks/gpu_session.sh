@@ -2,7 +2,7 @@
 # benchmarks/gpu_session.py on a lent CUDA machine, and its preparation on this one.
 #
 #   bash benchmarks/gpu_session.sh prepare   # here, once: fills the git-ignored .gpu_carry/
-#   bash benchmarks/gpu_session.sh [ARGS]    # there: the session, ARGS passed to gpu_session.py
+#   bash benchmarks/gpu_session.sh [ARGS]    # there: the session, ARGS passed to benchmarks.gpu_session
 #   GPU_SESSION_BUDGET_S=120 bash benchmarks/gpu_session.sh --stages mod_ratios   # one stage again
 #
 # The `run` tool's call: command "bash benchmarks/gpu_session.sh", carry [".gpu_carry"], timeout_s 600.
@@ -47,6 +47,6 @@ dir=${OUT:-benchmarks/results}
 mkdir -p "$dir"
 budget=${GPU_SESSION_BUDGET_S:-480}  # whole seconds; e.g. GPU_SESSION_BUDGET_S=120 ... --stages mod_ratios
 # the script's own budget covers its stages; the margin covers imports and a last stage's overrun
-timeout -k 10 $((budget + 70)) "$PY" benchmarks/gpu_session.py --budget-s "$budget" \
+timeout -k 10 $((budget + 70)) "$PY" -m benchmarks.gpu_session --budget-s "$budget" \
   --out "$dir/gpu_session.json" "$@" 2>&1 | tee "$dir/gpu_session.log"
 exit "${PIPESTATUS[0]}"

@@ -1,15 +1,17 @@
 """The benchmarks index: which script answers which question, with headline figures read from its JSON.
 
-    python benchmarks/index.py            # print the table
-    python benchmarks/index.py --write    # rewrite the table in benchmarks/README.md
-    python benchmarks/index.py --check    # exit 1, naming the file, if that table is not what --write writes
+    python -m benchmarks.index            # print the table
+    python -m benchmarks.index --write    # rewrite the table in benchmarks/README.md
+    python -m benchmarks.index --check    # exit 1, naming the file, if that table is not what --write writes
 
-The table has one row per `benchmarks/results/*.json`, sorted by file name: the question its benchmark
-answers, the command that writes it, the file, the machine of its machine record, and its headline
-figures. What a row says lives in `ENTRIES`, one `Entry` per result file: the question, the command,
-and each figure as a label, a key path into the JSON and a `str.format` template. A file without an
-entry gets a row saying "no headline figures yet"; a key path the JSON lacks prints "missing"; a JSON
-null prints "n/a" and a boolean "yes" or "no". An entry whose file is absent adds no row.
+The table has one row per `benchmarks/results/*.json`, sorted by file name within its section (`SECTIONS`:
+speed and service, then experiments): the question its benchmark answers, the command that writes it, the
+file, the machine of its machine record, and its headline figures. What a row says lives in `ENTRIES`, one
+`Entry` per result file: its section, the question, the command, and each figure as a label, a key path
+into the JSON and a `str.format` template. A file without an entry gets a row saying "no headline figures
+yet" in a last section, `UNINDEXED`; a key path the JSON lacks prints "missing"; a JSON null prints "n/a"
+and a boolean "yes" or "no". An entry whose file is absent adds no row, and a section without rows no
+heading.
 
 The table sits in benchmarks/README.md between `<!-- index:start -->` and `<!-- index:end -->`; the
 text outside the markers is left as it is.
@@ -31,6 +33,9 @@ README = HERE / "README.md"
 START, END = "<!-- index:start -->", "<!-- index:end -->"
 MISSING = "missing"
 NO_FIGURES = "no headline figures yet"
+SPEED, EXPERIMENTS = "Speed and service", "Experiments"
+SECTIONS = (SPEED, EXPERIMENTS)
+UNINDEXED = "Not in ENTRIES yet"
 
 KeyPath = tuple[str | int, ...]  # dict keys, or list indices as ints
 
@@ -48,6 +53,11 @@ class Entry:
     command: str
     figures: tuple[Figure, ...]
     machine: KeyPath = ("machine",)  # where the JSON keeps its machine record
+    section: str = EXPERIMENTS  # one of SECTIONS
+
+    def __post_init__(self) -> None:
+        if self.section not in SECTIONS:
+            raise ValueError(f"section {self.section!r} is not one of {SECTIONS}")
 
 
 CLAIM_MOD = ("summary", "loss_minus_full_depth")
@@ -73,7 +83,7 @@ ENTRIES: dict[str, Entry] = {
     ),
     "claims_depth.json": Entry(
         question="Do NAG's and ANCRe's gains over cascaded grow with depth (2-16 layers, equal compute)?",
-        command="python benchmarks/paper_claims.py depth",
+        command="python -m benchmarks.paper_claims depth",
         figures=(
             Figure("NAG gain at L16", ("summary", "gain_over_cascaded_nats", "nag", "16"), "{:+.3f} nats"),
             Figure("ANCRe gain at L16", ("summary", "gain_over_cascaded_nats", "ancre", "16"), "{:+.3f} nats"),
@@ -83,7 +93,7 @@ ENTRIES: dict[str, Entry] = {
     ),
     "claims_mod.json": Entry(
         question="Does a 20-25% MoD rate match full depth at equal training compute (NAG)?",
-        command="python benchmarks/paper_claims.py mod",
+        command="python -m benchmarks.paper_claims mod",
         figures=(
             Figure("loss - full depth at 0.125", (*CLAIM_MOD, "0.125"), "{:+.3f} nats"),
             Figure("at 0.25", (*CLAIM_MOD, "0.25"), "{:+.3f} nats"),
@@ -92,7 +102,7 @@ ENTRIES: dict[str, Entry] = {
     ),
     "claims_width.json": Entry(
         question="Does d_align grow and p_hat fall with width at fixed depth?",
-        command="python benchmarks/paper_claims.py width",
+        command="python -m benchmarks.paper_claims width",
         figures=(
             Figure("d_align at d32", ("summary", "d_align", "32"), "{:.3f}"),
             Figure("at d256", ("summary", "d_align", "256"), "{:.3f}"),
@@ -101,6 +111,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "compile_cpu.json": Entry(
+        section=SPEED,
         question="Does torch.compile's faster step repay its compile time within a CPU proxy trial?",
         command="make compile-cpu",
         figures=(
@@ -111,6 +122,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "cpu_throughput.json": Entry(
+        section=SPEED,
         question="How fast does each family train on CPU (2 threads) beside a nanoGPT-style reference?",
         command="make bench",
         figures=(
@@ -121,6 +133,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "cpu_throughput_1thread.json": Entry(
+        section=SPEED,
         question="How fast does each family train on CPU on one torch thread, as a search's workers train?",
         command="make bench",
         figures=(
@@ -145,6 +158,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "gpu_kernels.json": Entry(
+        section=SPEED,
         question="Do the fused Triton kernels beat eager PyTorch, and how do whole training steps compare per "
         "family on a GPU?",
         command="make gpu-kernels",
@@ -156,6 +170,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "gpu_session.json": Entry(
+        section=SPEED,
         question="Every GPU question in one prepared session: kernels, steps per family, MoD ratios, proxy trials.",
         command="bash benchmarks/gpu_session.sh",
         figures=(
@@ -193,6 +208,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "precision.json": Entry(
+        section=SPEED,
         question="fp32 or bf16 autocast on this CPU: step time and loss?",
         command="make precision",
         figures=(
@@ -203,6 +219,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "proxy_trial.json": Entry(
+        section=SPEED,
         question="The default proxy trial: wall time, share outside training steps, peak memory?",
         command="make proxy",
         figures=(
@@ -213,6 +230,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "reference_ops_cpu.json": Entry(
+        section=SPEED,
         question="What share of each family's CPU training step do the reference ops the kernels fuse take?",
         command="make reference-ops",
         figures=(
@@ -222,6 +240,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "replica_wall.json": Entry(
+        section=SPEED,
         question="How long does a replica-ladder trial take against a budget-ladder trial at the same rung budgets?",
         command="make replica-wall",
         figures=(
@@ -246,6 +265,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "service_overhead.json": Entry(
+        section=SPEED,
         question="What does the search service itself cost per trial, against Optuna's ask/tell in one process?",
         command="make service",
         figures=(
@@ -256,6 +276,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "small_configs.json": Entry(
+        section=SPEED,
         question="Tokens/s and share of the matmul peak across the space's sizes, CPU path before and after?",
         command="retired script (result kept)",
         figures=(
@@ -266,6 +287,7 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "store_load.json": Entry(
+        section=SPEED,
         question="Does a PostgreSQL store take 500 no-op trials, 8 at a time, through the search service?",
         command="make load",
         figures=(
@@ -352,22 +374,27 @@ def row(name: str, data: Any, entry: Entry | None) -> str:
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
+HEADER = ["| Question | Command | Result | Machine | Headline figures |", "| --- | --- | --- | --- | --- |"]
+
+
 def render_table(results: Path, entries: Mapping[str, Entry] | None = None) -> str:
-    """The Markdown table of every `*.json` in `results` (sorted by name), from `entries` (default `ENTRIES`)."""
+    """The Markdown tables of every `*.json` in `results`, one per section, from `entries` (default `ENTRIES`)."""
     entries = ENTRIES if entries is None else entries
-    lines = [
-        "_Generated by `python benchmarks/index.py --write` from `results/*.json`: edit `ENTRIES` in index.py, "
-        "not this table._",
-        "",
-        "| Question | Command | Result | Machine | Headline figures |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    rows: dict[str, list[str]] = {section: [] for section in (*SECTIONS, UNINDEXED)}
     for path in sorted(results.glob("*.json")):
         try:
             data = json.loads(path.read_text())
         except ValueError:
             data = None
-        lines.append(row(path.name, data, entries.get(path.name)))
+        entry = entries.get(path.name)
+        rows[entry.section if entry else UNINDEXED].append(row(path.name, data, entry))
+    lines = [
+        "_Generated by `python -m benchmarks.index --write` from `results/*.json`: edit `ENTRIES` in index.py, "
+        "not these tables._",
+    ]
+    for section, section_rows in rows.items():
+        if section_rows:
+            lines += ["", f"### {section}", "", *HEADER, *section_rows]
     return "\n".join(lines)
 
 
@@ -412,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         if updated != current:
             print(
-                f"{shown(args.readme)}: the benchmarks table is out of date; run python benchmarks/index.py --write",
+                f"{shown(args.readme)}: the benchmarks table is out of date; run python -m benchmarks.index --write",
                 file=sys.stderr,
             )
             return 1

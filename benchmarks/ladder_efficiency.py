@@ -1,6 +1,6 @@
 """Ladder efficiency: the front at the target that a ladder, a single-budget or a target-budget search buys per FLOP.
 
-    python benchmarks/ladder_efficiency.py --runs benchmarks/data/fidelity_runs.csv \
+    python -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
         --replica-runs benchmarks/data/fidelity_replica_runs.csv \
         --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it, well under a minute
 
@@ -66,16 +66,15 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import optuna
 
-from cpu_throughput import machine_info
-from fidelity import ETA, REPLICA_CSV, REPLICA_ETA, RUNS_CSV, predictions, read, truth_runs
+from benchmarks.fidelity import ETA, REPLICA_CSV, REPLICA_ETA, RUNS_CSV, predictions, read, truth_runs
+from benchmarks.harness import machine_info
 from nas.extrapolate import RungPoint
 from nas.fidelity import fit_group
-from nas.pareto import hypervolume, pareto_rows
+from nas.pareto import FrontPoint, hypervolume, pareto_rows
 from nas.promotion import Candidate, should_promote
 from nas.study import make_sampler
 from workers.budget import LadderConfig
@@ -309,9 +308,9 @@ def front(estimates: dict[int, float], flops: dict[int, float]) -> list[int]:
     return [r.number for r in pareto_rows([_row(c, loss, flops[c]) for c, loss in estimates.items()])]
 
 
-def _row(config: int, loss: float, flops: float) -> SimpleNamespace:
+def _row(config: int, loss: float, flops: float) -> FrontPoint:
     """What `nas.pareto` reads of a trial."""
-    return SimpleNamespace(number=config, status="completed", val_loss=loss, executed_flops_per_token=flops)
+    return FrontPoint(number=config, val_loss=loss, executed_flops_per_token=flops)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Mixture-of-Depths as published versus the routing this project had, at equal training compute.
 
-    python benchmarks/mod_published.py --out benchmarks/results/mod_published.json   # ~10 min here
-    python benchmarks/mod_published.py --smoke --out /tmp/mod.json                   # every path, tiny
+    python -m benchmarks.mod_published --out benchmarks/results/mod_published.json   # ~10 min here
+    python -m benchmarks.mod_published --smoke --out /tmp/mod.json                   # every path, tiny
 
 For each residual family, at 8 layers of the `bench` flavour (d 128, 4 heads, seq 128) and one
 training budget (default 2e12 FLOPs: the default proxy trial), three settings are trained with
@@ -34,7 +34,7 @@ import statistics
 import time
 from pathlib import Path
 
-from cpu_throughput import machine_info
+from benchmarks.harness import machine_info, write_json
 
 FAMILIES = ("cascaded", "nag", "ancre")
 SETTINGS = {
@@ -159,8 +159,7 @@ def main() -> None:
         "summary": summary,
         "runs": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    write_json(args.out, out)
     plot(summary, args.out.with_suffix(".png"))
     print(json.dumps(summary, indent=2))
 

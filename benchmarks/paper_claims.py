@@ -1,8 +1,8 @@
 """The papers' claims, measured at small scale on the shipped corpus (each writes JSON and a PNG).
 
-    python benchmarks/paper_claims.py depth   # cascaded vs NAG vs ANCRe at 2, 4, 8, 16 layers, same compute
-    python benchmarks/paper_claims.py mod     # NAG at mod_rate 0, 0.125, 0.25, 0.5, same compute (iso-FLOP)
-    python benchmarks/paper_claims.py width   # d_align and p_hat versus d_model at fixed depth
+    python -m benchmarks.paper_claims depth   # cascaded vs NAG vs ANCRe at 2, 4, 8, 16 layers, same compute
+    python -m benchmarks.paper_claims mod     # NAG at mod_rate 0, 0.125, 0.25, 0.5, same compute (iso-FLOP)
+    python -m benchmarks.paper_claims width   # d_align and p_hat versus d_model at fixed depth
 
 Every trial is one `run_trial` at the same training budget (default 2e12 FLOPs, the default proxy
 trial: 10-30 s here), the same seed, the same optimiser settings (no per-trial LR tuning: a
@@ -25,7 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from cpu_throughput import machine_info  # noqa: E402
+from benchmarks.harness import machine_info  # noqa: E402
 from search_spaces.residual_lm import flavour  # noqa: E402
 from workers.data import DataConfig, load_corpus  # noqa: E402
 from workers.trial import run_trial  # noqa: E402

@@ -5,37 +5,39 @@ family at the benchmark size, the same seeded model and batches are trained for 
 fp32 and under bf16 autocast, interleaved; the JSON holds median step times, their ratio and the
 loss gap after the same steps.
 
-    python benchmarks/precision.py --out benchmarks/results/precision.json
+    python -m benchmarks.precision --out benchmarks/results/precision.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from cpu_throughput import BATCH, SIZE, machine_info  # same size and machine record as the throughput benchmark
+from benchmarks.harness import BATCH, FAMILIES, SIZE, machine_info, time_interleaved, write_json
 from search_spaces.residual_lm import ArchConfig, build_model
 
 log = logging.getLogger("precision")
 
 
-def make_run(cfg: ArchConfig, bf16: bool):
+WARMUP = 2  # steps per run left out of the times (their losses count)
+
+
+def make_run(cfg: ArchConfig, bf16: bool, steps: int):
+    """A training step of a seeded model on fresh batches (drawn up front, untimed), and its losses so far."""
     torch.manual_seed(0)
     model = build_model(cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
     gen = torch.Generator().manual_seed(0)
-    losses = []
+    windows = [torch.randint(0, cfg.vocab_size, (BATCH, cfg.seq_len + 1), generator=gen) for _ in range(steps)]
+    losses: list[float] = []
 
-    def step() -> float:
-        window = torch.randint(0, cfg.vocab_size, (BATCH, cfg.seq_len + 1), generator=gen)
-        start = time.perf_counter()
+    def step() -> None:
+        window = windows[len(losses)]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             logits = model(window[:, :-1])
         loss = F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten())
@@ -43,20 +45,14 @@ def make_run(cfg: ArchConfig, bf16: bool):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-        return time.perf_counter() - start
 
     return step, losses
 
 
 def measure(family: str, steps: int) -> dict:
     cfg = ArchConfig(**SIZE, residual=family)
-    runs = {name: make_run(cfg, name == "bf16") for name in ("fp32", "bf16")}
-    times = {name: [] for name in runs}
-    for i in range(steps):
-        for name, (step, _) in runs.items():
-            elapsed = step()
-            if i >= 2:  # warm-up
-                times[name].append(elapsed)
+    runs = {name: make_run(cfg, name == "bf16", steps) for name in ("fp32", "bf16")}
+    times = time_interleaved({name: step for name, (step, _) in runs.items()}, steps - WARMUP, warmup=WARMUP)
     med = {name: statistics.median(ts) for name, ts in times.items()}
     last = {name: statistics.mean(losses[-5:]) for name, (_, losses) in runs.items()}
     return {
@@ -78,12 +74,11 @@ def main() -> None:
         "size": {**SIZE, "batch": BATCH},
         "steps": args.steps,
         "bf16_supported_natively": bool(getattr(torch.backends.mkldnn, "is_available", lambda: False)()),
-        "families": {f: measure(f, args.steps) for f in ("cascaded", "nag", "ancre")},
+        "families": {f: measure(f, args.steps) for f in FAMILIES},
     }
     ratios = [r["bf16_over_fp32_step_time"] for r in result["families"].values()]
     result["recommended_default"] = "bf16" if max(ratios) < 0.9 else "fp32"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    write_json(args.out, result)
     for fam, r in result["families"].items():
         log.info(
             "%-9s bf16/fp32 step time %.2f, loss gap %+.4f",

@@ -6,7 +6,7 @@ that peak RSS (`ru_maxrss`) is the trial's own. "Outside" = wall time of `run_tr
 evaluations, diagnostics, width probe, reporting) minus the time inside the training steps
 (schedule, forward, backward, clipping, AdamW), measured with perf_counter around each step.
 
-    python benchmarks/proxy_trial.py --out benchmarks/results/proxy_trial.json
+    python -m benchmarks.proxy_trial --out benchmarks/results/proxy_trial.json
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cpu_throughput import machine_info
+from benchmarks.harness import FAMILIES, PROXY_BUDGET, machine_info, write_json
 
-BUDGET = 2e12
 TARGETS = {"outside_steps_share_max": 0.10, "peak_memory_mb_max": 1536}
 
 ONE_TRIAL = """
@@ -36,10 +35,10 @@ print(json.dumps({k: getattr(r, k) for k in ("status", "failure_reason", "val_lo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/proxy_trial.json"))
-    parser.add_argument("--budget", type=float, default=BUDGET)
+    parser.add_argument("--budget", type=float, default=PROXY_BUDGET)
     args = parser.parse_args()
     trials = {}
-    for family in ("cascaded", "nag", "ancre"):
+    for family in FAMILIES:
         done = subprocess.run(
             [sys.executable, "-c", ONE_TRIAL, family, str(args.budget)], check=True, capture_output=True, text=True
         )
@@ -65,8 +64,7 @@ def main() -> None:
         "trials": trials,
         "targets_met": met,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2))
+    write_json(args.out, out)
     print(json.dumps(met))
 
 

@@ -1,6 +1,6 @@
 """Wall time of a replica-ladder trial against a budget-ladder trial at the same rung budgets.
 
-    python benchmarks/replica_wall.py --out benchmarks/results/replica_wall.json   # about 10 minutes here
+    python -m benchmarks.replica_wall --out benchmarks/results/replica_wall.json   # about 10 minutes here
 
 Both ladders give a trial the rungs C, eta C, eta^2 C (the search's defaults: 3 rungs, eta 3) and the
 target T = 10 x the top rung (the search's default). The budget ladder trains the config itself once,
@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
-from cpu_throughput import machine_info
+from benchmarks.harness import machine_info, make_step, time_interleaved, write_json
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = [  # from make fidelity's grid: the narrowest, a middle and the widest width
@@ -77,29 +78,21 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
 
 def step_floor(widths: tuple[int, ...], batch: int, repeats: int = 20) -> dict[int, float]:
     """Median ms of one training step (forward, backward, clip, AdamW) of a 4-layer cascaded model per width."""
-    import statistics
-
-    import torch
-    import torch.nn.functional as F
-
     from search_spaces.residual_lm import ArchConfig, build_model
     from workers.train import OptimConfig, build_optimizer
 
     out = {}
     for width in widths:
         model = build_model(ArchConfig(residual="cascaded", d_model=width, n_layers=4, **FIXED))
-        opt = build_optimizer(model, OptimConfig())
-        x, y = (torch.randint(0, 256, (batch, FIXED["seq_len"])) for _ in range(2))
-        times = []
-        for i in range(repeats + 3):
-            start = time.perf_counter()
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if i >= 3:  # warm-up steps excluded
-                times.append(time.perf_counter() - start)
+        step = make_step(
+            model,
+            batch=batch,
+            seq_len=FIXED["seq_len"],
+            vocab_size=FIXED["vocab_size"],
+            optimizer=build_optimizer(model, OptimConfig()),
+            clip_norm=1.0,
+        )
+        times = time_interleaved({"step": step}, rounds=repeats, warmup=3)["step"]
         out[width] = 1e3 * statistics.median(times)
     return out
 
@@ -152,8 +145,7 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine_info(),
         "wall_s": time.perf_counter() - start,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(args.out, result)
     print(json.dumps(result["summary"], indent=2))
 
 

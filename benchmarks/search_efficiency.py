@@ -2,8 +2,8 @@
 
 Both samplers search a FIXED table of real proxy results, replayed so a replay costs nothing:
 
-    python benchmarks/search_efficiency.py build     # real proxy trials -> benchmarks/data/proxy_grid.csv
-    python benchmarks/search_efficiency.py replay --out benchmarks/results/search_efficiency.json
+    python -m benchmarks.search_efficiency build     # real proxy trials -> benchmarks/data/proxy_grid.csv
+    python -m benchmarks.search_efficiency replay --out benchmarks/results/search_efficiency.json
 
 `build` runs one `workers.trial.run_trial` per grid point, in-process and one after another:
 residual {cascaded, nag, ancre} x n_layers {2, 4} x d_model {64, 128} x mod_rate {0, 0.25} x
@@ -30,18 +30,17 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import json
 import logging
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import optuna
 
-from cpu_throughput import machine_info
-from nas.pareto import hypervolume, hypervolume_curve, reference_point
+from benchmarks.harness import machine_info, write_json
+from nas.pareto import FrontPoint, hypervolume, hypervolume_curve, reference_point
 from nas.study import make_sampler
 
 log = logging.getLogger("search_efficiency")
@@ -124,13 +123,21 @@ def build(out: Path, seed: int, threads: int) -> None:
 # replay
 
 
-def load_grid(path: Path) -> dict[tuple, SimpleNamespace]:
+@dataclass(frozen=True)
+class GridPoint(FrontPoint):
+    """A grid point's proxy trial as `nas.pareto` reads it (`number`: its row in the CSV), with its knobs."""
+
+    knobs: dict = field(default_factory=dict)
+
+
+def load_grid(path: Path) -> dict[tuple, GridPoint]:
     """The CSV as rows with the attributes `nas.pareto` reads, keyed by the five knob values."""
     table = {}
     with path.open() as f:
-        for raw in csv.DictReader(f):
+        for number, raw in enumerate(csv.DictReader(f)):
             key = tuple(type(GRID[k][0])(raw[k]) for k in GRID)
-            table[key] = SimpleNamespace(
+            table[key] = GridPoint(
+                number=number,
                 status=raw["status"],
                 val_loss=float(raw["val_loss"]),
                 executed_flops_per_token=float(raw["executed_flops_per_token"]),
@@ -280,8 +287,7 @@ def replay_main(args) -> None:
         "per_seed_curves": {k: v["curves"] for k, v in runs.items()},
         "replay_wall_s": time.perf_counter() - start,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2))
+    write_json(args.out, out)
     plot(summary, facts["hypervolume"], ref, args.out.with_suffix(".png"))
     log.info(
         "grid HV %.4g; final share: %s; trials to 90%%: %s",

@@ -21,7 +21,7 @@ spawned and unpickles the trainable's context), and the steady-state interval be
 The direct loops run before Ray starts, so no Ray process competes; their timer starts after
 the RDB storage object (and its schema) exists, the service's before.
 
-    python benchmarks/service_overhead.py --out benchmarks/results/service_overhead.json
+    python -m benchmarks.service_overhead --out benchmarks/results/service_overhead.json
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import optuna
 
-from cpu_throughput import machine_info
+from benchmarks.harness import machine_info, quantiles_ms, write_json
 from nas.budget import Budget
 from nas.ray_env import configure_ray_env, init_ray
 from nas.search import create_search
@@ -190,12 +190,6 @@ def write_latency(tmp: Path, space, budget: Budget, n: int = 50) -> dict:
     return out
 
 
-def quantiles_ms(xs: list[float]) -> dict:
-    ordered = sorted(xs)
-    p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
-    return {"median": 1e3 * statistics.median(ordered), "p99": 1e3 * p99, "n": len(ordered)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/service_overhead.json"))
@@ -231,8 +225,7 @@ def main() -> None:
             "store": "SQLite file in a temp dir",
         },
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2))
+    write_json(args.out, out)
     log.info("summary: %s", json.dumps(out["summary"]))
 
 

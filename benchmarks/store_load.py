@@ -2,7 +2,7 @@
 
 The search is `nas.tune_runner.run_tuner` as `nas search` runs it (a local Ray started with 8
 logical CPUs, Ray Tune + OptunaSearch, the sampler of `--sampler`, the shipped default space,
-retries 1) with the no-op trainable of `service_overhead.py`, on a fresh database of a PostgreSQL
+retries 1) with the no-op trainable of `benchmarks.service_overhead`, on a fresh database of a PostgreSQL
 server: `--admin-url` of a running one, else a private server started as the tests start theirs
 (`tests/postgres_server.py`, durable: fsync and synchronous commit on). The resnas tables and the
 Optuna study share that database, as in production.
@@ -15,7 +15,7 @@ Measured:
   completed at their first attempt; Optuna's study holds exactly `trials` trials, all COMPLETE,
   whose numbers are the store's `optuna_trial_number`s.
 
-    python benchmarks/store_load.py --out benchmarks/results/store_load.json
+    python -m benchmarks.store_load --out benchmarks/results/store_load.json
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import optuna
 
-from cpu_throughput import machine_info
+from benchmarks.harness import machine_info, quantiles_ms, write_json
+from benchmarks.service_overhead import TRIAL_FLOPS, noop
 from nas.budget import Budget
 from nas.ray_env import configure_ray_env, init_ray
 from nas.search import create_search
@@ -41,10 +42,7 @@ from nas.settings import SearchSettings
 from nas.space import load_space
 from nas.store import Store
 from nas.study import optuna_storage
-from service_overhead import TRIAL_FLOPS, noop, quantiles_ms
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from postgres_server import LocalPostgres, create_database, drop_database, hide_password  # noqa: E402
+from tests.postgres_server import LocalPostgres, create_database, drop_database, hide_password
 
 log = logging.getLogger("store_load")
 
@@ -190,8 +188,7 @@ def main() -> None:
             "ray_num_cpus": args.concurrency,
         },
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2))
+    write_json(args.out, out)
     log.info("summary: %s", json.dumps(out["summary"]))
     if not out["summary"]["no_trial_lost_or_duplicated"]:
         log.error("trials lost or duplicated: %s", result["integrity"])

@@ -1,8 +1,8 @@
 """Does the best learning rate stay put across widths and depths? `standard` versus `completep`.
 
-    python benchmarks/transfer.py build  --runs benchmarks/data/transfer_runs.csv    # ~2.5 h here, all tables
-    python benchmarks/transfer.py report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
-    python benchmarks/transfer.py build --smoke --runs /tmp/t.csv    # every path, tiny (then `report`)
+    python -m benchmarks.transfer build  --runs benchmarks/data/transfer_runs.csv    # ~2.5 h here, all tables
+    python -m benchmarks.transfer report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
+    python -m benchmarks.transfer build --smoke --runs /tmp/t.csv    # every path, tiny (then `report`)
 
 `build` trains, with `workers.trial.run_trial` on the shipped corpus, every family under both
 parametrizations at every learning rate of `RATES` (8, log-spaced by 2x, 5e-4 to 6.4e-2) and every shape of
@@ -52,15 +52,14 @@ import csv
 import itertools
 import json
 import math
-import multiprocessing as mp
 import statistics
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
-from cpu_throughput import machine_info
+from benchmarks.harness import append_runs, machine_info, pending, write_json
+from nas.pareto import FrontPoint
+from workers.status import TrialStatus
 
 FAMILIES = ("cascaded", "nag", "ancre")
 PARAMETRIZATIONS = ("standard", "completep")
@@ -314,24 +313,18 @@ def iso_token_jobs(base: tuple[int, int], widest: int, depths: tuple[int, int], 
 def run_jobs(jobs: list[tuple], path: Path, *, key=job_key) -> None:
     """Run the jobs missing from `path` (2 at a time), appending each row as it finishes. `key`: a row's identity
     in the table (`horizon_key` includes its steps, so every job's budget must buy whole batches exactly;
-    `seed_key` its seed)."""
-    done = {key(r) for r in read_rows(path)} if path.exists() else set()
-    jobs = [j for j in jobs if _planned_key(j, key) not in done]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    fields = COLUMNS
-    if not new:
-        with path.open() as fh:
-            fields = next(csv.reader(fh))  # an older table keeps its columns
-    start = time.perf_counter()
-    with path.open("a", newline="") as fh, mp.get_context("spawn").Pool(2) as pool:
-        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
-        if new:
-            writer.writeheader()
-        for k, row in enumerate(pool.imap_unordered(run_one, jobs), start=1):
-            writer.writerow(row)
-            fh.flush()
-            print(f"[{k}/{len(jobs)} {time.perf_counter() - start:6.0f}s] {job_key(row)} loss {row['val_loss']:.4f}")
+    `seed_key` its seed). A table keeps the columns it was started with."""
+    rows = read_rows(path) if path.exists() else []
+    todo = pending(jobs, rows, lambda j: _planned_key(j, key), key)
+    append_runs(path, todo, run_one_rows, columns=COLUMNS, describe=_describe)
+
+
+def run_one_rows(job: tuple) -> list[dict]:
+    return [run_one(job)]
+
+
+def _describe(rows: list[dict]) -> str:
+    return f"{job_key(rows[0])} loss {rows[0]['val_loss']:.4f}"
 
 
 def _planned_key(job: tuple, key) -> tuple:
@@ -424,10 +417,11 @@ STRATEGIES = {  # name -> (parametrization, rate: "searched" over every rate, or
 REPLAY_SAMPLERS = ("random", "tpe")
 
 
-def _as_row(r: dict) -> SimpleNamespace:
-    """A table row as `nas.pareto` reads it."""
-    return SimpleNamespace(status="completed" if math.isfinite(r["val_loss"]) else "diverged",
-                           val_loss=r["val_loss"], executed_flops_per_token=r["executed_flops_per_token"])  # fmt: skip
+def _as_row(number: int, r: dict) -> FrontPoint:
+    """Row `number` of the table as `nas.pareto` reads it."""
+    status = TrialStatus.COMPLETED if math.isfinite(r["val_loss"]) else TrialStatus.DIVERGED
+    return FrontPoint(number=number, val_loss=r["val_loss"], executed_flops_per_token=r["executed_flops_per_token"],
+                      status=status)  # fmt: skip
 
 
 def replay_search(rows: list[dict], summary: dict, seeds: int, n_trials: int) -> dict:
@@ -446,8 +440,9 @@ def replay_search(rows: list[dict], summary: dict, seeds: int, n_trials: int) ->
     worst_tuned = max(v for f in FAMILIES for p in PARAMETRIZATIONS if p in summary.get(f, {})
                       for v in summary[f][p]["loss_at_best_lr"].values())  # fmt: skip
     ref = (worst_tuned + 0.05, 1.1 * max(r["executed_flops_per_token"] for r in rows))
-    full_hv = hypervolume([_as_row(r) for r in rows], ref)
-    table = {job_key(r)[:5]: _as_row(r) for r in rows}  # (family, parametrization, d, L, lr)
+    points = [_as_row(i, r) for i, r in enumerate(rows)]
+    full_hv = hypervolume(points, ref)
+    table = {job_key(r)[:5]: p for r, p in zip(rows, points, strict=True)}  # (family, parametrization, d, L, lr)
     shapes = sorted({(r["d_model"], r["n_layers"]) for r in rows})
     rates = sorted({r["lr"] for r in rows})
     out: dict = {"reference_point": list(ref), "table_hypervolume": full_hv, "strategies": {}}
@@ -627,8 +622,7 @@ def report(runs: Path, out: Path, seeds: int = 20, n_trials: int = 60) -> dict:
         "horizon_rule_rows": RULE_ROWS_NOTE if rule_path.exists() else None,
         "seed_check": by_seed,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(out, result)
     plot(rows, summary, replay, out.with_suffix(".png"))
     brief = {
         f: {

@@ -17,18 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_script(*args: str, cwd: Path = ROOT, env: dict | None = None, timeout: int = 300) -> None:
-    """`python *args` in a subprocess (a benchmark script, say); raises with its output if it fails."""
+    """`python *args` in a subprocess (`-m benchmarks.<name> ...`, say); raises with its output if it fails."""
     subprocess.run([sys.executable, *args], cwd=cwd, check=True, capture_output=True, timeout=timeout, env=env)
 
 
 def import_benchmark(name: str) -> ModuleType:
-    """A script of benchmarks/ as a module (it imports its siblings by bare name, as when run from there)."""
-    bench = str(ROOT / "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(bench)
+    """The benchmark module `benchmarks.<name>` (the repository root is on `sys.path` under `python -m pytest`)."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def small_cfg(**overrides) -> ArchConfig:

@@ -7,15 +7,15 @@ import os
 
 import pytest
 
-from helpers import ROOT, import_benchmark, run_script
+from helpers import import_benchmark, run_script
 
-BENCH = ROOT / "benchmarks"
 pytestmark = pytest.mark.slow  # each runs a benchmark script in a subprocess
 
 
 def test_cpu_throughput_writes_its_json(tmp_path):
     out = tmp_path / "cpu.json"
-    run_script("benchmarks/cpu_throughput.py", "--rounds", "1", "--per-round", "1", "--warmup", "0", "--out", str(out))
+    quick = ["--rounds", "1", "--per-round", "1", "--warmup", "0"]
+    run_script("-m", "benchmarks.cpu_throughput", *quick, "--out", str(out))
     result = json.loads(out.read_text())
     assert {"reference_gpt", "reference_llama", "cascaded", "nag", "ancre", "nag_mod0.25_block"} <= set(
         result["models"]
@@ -28,13 +28,13 @@ def test_cpu_throughput_writes_its_json(tmp_path):
 
 def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     runs, replicas, out = tmp_path / "runs.csv", tmp_path / "replicas.csv", tmp_path / "fidelity.json"
-    run_script("fidelity.py", "build", "--smoke", "--runs", str(runs), cwd=BENCH, timeout=600)
-    run_script("fidelity.py", "build-replicas", "--smoke", "--replica-runs", str(replicas), cwd=BENCH, timeout=600)
+    run_script("-m", "benchmarks.fidelity", "build", "--smoke", "--runs", str(runs), timeout=600)
+    run_script("-m", "benchmarks.fidelity", "build-replicas", "--smoke", "--replica-runs", str(replicas), timeout=600)
     floored = tmp_path / "floored.csv"
     floor = ["--min-width", "24", "--seeds", "0", "--processes", "1", "--replica-runs", str(floored)]
-    run_script("fidelity.py", "build-replicas", "--smoke", *floor, cwd=BENCH, timeout=600)
+    run_script("-m", "benchmarks.fidelity", "build-replicas", "--smoke", *floor, timeout=600)
     tables = ["--runs", str(runs), "--replica-runs", str(replicas), "--floor-runs", str(floored)]
-    run_script("fidelity.py", "report", *tables, "--out", str(out), cwd=BENCH)
+    run_script("-m", "benchmarks.fidelity", "report", *tables, "--out", str(out))
     summary = json.loads(out.read_text())["summary"]
     by_floor = summary["replica_ladder_by_narrowest_width"]  # seed 0 of each table, its wall time beside
     assert set(by_floor) == {"8", "24"} and by_floor["24"]["off_path_rungs"] > by_floor["8"]["off_path_rungs"]
@@ -58,7 +58,7 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
 
 def test_replica_wall_benchmark_times_both_ladders_and_the_width_floors(tmp_path):
     out = tmp_path / "wall.json"
-    run_script("replica_wall.py", "--smoke", "--min-widths", "8,32", "--out", str(out), cwd=BENCH, timeout=600)
+    run_script("-m", "benchmarks.replica_wall", "--smoke", "--min-widths", "8,32", "--out", str(out), timeout=600)
     result = json.loads(out.read_text())
     variants = result["per_config"][0]["variants"]
     assert set(variants) == {"budget", "replica_min_width_8", "replica_min_width_32"}
@@ -109,7 +109,7 @@ def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     """On CPU the Triton kernels run in the interpreter: each op's three paths and every family step."""
     out = tmp_path / "gpu.json"
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    run_script("benchmarks/gpu_kernels.py", "--smoke", "--out", str(out), env=env)
+    run_script("-m", "benchmarks.gpu_kernels", "--smoke", "--out", str(out), env=env)
     result = json.loads(out.read_text())
     assert result["machine"]["triton_interpreter"] and result["targets_met"] is None
     assert {"nag_epilogue/fp32", "nag_epilogue/bf16", "add_rmsnorm/fp32", "ancre_mix_j3/fp32"} <= set(result["ops"])
@@ -127,7 +127,7 @@ def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgre
     out = tmp_path / "load.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = ["--trials", "16", "--concurrency", "2", "--admin-url", _postgres_admin_url, "--out", str(out)]
-    run_script("benchmarks/store_load.py", *args, env=env)
+    run_script("-m", "benchmarks.store_load", *args, env=env)
     result = json.loads(out.read_text())
     integrity = result["integrity"]
     assert integrity["store_rows"] == integrity["distinct_trial_numbers"] == integrity["optuna_complete"] == 16
@@ -137,7 +137,7 @@ def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgre
 
 def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     out = tmp_path / "mod.json"
-    run_script("mod_published.py", "--smoke", "--out", str(out), cwd=BENCH, timeout=600)
+    run_script("-m", "benchmarks.mod_published", "--smoke", "--out", str(out), timeout=600)
     result = json.loads(out.read_text())
     assert len(result["runs"]) == 3 * 4 * 2 and out.with_suffix(".png").stat().st_size > 10_000
     assert set(result["summary"]) == {"cascaded", "nag", "ancre"}
@@ -154,7 +154,7 @@ def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
 
 def test_compile_benchmark_reports_its_break_even(tmp_path):
     out = tmp_path / "compile.json"
-    run_script("benchmarks/compile_cpu.py", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
+    run_script("-m", "benchmarks.compile_cpu", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
     result = json.loads(out.read_text())
     (row,) = result["families"].values()
     assert row["compile_s"] > 0 and row["eager_step_s"] > 0 and row["compiled_step_s"] > 0
@@ -165,8 +165,8 @@ def test_compile_benchmark_reports_its_break_even(tmp_path):
 def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     """Build a tiny table (both parametrizations, both sweeps), then report drift, losses and the replay."""
     runs, out = tmp_path / "transfer.csv", tmp_path / "transfer.json"
-    run_script("transfer.py", "build", "--smoke", "--runs", str(runs), cwd=BENCH, timeout=600)
-    run_script("transfer.py", "report", "--runs", str(runs), "--out", str(out), cwd=BENCH)
+    run_script("-m", "benchmarks.transfer", "build", "--smoke", "--runs", str(runs), timeout=600)
+    run_script("-m", "benchmarks.transfer", "report", "--runs", str(runs), "--out", str(out))
     result = json.loads(out.read_text())
     assert result["rows"] == 3 * 2 * 4 * 2  # families x parametrizations x shapes x rates
     for family in ("cascaded", "nag", "ancre"):

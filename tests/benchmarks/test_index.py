@@ -59,16 +59,40 @@ def test_every_figure_of_a_committed_result_resolves(index):
         index.lookup(data, entry.machine if entry else ("machine",))
 
 
+def body_rows(text: str) -> list[str]:
+    """The table rows of `text`, each section's heading, header and separator left out."""
+    header = ("| Question | Command | Result | Machine | Headline figures |", "| --- | --- | --- | --- | --- |")
+    return [line for line in text.splitlines() if line.startswith("| ") and line not in header]
+
+
 def test_rows_missing_paths_and_unknown_files(index, entries, results):
     lines = index.render_table(results, entries).splitlines()
-    assert lines[2] == "| Question | Command | Result | Machine | Headline figures |"
-    assert lines[4:] == [ALPHA_ROW, BETA_ROW]
+    assert lines[2:6] == [
+        "### Experiments",
+        "",
+        "| Question | Command | Result | Machine | Headline figures |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    assert body_rows("\n".join(lines)) == [ALPHA_ROW, BETA_ROW]
+    assert lines[lines.index(BETA_ROW) - 4] == f"### {index.UNINDEXED}"  # no entry: the last section
+
+
+def test_sections_come_in_order_and_an_empty_one_has_no_heading(index, entries, results):
+    entries["beta.json"] = index.Entry(question="Beta?", command="make beta", figures=(), section=index.SPEED)
+    text = index.render_table(results, entries)
+    headings = [line for line in text.splitlines() if line.startswith("### ")]
+    assert headings == [f"### {index.SPEED}", f"### {index.EXPERIMENTS}"]
+    assert [row.split(" | ")[2] for row in body_rows(text)] == ["[beta.json](results/beta.json)"] + [
+        "[alpha.json](results/alpha.json)"
+    ]
+    with pytest.raises(ValueError, match="section"):
+        index.Entry(question="?", command="make x", figures=(), section="Elsewhere")
 
 
 def test_invalid_json_and_missing_machine_do_not_break_the_table(index, entries, results):
     (results / "broken.json").write_text("{not json")
     (results / "alpha.json").write_text(json.dumps({"summary": {"tau": 1}}))
-    rows = index.render_table(results, entries).splitlines()[4:]
+    rows = body_rows(index.render_table(results, entries))
     assert rows[0].endswith("| missing | tau +1.00; share missing; ok missing; none missing; gone missing |")
     assert rows[2] == "|  |  | [broken.json](results/broken.json) | missing | not valid JSON |"
 
@@ -100,7 +124,7 @@ def test_write_then_check_and_check_fails_after_a_figure_changes(index, entries,
 def test_no_flag_prints_the_table(index, entries, results, monkeypatch, capsys):
     monkeypatch.setattr(index, "ENTRIES", entries)
     assert index.main(["--results", str(results)]) == 0
-    assert capsys.readouterr().out.splitlines()[4:] == [ALPHA_ROW, BETA_ROW]
+    assert body_rows(capsys.readouterr().out) == [ALPHA_ROW, BETA_ROW]
 
 
 def test_a_readme_without_markers_fails_with_its_name(index, results, tmp_path, capsys):

@@ -70,14 +70,14 @@ REPLICA_RUNGS = (TARGET / 40, TARGET / 20, TARGET / 10)
 
 @pytest.fixture
 def table(le, tmp_path):
-    from fidelity import COLUMNS, REPLICA_COLUMNS  # importable once `le` has loaded it
+    from benchmarks.fidelity import COLUMNS, REPLICA_COLUMNS
 
     runs = write_table(tmp_path / "runs.csv", COLUMNS)
     return le.load(runs, write_replica_table(tmp_path / "replicas.csv", REPLICA_COLUMNS))
 
 
 def test_the_replica_ladder_costs_its_rungs_and_promotes_as_the_fidelity_replay_does(le, table):
-    from fidelity import REPLICA_ETA, replay_promotion
+    from benchmarks.fidelity import REPLICA_ETA, replay_promotion
     from nas.extrapolate import RungPoint
     from nas.fidelity import REPLICA_PATH
 
@@ -125,7 +125,7 @@ def _rung_of(table, cost: float) -> int:
 
 
 def test_the_ladder_promotes_as_the_fidelity_replay_does(le, table):
-    from fidelity import RUNS_CSV, replay_promotion
+    from benchmarks.fidelity import RUNS_CSV, replay_promotion
     from nas.extrapolate import RungPoint
 
     tables = [table] + ([le.load(RUNS_CSV)] if RUNS_CSV.exists() else [])
@@ -142,7 +142,7 @@ def test_the_ladder_promotes_as_the_fidelity_replay_does(le, table):
 
 
 def test_scores_are_one_on_the_true_front_and_match_fidelity_hv_ratio(le, table):
-    from fidelity import hv_ratio
+    from benchmarks.fidelity import hv_ratio
 
     scorer = le.Scorer(table)
     true_front = le.front(table.truth, table.flops)
@@ -188,7 +188,7 @@ def _ask_tell(proposer, table):
 
 
 def test_the_script_writes_its_json_and_plot(le, tmp_path):
-    from fidelity import COLUMNS, REPLICA_COLUMNS
+    from benchmarks.fidelity import COLUMNS, REPLICA_COLUMNS
 
     out = tmp_path / "out" / "ladder.json"
     runs = write_table(tmp_path / "runs.csv", COLUMNS)
