@@ -278,6 +278,8 @@ def train(
     it the run is a budget ladder (`workers.budget`): warmup-stable-decay, `budget_flops` is the top
     rung, each lower rung is measured on a cooldown branch, and `on_rung(result)` is told every
     rung's result in order; returning False ends the run there (status completed, the rung's loss).
+
+    The loop stays whole, in numbered steps, so that the order of a step's parts reads in one place.
     """
     # 1. Plan the budget and build everything under the seed.
     rungs, plan, optim, schedule = _plan(cfg, budget_flops, corpus, optim, run, ladder)
