@@ -4,7 +4,7 @@
         --replica-runs benchmarks/data/fidelity_replica_runs.csv \
         --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it, well under a minute
 
-Every search here is replayed on the fidelity benchmark's table (`benchmarks/fidelity.py build`: 24
+Every search here is replayed on the fidelity benchmark's table (`python -m benchmarks.fidelity build`: 24
 configs, each on a 4-rung ladder C0, 2 C0, 4 C0, 8 C0 and trained for real at T = 10 x 8 C0 with
 two seeds), so a search costs CPU seconds and its compute is counted, not spent. Only seed-0 ladder
 runs are used, as a search runs each config once; the truth is the mean of the two runs at T.

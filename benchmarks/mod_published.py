@@ -9,8 +9,8 @@ training budget (default 2e12 FLOPs: the default proxy trial), three settings ar
 tokens), with the same optimiser settings and held-out set, for two seeds:
 
 - dense: no routing;
-- sublayer 0.25: attention and MLP each skip 25% of tokens on every other block (the routing this
-  project had by default before block routing; `mod_granularity="sublayer"`);
+- sublayer 0.25: attention and MLP each skip 25% of tokens on every other block, each deciding
+  apart (`mod_granularity="sublayer"`);
 - block 0.875: the MoD paper's best setting (Raposo et al. 2024, arXiv 2404.02258): whole blocks
   routed at 12.5% capacity on every other block (`mod_granularity="block"`, `mod_every=2`), decided
   causally by a threshold carried in from earlier batches (this project's rule);
