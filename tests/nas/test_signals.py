@@ -14,6 +14,7 @@ from test_search import nas_args, run, trial_rows, wait_for
 
 from nas.store import Store
 from nas.study import optuna_storage
+from workers.status import FINAL
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
@@ -80,10 +81,20 @@ def test_ctrl_c_stops_at_the_next_rung_and_resume_completes_without_loss(tmp_pat
         rungs_after = {(g.number, g.rung, g.seed): g.val_loss for g in store.rungs(name)}
         states = optuna_states(url, store, name)
     completed = {r.number: r.val_loss for r in rows if r.status == "completed"}
-    assert len(completed) == 6 and all(completed[n] == v for n, v in completed_before.items())
+    assert all(completed[n] == v for n, v in completed_before.items())  # nothing rewritten
+    assert sum(r.status in FINAL for r in rows) == 6, [(r.status, r.failure_reason) for r in rows]
     assert all(rungs_after[k] == v for k, v in rungs_before.items())
     assert len(rows) == len({r.number for r in rows})  # no trial number twice
-    assert states.count("COMPLETE") == 6 and "RUNNING" not in states
+    assert_optuna_agrees(rows, states)
+
+
+def assert_optuna_agrees(rows, states: list[str]) -> None:
+    """Each stored trial's Optuna trial: told its objectives if it ended with them, FAIL if it failed or
+    was cut short, never left RUNNING."""
+    assert "RUNNING" not in states
+    for r in rows:
+        expected = "FAIL" if r.status in ("failed", "interrupted") else "COMPLETE"
+        assert states[r.optuna_trial_number] == expected, (r.number, r.status, r.failure_reason)
 
 
 def test_a_second_sigterm_stops_at_once_and_leaves_a_resumable_store(tmp_path, driver_group):
