@@ -13,6 +13,7 @@ fit (`nas.extrapolate.fit_study`) are computed from the cached rungs and cached 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -27,7 +28,6 @@ from nas.budget import Budget, BudgetError, stored_budget
 from nas.extrapolate import fit_study
 from nas.fidelity import Prediction, predict_search, predict_search_with_backtest, rung_points
 from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
-from workers.data import bits_per_byte
 from workers.status import TrialStatus
 
 FIDELITY_ENV = "RESNAS_FIDELITY_JSON"  # the fidelity benchmark's JSON (`make fidelity`), if not the shipped one
@@ -113,8 +113,16 @@ def rows_at_rung(rows: Sequence[TrialRow], rung_rows: Sequence[RungRow], rung: i
         if row.status != TrialStatus.COMPLETED:
             out.append(row)
         elif (at := loss.get(row.number)) is not None:
-            out.append(replace(row, val_loss=at, val_bpb=bits_per_byte(at)))
+            out.append(replace(row, val_loss=at, val_bpb=at * bpb_per_nat(row)))
     return out
+
+
+def bpb_per_nat(row: TrialRow) -> float:
+    """Bits per byte per nat of loss of a completed trial: its val_bpb / val_loss, the exact ratio of its
+    held-out set (every rung is evaluated on the same set); 1 / ln 2 for byte tokens."""
+    if row.val_bpb is not None and row.val_loss and math.isfinite(row.val_loss) and math.isfinite(row.val_bpb):
+        return row.val_bpb / row.val_loss
+    return 1 / math.log(2)
 
 
 def budget(url: str, name: str) -> Budget | str:

@@ -9,6 +9,7 @@ its own multipage navigation.)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -119,7 +120,7 @@ def searches_page(url: str, summaries: Sequence) -> None:
         )
         st.caption(
             "done = completed + diverged + stopped + infeasible (as `nas list`); hypervolume of each search "
-            "against its own reference point: (ln 256, 1.1 x its largest executed FLOPs/token)."
+            "against its own reference point: (ln V of its vocabulary, 1.1 x its largest executed FLOPs/token)."
         )
 
     live(render, any(is_running(s) for s in summaries))
@@ -154,8 +155,8 @@ def pareto_page(url: str, summaries: Sequence) -> None:
         _unmeasured_caption([r for rs in rows.values() for r in rs], axis)
         st.caption(
             f"reference point for the hypervolume (on counted FLOPs, the search's objective, whichever the x axis): "
-            f"val loss {ref[0]:.4f} nats (ln 256), executed FLOPs/token {ref[1]:.4g} (1.1 x the largest among the "
-            "selected searches)"
+            f"val loss {ref[0]:.4f} nats (ln {round(math.exp(ref[0]))}), executed FLOPs/token {ref[1]:.4g} "
+            "(1.1 x the largest among the selected searches)"
         )
         fronts = [trials_frame(rs, axis).assign(search=name) for name, rs in rows.items()]
         front = pd.concat(fronts, ignore_index=True)

@@ -104,8 +104,13 @@ def search(
     seed: int = typer.Option(0, help="Seed of the sampler and of every trial."),
     retries: int = typer.Option(1, help="Retries of a trial whose process dies."),
     data: str = typer.Option(
-        "shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, or a hub name."
+        "shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, a token-shard folder, or a hub name."
     ),
+    tokenizer: str = typer.Option(
+        "bytes",
+        help="bytes | train:V (a byte-level BPE of V tokens trained here) | a tokenizer.json or its folder | hub name.",
+    ),
+    pad_vocab: int = typer.Option(1, help="Pad the model's vocabulary to a multiple of this (64 suits GPUs)."),
     ray_address: str | None = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
     ray_dir: str | None = typer.Option(
         None,
@@ -177,8 +182,11 @@ def search(
         early_stopping=early_stop,
         repeat_seeds=repeat_seeds,
         stop_grace=stop_grace,
+        pad_vocab=pad_vocab,
     )
-    space_spec, budget, settings = _checked_search_inputs(name, space, budget_options, settings_options, data)
+    space_spec, budget, settings = _checked_search_inputs(
+        name, space, budget_options, settings_options, data, tokenizer
+    )
     if ray_address:
         _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     store = open_store(storage)
@@ -209,11 +217,14 @@ def _stopped_by_signal(store, name: str):
         raise typer.Exit(stop.exit_code) from None
 
 
-def _checked_search_inputs(name: str, space: Path | None, budget_options: dict, settings_options: dict, data: str):
+def _checked_search_inputs(
+    name: str, space: Path | None, budget_options: dict, settings_options: dict, data: str, tokenizer: str
+):
     """(space spec, budget, settings) of a new search, or a one-line `fail` naming the field.
 
-    The cheap checks run first; the corpus is loaded last, then the budget is checked against the
-    space at its own batch size.
+    The cheap checks run first; the corpus is loaded last (tokenised once, then cached for the
+    trials), the space's vocabulary is set from the tokenizer, then the budget is checked against
+    the space at its own batch size.
     """
     from dataclasses import replace
 
@@ -225,7 +236,9 @@ def _checked_search_inputs(name: str, space: Path | None, budget_options: dict, 
     if not name.strip():
         fail("--name: must be a non-empty name")
     settings = _validated_settings({**settings_options, "ray_dir": _validated_ray_dir(settings_options["ray_dir"])})
-    settings = replace(settings, data=_validated_data(data))  # after the cheap checks: it loads the corpus
+    data_fields, corpus = _validated_data(data, tokenizer)  # after the cheap checks: it loads the corpus
+    settings = replace(settings, data=data_fields, corpus=corpus)
+    space_spec = _with_vocabulary(space_spec, corpus["vocab_size"], settings.pad_vocab)
     try:
         check_budget_fits(space_spec, budget)
     except BudgetError as err:
@@ -255,11 +268,15 @@ def resume(
 
 @app.command("list")
 def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -> None:
-    """List the searches in the store with their trial counts and best loss."""
+    """List the searches in the store with their trial counts, tokenizer and best loss (nats and bits per byte)."""
     store = open_store(storage)
-    table = Table("search", "status", "created", "requested", "done", "failed", "running", "best loss")
+    table = Table(
+        "search", "status", "created", "requested", "done", "failed", "running", "tokenizer", "best loss", "best bpb"
+    )
+    tokenizers = {}
     for s in store.list_searches():
-        best = f"{s.best_val_loss:.4f}" if s.best_val_loss is not None else "-"
+        corpus = (store.get_search(s.name).settings or {}).get("corpus") or {}
+        tokenizers[corpus.get("tokenizer", "bytes")] = corpus.get("tokenizer_spec", "bytes")
         table.add_row(
             s.name,
             s.status,
@@ -268,9 +285,17 @@ def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -
             str(s.completed + s.other),
             str(s.failed),
             str(s.running),
-            best,
+            corpus.get("tokenizer_spec", "bytes"),
+            _loss(s.best_val_loss),
+            _loss(s.best_val_bpb),
         )
     console.print(table)
+    if len(tokenizers) > 1:
+        console.print(
+            f"[yellow]warning:[/] these searches use {len(tokenizers)} different tokenizers "
+            f"({', '.join(sorted(tokenizers.values()))}): nats per token do not compare across them; "
+            "bits per byte do (nas show NAME --bpb)"
+        )
 
 
 @app.command()
@@ -309,6 +334,7 @@ def status(
 def show(
     name: str = typer.Argument(..., help="The search."),
     pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
+    bpb: bool = typer.Option(False, "--bpb", help="Losses in bits per byte (comparable across tokenizers)."),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
 ) -> None:
     """Show a search's completed trials, or with --pareto its front and hypervolume."""
@@ -319,7 +345,7 @@ def show(
         store.get_search(name)
     except StoreError as err:
         fail(str(err))
-    _print_front(store, name, only_front=pareto)
+    _print_front(store, name, only_front=pareto, bpb=bpb)
 
 
 @app.command()
@@ -354,7 +380,12 @@ def pretrain(
     file: Path = typer.Argument(..., help="An exported configuration (nas export)."),
     tokens: int | None = typer.Option(None, help="Tokens to train on."),
     target_flops: float | None = typer.Option(None, help="Training compute; tokens by the iso-FLOP rule."),
-    data: str = typer.Option("shipped", help="Corpus: 'shipped', a file or folder, or a hub name."),
+    data: str = typer.Option(
+        "shipped", help="Corpus: 'shipped', a file or folder, a token-shard folder, or a hub name."
+    ),
+    tokenizer: str | None = typer.Option(
+        None, help="Tokenizer (default: the one the search used, recorded in the exported file)."
+    ),
     out: Path | None = typer.Option(None, help="Run folder (checkpoints; a re-run resumes)."),
     seed: int = typer.Option(0, help="Seed."),
 ) -> None:
@@ -368,9 +399,12 @@ def pretrain(
 
     if out is not None and out.exists() and not out.is_dir():
         fail(f"--out: must be a folder (a run folder, created if missing), not the file {out}")
-    data_cfg = DataConfig(**_validated_data(data))
     try:
         exported = load_exported(file)
+    except ExportError as err:
+        fail(str(err))
+    data_cfg = DataConfig(**_validated_data(data, tokenizer or exported.tokenizer_spec(file))[0])
+    try:
         summary = run_pretraining(
             exported,
             tokens=tokens,
@@ -482,20 +516,38 @@ def _validated_settings(fields: dict):
         fail(options_message(err))
 
 
-def _validated_data(source: str) -> dict:
-    """The corpus config, after loading the corpus once here (it is then cached for the trials), so a
-    typo or an unreachable source fails now, in one line, instead of in every trial."""
-    from workers.data import DataConfig, load_corpus
+def _validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
+    """(corpus config fields, corpus summary), after loading the corpus once here (it is then cached
+    for the trials), so a typo, a bad tokenizer or an unreachable source fails now, in one line,
+    instead of in every trial."""
+    from workers.data import DataConfig, check_shard_source, load_corpus
+    from workers.shards import ShardError
+    from workers.tokenizer import TokenizerError
 
     try:
-        config = DataConfig(source=source)
+        config = DataConfig(source=source, tokenizer=tokenizer)
     except ValidationError as err:
-        fail(f"--data: {err.errors()[0]['msg']}")
+        first = err.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        fail(message if message.startswith("--") else f"--{first['loc'][0]}: {message}")
     try:
-        load_corpus(config)
+        check_shard_source(config)
+        corpus = load_corpus(config)
+    except (TokenizerError, ShardError) as err:
+        fail(str(err))
     except Exception as err:  # noqa: BLE001 - any loader failure is bad input here, reported in one line
         fail(f"--data: cannot load {source!r}: {type(err).__name__}: {err}")
-    return config.model_dump(exclude_defaults=True)
+    return config.model_dump(exclude_defaults=True), corpus.summary()
+
+
+def _with_vocabulary(space_spec, vocab_size: int, pad_to: int):
+    """The space with `vocab_size` fixed at the tokenizer's vocabulary padded to a multiple of `pad_to`
+    (or the space's own fixed value, if larger)."""
+    if "vocab_size" in space_spec.params:
+        fail("--tokenizer: the space searches vocab_size; the vocabulary is the tokenizer's (pad it with --pad-vocab)")
+    padded = -(-vocab_size // pad_to) * pad_to
+    fixed = {**space_spec.fixed, "vocab_size": max(padded, space_spec.fixed.get("vocab_size", 0))}
+    return space_spec.model_copy(update={"fixed": fixed})
 
 
 def _join_ray_cluster(settings) -> None:
@@ -552,9 +604,9 @@ FRONT_COLUMNS = (
 )
 
 
-def _print_front(store, name: str, only_front: bool = True) -> None:
+def _print_front(store, name: str, only_front: bool = True, bpb: bool = False) -> None:
     """The front at the search's target budget: predicted loss at T (with its band) vs executed FLOPs/token,
-    the predictor chosen, and the hypervolume at T."""
+    the predictor chosen, and the hypervolume at T (in nats).  `bpb`: the table's losses in bits per byte."""
     from workers.status import TrialStatus
 
     from .budget import stored_budget
@@ -571,8 +623,9 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
     front = front_at_target(rows, predictions)
     shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
     what = "Pareto front" if only_front else "completed trials"
-    title = f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs"
-    console.print(_front_table(title, shown, rows, rungs, predictions, noise))
+    unit = "bits/byte" if bpb else "nats/token"
+    title = f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs; losses in {unit}"
+    console.print(_front_table(title, shown, rows, rungs, predictions, noise, _bpb_per_nat(rows) if bpb else None))
     if predictions:
         console.print(f"{budget.ladder} ladder; {check.describe()}")
     if budget.beyond_validated:
@@ -580,16 +633,28 @@ def _print_front(store, name: str, only_front: bool = True) -> None:
     ref = reference_point(rows)
     console.print(
         f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
-        f"(loss {ref[0]:.4f} nats = ln 256, executed FLOPs/token {ref[1]:.4g}); "
+        f"(loss {ref[0]:.4f} nats = ln {round(math.exp(ref[0]))}, executed FLOPs/token {ref[1]:.4g}); "
         f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
         f"{len(rows)} trial rows"
         + (f"; seed noise {noise:.4f} nats: losses within {2 * noise:.4f} are tied" if noise else "")
     )
 
 
-def _front_table(title: str, shown, rows, rungs, predictions, noise: float | None) -> Table:
+def _bpb_per_nat(rows) -> dict[int, float]:
+    """Bits per byte per nat of loss, trial by trial: val_bpb / val_loss of its held-out set (exact)."""
+    return {
+        r.number: r.val_bpb / r.val_loss
+        for r in rows
+        if r.val_loss and r.val_bpb is not None and math.isfinite(r.val_loss) and math.isfinite(r.val_bpb)
+    }
+
+
+def _front_table(
+    title: str, shown, rows, rungs, predictions, noise: float | None, bpb_per_nat: dict[int, float] | None = None
+) -> Table:
     """One line per trial of `shown` (rows at their loss at T): its knobs, rungs, top replica, measured top-rung
-    loss, prediction and band, leave-one-out error, seeds, the trials it is tied with, FLOPs per token."""
+    loss, prediction and band, leave-one-out error, seeds, the trials it is tied with, FLOPs per token.
+    With `bpb_per_nat`, losses are shown in bits per byte (ties are still judged in nats)."""
     from .extrapolate import tied
 
     measured = {r.number: r for r in rows}
@@ -598,6 +663,7 @@ def _front_table(title: str, shown, rows, rungs, predictions, noise: float | Non
     table = Table(*FRONT_COLUMNS, title=title)
     for r in shown:
         lr, p = r.config.get("lr"), predictions.get(r.number)
+        k = 1.0 if bpb_per_nat is None else bpb_per_nat.get(r.number, math.nan)
         ties = [str(o.number) for o in shown if o.number != r.number and tied(r.val_loss, o.val_loss, noise)]
         table.add_row(
             str(r.number),
@@ -609,10 +675,10 @@ def _front_table(title: str, shown, rows, rungs, predictions, noise: float | Non
             f"{lr:.2e}" if lr else "-",
             str(p.rungs) if p else "-",
             _replica(top_replica.get(r.number)),
-            _loss(measured[r.number].val_loss),
-            _loss(r.val_loss),
-            f"{_loss(p.low)}-{_loss(p.high)}" if p else "-",
-            f"{p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
+            _loss(k * measured[r.number].val_loss),
+            _loss(k * r.val_loss),
+            f"{_loss(k * p.low)}-{_loss(k * p.high)}" if p else "-",
+            f"{k * p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
             str(seeds.get(r.number, 1)),
             ", ".join(ties) or "-",
             _flops(r.executed_flops_per_token),

@@ -1,8 +1,10 @@
 """Export a search's best trials as files that `nas pretrain` trains at full scale.
 
 One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.exported`), plus
-`index.json` listing them. `export_configs` turns store rows into those files, and validates every
-chosen trial before it writes anything.
+`index.json` listing them, and for a search with a tokenizer other than bytes, its
+`<search>-tokenizer.json`, which every file names and `nas pretrain` tokenises with.
+`export_configs` turns store rows into those files, and validates every chosen trial before it
+writes anything.
 """
 
 from __future__ import annotations
@@ -48,7 +50,40 @@ HEADER = """\
 
 def export_file_name(search: str, trial: int) -> str:
     """`<search>-trial<N>.yaml`, with characters unsafe in file names replaced by '_'."""
-    return f"{re.sub(r'[^A-Za-z0-9._-]', '_', search)}-trial{trial}.yaml"
+    return f"{_safe(search)}-trial{trial}.yaml"
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def tokenizer_record(search) -> dict:
+    """The `tokenizer` part of an export: the search's stored corpus summary (bytes for a search
+    stored before tokenizers were recorded), and the name of the tokenizer file written beside it."""
+    corpus = (search.settings or {}).get("corpus") or {}
+    identity = corpus.get("tokenizer", "bytes")
+    return {
+        "identity": identity,
+        "spec": corpus.get("tokenizer_spec", "bytes"),
+        "vocab_size": corpus.get("vocab_size", 256),
+        "file": None if identity == "bytes" else f"{_safe(search.name)}-tokenizer.json",
+    }
+
+
+def _tokenizer_json(search, record: dict) -> str | None:
+    """The search's tokenizer.json text (from its corpus cache, rebuilt if gone); ExportError if the
+    corpus now loads with another tokenizer."""
+    if record["file"] is None:
+        return None
+    from workers.data import DataConfig, load_corpus
+
+    corpus = load_corpus(DataConfig(**((search.settings or {}).get("data") or {})))
+    if corpus.tokenizer != record["identity"] or corpus.path is None:
+        raise ExportError(
+            f"search {search.name!r} was tokenised with {record['identity']}, its corpus now loads with "
+            f"{corpus.tokenizer}: the tokenizer cannot be exported"
+        )
+    return (corpus.path / "tokenizer.json").read_text(encoding="utf-8")
 
 
 def _fields_of(model: type[BaseModel], *sources: dict) -> dict:
@@ -94,6 +129,7 @@ def exported_config(
         "ancre": ancre,
         "mod_thresholds": thresholds or None,
         "recommended": None if target_flops is None else _recommendation(arch, target_flops, prediction),
+        "tokenizer": tokenizer_record(search),
         "provenance": {
             "search": search.name,
             "trial": row.number,
@@ -196,8 +232,11 @@ def export_configs(
         raise ExportError(
             f"--freeze-ancre: trial {trial} of search {name!r} is {exports[0].arch.residual}, not an ANCRe architecture"
         )
+    tokenizer = _tokenizer_json(search, exports[0].tokenizer.model_dump())
     # Everything is valid: write.
     out_dir.mkdir(parents=True, exist_ok=True)
+    if tokenizer is not None:
+        _write_atomic(out_dir / exports[0].tokenizer.file, tokenizer)
     paths = [_write_yaml(out_dir / export_file_name(name, e.provenance.trial), e) for e in exports]
     _write_atomic(out_dir / "index.json", json.dumps(_index(name, exports, paths, target_flops), indent=2) + "\n")
     return paths

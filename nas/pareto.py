@@ -80,14 +80,25 @@ def pareto_rows(rows: Sequence, key: Cost | None = None) -> list:
     return sorted(front, key=x)
 
 
-def reference_point(rows: Sequence, vocab_size: int = 256) -> tuple[float, float]:
-    """(ln vocab, 1.1 x max executed FLOPs/token): stated with every hypervolume we print."""
+def reference_point(rows: Sequence, vocab_size: int | None = None) -> tuple[float, float]:
+    """(ln V, 1.1 x max executed FLOPs/token): stated with every hypervolume we print.  ln V is the loss
+    of a uniform guess over the vocabulary: `vocab_size`, else the largest among the rows' architectures
+    (256, bytes, for rows that do not say)."""
+    if vocab_size is None:
+        vocab_size = max((row_vocab_size(r) for r in rows), default=256)
     flops = [
         r.executed_flops_per_token
         for r in rows
         if r.executed_flops_per_token and math.isfinite(r.executed_flops_per_token)
     ]
     return math.log(vocab_size), 1.1 * max(flops, default=1.0)
+
+
+def row_vocab_size(row) -> int:
+    """The vocabulary of a stored trial row's architecture (256 when it does not say)."""
+    config = getattr(row, "config", None)
+    arch = config.get("arch") if isinstance(config, dict) else None
+    return int(arch.get("vocab_size", 256)) if isinstance(arch, dict) else 256
 
 
 def hypervolume(rows: Sequence, ref: tuple[float, float]) -> float:

@@ -38,6 +38,8 @@ class SearchSettings:
         description="GPU share per trial, e.g. 0.25; None: the cluster's GPUs shared among workers; 0: CPU only",
     )
     data: dict | None = Field(None, description="DataConfig fields; None: the shipped corpus")
+    corpus: dict | None = Field(None, description="the corpus as loaded: TokenizedCorpus.summary()")
+    pad_vocab: int = Field(1, ge=1, le=4096, description="the model's vocabulary is padded to a multiple of this")
     ray_dir: str | None = Field(None, description="Tune's storage_path (shared by all nodes on a cluster)")
     early_stopping: bool = Field(False, description="stop losers within FLOP bands (nas.early_stop)")
     repeat_seeds: int = Field(

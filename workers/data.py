@@ -1,6 +1,6 @@
-"""Text the proxy trials train on: loading, byte tokenisation, splits, caching, batches.
+"""Text the proxy trials train on: loading, tokenisation, splits, memory-mapped token shards, batches.
 
-Every source goes through Hugging Face ``datasets``:
+Every text source goes through Hugging Face ``datasets``:
 
 * ``"shipped"``: the default corpus ``corpus/shakespeare.jsonl.gz`` (see corpus/NOTICE),
   42 works, one JSON record ``{"title", "text"}`` each;
@@ -9,13 +9,16 @@ Every source goes through Hugging Face ``datasets``:
   FILE is one document, one JSON record / parquet row is one document;
 * any other string: a Hugging Face hub dataset, ``datasets.load_dataset(name, split=...)``.
 
-Tokeniser: UTF-8 bytes (vocabulary 256).  Documents are joined with the byte 0 (NUL, which
-never occurs in the text: it is removed from documents) between them, so one token is one
-byte and bits-per-byte = nats-per-token / ln 2 exactly.
+A source may also be a folder of token shards another pipeline wrote (`workers.shards`).
 
-Splits are by document: a document goes to validation iff a salted blake2b hash of its
-bytes falls below ``val_fraction``.  The tokenised streams are cached as ``.npy`` files
-under ``cache_dir``, keyed by a fingerprint of the source, the tokeniser and the split.
+The tokeniser is ``DataConfig.tokenizer`` (`workers.tokenizer`: bytes, train:V, a file or a hub
+name).  NUL bytes are removed from documents (NUL is the byte tokeniser's separator); documents
+are joined by the tokeniser's separator.  Splits are by document: a document goes to validation
+iff a salted blake2b hash of its bytes falls below ``val_fraction``.
+
+Each (source, tokeniser, split) is tokenised once into memory-mapped shards under ``cache_dir``
+(`workers.shards`), keyed by a fingerprint of the source, the tokeniser's identity and the split;
+trial processes map them read-only, so the processes of one machine share the page cache.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -36,12 +38,14 @@ import numpy as np
 import pydantic
 import torch
 
+from . import shards
+from .tokenizer import BYTES, ByteTokenizer, HFTokenizer, load_tokenizer, normalised_spec, token_dtype
+
 logger = logging.getLogger(__name__)
 
-VOCAB_SIZE = 256
+VOCAB_SIZE = 256  # of the byte tokeniser
 SEPARATOR = 0
-TOKENIZER_ID = "utf8-bytes/vocab256/sep0"
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 SHIPPED = "shipped"
 
 # file suffix (after stripping .gz for text formats) -> datasets packaged builder
@@ -58,8 +62,10 @@ class DataConfig(pydantic.BaseModel):
     then is the hub contacted).  ``hub_split``: the split loaded from the hub.
     ``text_field``: the column holding the text (json, parquet, hub; ``.txt`` files are
     read whole).  ``val_fraction``: in (0, 0.5], the share of documents (by hash) held out.
-    ``split_seed``: salts the split hash.  ``cache_dir``: where tokenised streams and the
-    ``datasets`` cache for local files go (default ``$RESNAS_CACHE`` or ``~/.cache/resnas``).
+    ``split_seed``: salts the split hash.  ``tokenizer``: a `workers.tokenizer` spec (bytes,
+    train:V, a tokenizer.json or a folder holding one, a hub name).  ``cache_dir``: where token
+    shards, trained tokenizers and the ``datasets`` cache for local files go (default
+    ``$RESNAS_CACHE`` or ``~/.cache/resnas``).
     """
 
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -69,7 +75,13 @@ class DataConfig(pydantic.BaseModel):
     text_field: str = pydantic.Field("text", min_length=1)
     val_fraction: float = pydantic.Field(0.05, gt=0.0, le=0.5)
     split_seed: int = 0
+    tokenizer: str = BYTES
     cache_dir: str | None = None
+
+    @pydantic.field_validator("tokenizer")
+    @classmethod
+    def _known_tokenizer(cls, spec: str) -> str:
+        return normalised_spec(spec)
 
     def resolved_cache_dir(self) -> Path:
         """The cache directory this config uses (not created here)."""
@@ -81,7 +93,13 @@ class DataConfig(pydantic.BaseModel):
 
 @dataclass
 class TokenizedCorpus:
-    """Tokenised train and validation streams (1-D uint8 tensors, documents joined by SEPARATOR)."""
+    """Tokenised train and validation streams: 1-D tensors over memory-mapped shards (uint8 for
+    bytes, else uint16 or uint32), documents joined by the tokeniser's ``separator``.
+
+    ``val_bytes[i]``: UTF-8 bytes of text validation token i covers (`workers.tokenizer`), so the
+    bytes of any validation window are exact.  ``tokenizer``: the tokeniser's identity.
+    ``path``: the shard folder (with ``tokenizer.json`` for a non-byte tokeniser).
+    """
 
     train: torch.Tensor
     val: torch.Tensor
@@ -90,6 +108,24 @@ class TokenizedCorpus:
     n_train_docs: int
     n_val_docs: int
     fingerprint: str
+    val_bytes: torch.Tensor | None = None  # None: one byte per token
+    tokenizer: str = BYTES
+    tokenizer_spec: str = BYTES
+    separator: int = SEPARATOR
+    n_train_bytes: int | None = None
+    path: Path | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What a search stores about its corpus: name, fingerprint, tokeniser, vocabulary, sizes."""
+        return {
+            "name": self.name,
+            "fingerprint": self.fingerprint,
+            "tokenizer": self.tokenizer,
+            "tokenizer_spec": self.tokenizer_spec,
+            "vocab_size": self.vocab_size,
+            "n_train_tokens": int(self.train.numel()),
+            "n_train_bytes": self.n_train_bytes,
+        }
 
 
 # --------------------------------------------------------------------------- sources
@@ -157,6 +193,8 @@ def _source_identity(cfg: DataConfig) -> dict[str, Any]:
     path = _local_path(cfg)
     if path is None:
         return {"kind": "hub", "name": cfg.source, "split": cfg.hub_split}
+    if shards.is_shard_folder(path):
+        return {"kind": "shards", "meta": (path / shards.META).read_text(encoding="utf-8")}
     files = []
     for f in _data_files(path):
         st = f.stat()
@@ -247,13 +285,12 @@ def read_shipped_texts() -> list[str]:
     return read_documents(DataConfig())
 
 
-# --------------------------------------------------------------------------- tokeniser
+# --------------------------------------------------------------------------- byte streams
 
 
 def encode_documents(texts: Sequence[str]) -> np.ndarray:
     """UTF-8 bytes of the texts joined by SEPARATOR (between documents), as a 1-D uint8 array."""
-    data = bytes([SEPARATOR]).join(t.encode("utf-8") for t in texts)
-    return np.frombuffer(data, dtype=np.uint8).copy()
+    return ByteTokenizer().encode(texts)[0].astype(np.uint8)
 
 
 def byte_tokens(texts: list[str]) -> torch.Tensor:
@@ -262,11 +299,8 @@ def byte_tokens(texts: list[str]) -> torch.Tensor:
 
 
 def decode_tokens(tokens: torch.Tensor | np.ndarray) -> list[str]:
-    """Inverse of the tokeniser: the documents of a stream (split at SEPARATOR)."""
-    data = bytes(np.asarray(tokens, dtype=np.uint8).tobytes())
-    if not data:
-        return []
-    return [part.decode("utf-8", errors="replace") for part in data.split(bytes([SEPARATOR]))]
+    """Inverse of the byte tokeniser: the documents of a stream (split at SEPARATOR)."""
+    return ByteTokenizer().decode(np.asarray(tokens))
 
 
 # --------------------------------------------------------------------------- splits
@@ -301,13 +335,28 @@ def split_documents(texts: Sequence[str], val_fraction: float, seed: int) -> tup
 # --------------------------------------------------------------------------- cache
 
 
+def _tokenizer_key(cfg: DataConfig) -> str:
+    """The tokeniser's part of the cache key: its identity when known without training or a
+    download (bytes, a file), else its spec (a trained BPE is a function of the source and split,
+    which the key holds too; a hub tokenizer is fetched once, and its identity kept in the entry)."""
+    if cfg.tokenizer == BYTES:
+        return BYTES
+    if cfg.tokenizer.startswith("train:"):
+        import tokenizers
+
+        return f"{cfg.tokenizer}/tokenizers-{tokenizers.__version__}"
+    if Path(cfg.tokenizer).is_file():
+        return load_tokenizer(cfg.tokenizer, list, Path()).identity
+    return f"hub:{cfg.tokenizer}"
+
+
 def corpus_fingerprint(cfg: DataConfig) -> str:
     """Cache key: hash of the source identity, the tokeniser and the split parameters."""
     key = {
         "format": CACHE_FORMAT,
         "source": _source_identity(cfg),
         "text_field": cfg.text_field,
-        "tokenizer": TOKENIZER_ID,
+        "tokenizer": _tokenizer_key(cfg),
         "val_fraction": cfg.val_fraction,
         "split_seed": cfg.split_seed,
     }
@@ -315,98 +364,194 @@ def corpus_fingerprint(cfg: DataConfig) -> str:
     return hashlib.blake2b(blob, digest_size=12).hexdigest()
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Write a file via a temporary file in the same directory and ``os.replace``."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_cache(entry: Path, train: np.ndarray, val: np.ndarray, meta: dict[str, Any]) -> None:
-    """Store the streams, then ``meta.json`` last: its presence marks a complete entry."""
-    entry.mkdir(parents=True, exist_ok=True)
-    _atomic_write(entry / "train.npy", lambda f: np.save(f, train, allow_pickle=False))
-    _atomic_write(entry / "val.npy", lambda f: np.save(f, val, allow_pickle=False))
-    _atomic_write(entry / "meta.json", lambda f: f.write(json.dumps(meta, indent=1).encode("utf-8")))
-
-
-def _corpus(train: np.ndarray, val: np.ndarray, meta: dict[str, Any]) -> TokenizedCorpus:
-    """The corpus of two uint8 streams and their cache metadata (shares the arrays' memory)."""
+def _open_corpus(folder: Path, meta: dict[str, Any]) -> TokenizedCorpus:
+    """The corpus of a shard folder: memory-mapped streams, its metadata."""
+    train = shards.open_stream(folder / "train.bin", meta["dtype"], meta["n_train_tokens"])
+    val = shards.open_stream(folder / "val.bin", meta["dtype"], meta["n_val_tokens"])
+    val_bytes = None
+    if (folder / shards.VAL_BYTES).exists():
+        val_bytes = shards.open_stream(folder / shards.VAL_BYTES, np.uint16, meta["n_val_tokens"])
     return TokenizedCorpus(
-        train=torch.from_numpy(train),
-        val=torch.from_numpy(val),
-        vocab_size=VOCAB_SIZE,
-        name=meta["name"],
-        n_train_docs=meta["n_train_docs"],
-        n_val_docs=meta["n_val_docs"],
-        fingerprint=meta["fingerprint"],
+        train=train,
+        val=val,
+        vocab_size=meta["vocab_size"],
+        name=meta.get("name", f"shards:{folder}"),
+        n_train_docs=meta.get("n_train_docs", 0),
+        n_val_docs=meta.get("n_val_docs", 0),
+        fingerprint=meta.get("fingerprint", ""),
+        val_bytes=val_bytes,
+        tokenizer=meta["tokenizer"],
+        tokenizer_spec=meta.get("tokenizer_spec", meta["tokenizer"]),
+        separator=meta["separator"] if meta.get("separator") is not None else SEPARATOR,
+        n_train_bytes=meta.get("n_train_bytes"),
+        path=folder,
     )
 
 
 def _read_cache(entry: Path) -> TokenizedCorpus | None:
     """The cached corpus in ``entry``, or None if absent or inconsistent."""
-    try:
-        meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
-        train = np.load(entry / "train.npy", allow_pickle=False)
-        val = np.load(entry / "val.npy", allow_pickle=False)
-    except (OSError, ValueError):
+    if not (entry / shards.META).exists():
         return None
-    if train.dtype != np.uint8 or (train.size, val.size) != (meta["n_train_tokens"], meta["n_val_tokens"]):
+    try:
+        return _open_corpus(entry, shards.read_meta(entry))
+    except (OSError, ValueError):
         logger.warning("ignoring inconsistent cache entry %s", entry)
         return None
-    return _corpus(train, val, meta)
 
 
-def _build_corpus(cfg: DataConfig, fingerprint: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Read, split and tokenise the source: (train stream, val stream, metadata)."""
+def _encoded_chunks(tokenizer, docs: Sequence[str], label: str, per_chunk: int = 256):
+    """(ids, bytes per id) of consecutive groups of documents, the groups joined by the separator;
+    a progress bar on large corpora (over 64 MB of text)."""
+    n_chars = sum(len(d) for d in docs)
+    show = n_chars > 64 << 20
+    progress = None
+    if show:
+        from rich.progress import Progress
+
+        progress = Progress(transient=True)
+        progress.start()
+        task = progress.add_task(f"tokenising {label}", total=n_chars)
+    try:
+        for start in range(0, len(docs), per_chunk):
+            group = docs[start : start + per_chunk]
+            ids, counts = tokenizer.encode(group)
+            if start:
+                ids = np.concatenate([[tokenizer.separator], ids])
+                counts = np.concatenate([np.ones(1, dtype=np.uint16), counts])
+            yield ids, counts
+            if progress is not None:
+                progress.advance(task, sum(len(d) for d in group))
+    finally:
+        if progress is not None:
+            progress.stop()
+
+
+def _write_split(entry: Path, split: str, tokenizer, docs: Sequence[str], dtype: np.dtype) -> tuple[int, int]:
+    """Tokenise one split into ``<split>.bin`` (and ``val_bytes.bin``): (tokens, bytes of text)."""
+    n_bytes = 0
+    byte_chunks: list[np.ndarray] = []
+
+    def ids():
+        nonlocal n_bytes
+        for chunk_ids, counts in _encoded_chunks(tokenizer, docs, split):
+            n_bytes += int(counts.sum(dtype=np.int64))
+            if split == "val":
+                byte_chunks.append(counts)
+            yield chunk_ids
+
+    n_tokens = shards.write_stream(entry / f"{split}.bin", ids(), dtype)
+    if split == "val":
+        shards.write_stream(entry / shards.VAL_BYTES, byte_chunks, np.dtype(np.uint16))
+    return n_tokens, n_bytes
+
+
+def _build_corpus(cfg: DataConfig, fingerprint: str, entry: Path) -> dict[str, Any]:
+    """Read, split and tokenise the source into the shard folder ``entry``; returns its metadata."""
     docs = read_documents(cfg)
     train_docs, val_docs = split_documents(docs, cfg.val_fraction, cfg.split_seed)
-    train, val = encode_documents(train_docs), encode_documents(val_docs)
+    entry.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(cfg.tokenizer, lambda: train_docs, entry)
+    if isinstance(tokenizer, HFTokenizer):
+        (entry / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
+    dtype = token_dtype(tokenizer.vocab_size)
+    n_train, train_bytes = _write_split(entry, "train", tokenizer, train_docs, dtype)
+    n_val, val_bytes = _write_split(entry, "val", tokenizer, val_docs, dtype)
     meta = {
+        "dtype": dtype.name,
+        "vocab_size": tokenizer.vocab_size,
+        "tokenizer": tokenizer.identity,
+        "tokenizer_spec": cfg.tokenizer,
+        "separator": tokenizer.separator,
+        "n_train_tokens": n_train,
+        "n_val_tokens": n_val,
+        "n_train_bytes": train_bytes,
+        "n_val_bytes": val_bytes,
         "fingerprint": fingerprint,
         "name": _corpus_name(cfg),
         "config": cfg.model_dump(),
         "n_train_docs": len(train_docs),
         "n_val_docs": len(val_docs),
-        "n_train_tokens": int(train.size),
-        "n_val_tokens": int(val.size),
     }
-    return train, val, meta
+    shards.write_meta(entry, meta)
+    return meta
 
 
 def load_corpus(cfg: DataConfig) -> TokenizedCorpus:
     """The tokenised train / validation streams of ``cfg``'s source, from cache when possible.
 
-    A cache hit does not touch ``datasets``.  Parallel callers may both build on a miss;
-    writes are atomic, so no one reads a half-written file.
+    A cache hit does not touch ``datasets`` or the tokenizer.  Parallel callers may both build on a
+    miss; every file is written atomically and ``meta.json`` last, so no one reads a half-written entry.
+    A shard folder given as the source is mapped as it is (`check_shard_source` checks it whole).
     """
+    path = _local_path(cfg)
+    if path is not None and shards.is_shard_folder(path):
+        return _shard_source(cfg, path)
     fingerprint = corpus_fingerprint(cfg)
     entry = cfg.resolved_cache_dir() / "corpora" / fingerprint
     cached = _read_cache(entry)
     if cached is not None:
         logger.debug("corpus %s: cache hit %s", cached.name, entry)
         return cached
-    train, val, meta = _build_corpus(cfg, fingerprint)
-    if val.size == 0:
+    meta = _build_corpus(cfg, fingerprint, entry)
+    if meta["n_val_tokens"] == 0:
         logger.warning("corpus %s has a single document: the validation stream is empty", meta["name"])
-    _write_cache(entry, train, val, meta)
     logger.info(
-        "corpus %s: %d train docs (%d bytes), %d val docs (%d bytes), cached in %s",
+        "corpus %s: %d train docs (%d tokens, %d bytes), %d val docs (%d tokens), tokenizer %s, cached in %s",
         meta["name"],
         meta["n_train_docs"],
-        train.size,
+        meta["n_train_tokens"],
+        meta["n_train_bytes"],
         meta["n_val_docs"],
-        val.size,
+        meta["n_val_tokens"],
+        cfg.tokenizer,
         entry,
     )
-    return _corpus(train, val, meta)
+    return _open_corpus(entry, meta)
+
+
+def _shard_source(cfg: DataConfig, folder: Path) -> TokenizedCorpus:
+    """A shard folder another pipeline wrote, checked against ``cfg.tokenizer`` (identity and vocabulary).
+
+    Without ``val_bytes.bin``, the bytes of each validation id come from the tokenizer's table of
+    token lengths (exact for byte-level vocabularies).
+    """
+    meta = shards.read_meta(folder)
+    tokenizer = load_tokenizer(cfg.tokenizer, list, folder)
+    if meta["tokenizer"] != tokenizer.identity:
+        raise shards.ShardError(
+            f"--data: the shards in {folder} were tokenised with {meta['tokenizer']}, "
+            f"but --tokenizer is {cfg.tokenizer} ({tokenizer.identity})"
+        )
+    if meta["vocab_size"] != tokenizer.vocab_size:
+        raise shards.ShardError(
+            f"--data: {folder / shards.META} says vocab_size {meta['vocab_size']}, "
+            f"the tokenizer has {tokenizer.vocab_size}"
+        )
+    if meta.get("separator") is None:
+        meta["separator"] = tokenizer.separator
+    identity = json.dumps(meta, sort_keys=True).encode("utf-8")
+    meta.setdefault("fingerprint", "shards-" + hashlib.blake2b(identity, digest_size=12).hexdigest())
+    meta.setdefault("name", f"shards:{folder}")
+    meta["tokenizer_spec"] = cfg.tokenizer
+    corpus = _open_corpus(folder, meta)
+    if corpus.val_bytes is None:
+        corpus.val_bytes = torch.from_numpy(tokenizer.token_bytes()[corpus.val.numpy().astype(np.int64)])
+    return corpus
+
+
+def check_shard_source(cfg: DataConfig) -> None:
+    """When ``cfg.source`` is a shard folder: load it and check every id is below its vocabulary
+    (one pass over the files; ShardError in one line otherwise)."""
+    path = _local_path(cfg)
+    if path is None or not shards.is_shard_folder(path):
+        return
+    corpus = _shard_source(cfg, path)
+    for split, stream in (("train", corpus.train), ("val", corpus.val)):
+        top = shards.max_id(stream)
+        if top >= corpus.vocab_size:
+            raise shards.ShardError(
+                f"--data: {path / (split + '.bin')} holds id {top}, beyond vocab_size {corpus.vocab_size}"
+            )
 
 
 # --------------------------------------------------------------------------- batches
@@ -502,6 +647,16 @@ class TrainBatches:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 
+def _validation_starts(n_tokens: int, seq_len: int, n_sequences: int) -> torch.Tensor:
+    """Start offsets of the held-out windows (see `validation_batches`)."""
+    if n_sequences < 1:
+        raise ValueError(f"n_sequences must be >= 1, got {n_sequences}")
+    total = max((n_tokens - 1) // seq_len, 0)
+    if total > n_sequences:
+        return torch.arange(n_sequences) * (total - 1) // max(n_sequences - 1, 1) * seq_len
+    return torch.arange(total) * seq_len
+
+
 def validation_batches(
     tokens: torch.Tensor, seq_len: int, n_sequences: int, batch_size: int
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -515,11 +670,10 @@ def validation_batches(
     short.  Batches of ``batch_size`` (the last may be smaller), ``(x, y)`` int64, in stream
     order.  ValueError if not even one window fits.
     """
-    if n_sequences < 1 or batch_size < 1:
+    if batch_size < 1:
         raise ValueError(f"n_sequences and batch_size must be >= 1, got {n_sequences}, {batch_size}")
     windows = _windows(tokens, seq_len)
-    if windows.shape[0] > n_sequences:
-        windows = windows[torch.arange(n_sequences) * (windows.shape[0] - 1) // max(n_sequences - 1, 1)]
+    windows = windows[_validation_starts(tokens.numel(), seq_len, n_sequences) // seq_len]
     if windows.shape[0] == 0:
         raise ValueError(
             f"validation stream of {tokens.numel()} tokens is shorter than one window "
@@ -530,6 +684,16 @@ def validation_batches(
     return [_split_window_batch(windows[i : i + batch_size]) for i in range(0, windows.shape[0], batch_size)]
 
 
-def bits_per_byte(nats_per_token: float) -> float:
-    """Bits per byte from a mean cross-entropy in nats per token (one token = one byte)."""
-    return nats_per_token / math.log(2)
+def validation_tokens_per_byte(corpus: TokenizedCorpus, seq_len: int, n_sequences: int) -> float:
+    """Target tokens per byte of text in the held-out set of `validation_batches`: exact, from the
+    bytes each target token covers (1.0 for the byte tokeniser)."""
+    starts = _validation_starts(corpus.val.numel(), seq_len, n_sequences)
+    if corpus.val_bytes is None or starts.numel() == 0:
+        return 1.0
+    n_bytes = sum(int(corpus.val_bytes[s + 1 : s + seq_len + 1].sum(dtype=torch.int64)) for s in starts.tolist())
+    return starts.numel() * seq_len / n_bytes
+
+
+def bits_per_byte(nats_per_token: float, tokens_per_byte: float = 1.0) -> float:
+    """Bits per byte from a mean cross-entropy in nats per token: nats/token x tokens/byte / ln 2."""
+    return nats_per_token * tokens_per_byte / math.log(2)

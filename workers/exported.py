@@ -13,6 +13,9 @@ retrain the architecture:
 - `mod_thresholds`: the smoothed evaluation thresholds of the routed sublayers (`attn2`, `mlp2`...);
 - `recommended`: with a target compute C, the iso-FLOP token count D = C / (3 x executed forward
   FLOPs per token) (`search_spaces.residual_lm.tokens_for`), the same rule as the proxy trials;
+- `tokenizer`: the tokeniser the search trained with: its identity (`workers.tokenizer`), its spec,
+  its vocabulary, and `file`, the `tokenizer.json` written beside this file (none for bytes);
+  `nas pretrain` tokenises with it and refuses a corpus tokenised otherwise;
 - `provenance`: search, trial, proxy loss and FLOPs, the proxy budget and tokens, the code version
   the search ran (`code_version`) and the one that exported (`exported_by`), and when.
 
@@ -41,6 +44,7 @@ __all__ = [
     "ExportedConfig",
     "Provenance",
     "Recommendation",
+    "TokenizerRecord",
     "check_target_flops",
     "load_exported",
     "recommend",
@@ -78,6 +82,13 @@ class Recommendation(_Frozen):
     )
 
 
+class TokenizerRecord(_Frozen):
+    identity: str = Field("bytes", description="'bytes' or 'sha256:' + sha256 of the tokenizer's to_str()")
+    spec: str = Field("bytes", description="the search's --tokenizer")
+    vocab_size: int = Field(256, ge=2, description="the tokenizer's ids; arch.vocab_size may pad it")
+    file: str | None = Field(None, description="tokenizer.json beside the exported file (relative path)")
+
+
 class Provenance(_Frozen):
     search: str
     trial: int = Field(ge=0)
@@ -99,6 +110,7 @@ class ExportedConfig(_Frozen):
     ancre: AncreCoefficients | None = None
     mod_thresholds: dict[str, float] | None = None
     recommended: Recommendation | None = None
+    tokenizer: TokenizerRecord = TokenizerRecord()
     provenance: Provenance | None = None  # always written by export_configs; optional in a hand-written file
 
     @model_validator(mode="after")
@@ -110,7 +122,17 @@ class ExportedConfig(_Frozen):
             _check_thresholds(self.mod_thresholds, self.arch)
         if self.recommended is not None:
             _check_recommendation(self.recommended, self.arch)
+        if self.arch.vocab_size < self.tokenizer.vocab_size:
+            raise ValueError(
+                f"arch.vocab_size {self.arch.vocab_size} is smaller than the tokenizer's {self.tokenizer.vocab_size}"
+            )
         return self
+
+    def tokenizer_spec(self, exported_file: Path) -> str:
+        """What to tokenise with: the tokenizer.json beside `exported_file` if recorded, else the spec."""
+        if self.tokenizer.file is not None:
+            return str((exported_file.parent / self.tokenizer.file).resolve())
+        return self.tokenizer.spec
 
     def run_config(self, **overrides: Any) -> RunConfig:
         """The exported run fields plus `overrides`, as a RunConfig."""

@@ -63,7 +63,7 @@ from search_spaces.residual_lm import ResidualLM, config_error_message, forward_
 from search_spaces.residual_lm.ancre import AncreConnectivity
 
 from .budget import InfeasibleBudget, plan_budget
-from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
+from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus, validation_tokens_per_byte
 from .exported import ExportedConfig
 from .status import TrialStatus
 from .strict_json import sanitise_json
@@ -189,6 +189,8 @@ def _pretrain(
     checkpoint_dir = parallel.checkpoint_dir(out_dir)
     run = _run_config(exported, overrides, budget / parallel.world_size, checkpoint_dir, device)
     corpus = parallel.shard(load_corpus(data))
+    _check_tokenizer(exported, corpus)
+    tokens_per_byte = validation_tokens_per_byte(corpus, cfg.seq_len, run.eval_sequences)
     manifest = _manifest(exported, budget, seed, run, corpus, parallel)
     ckpt = checkpoint_dir / "last.pt"
     done, refused = None, None
@@ -215,7 +217,7 @@ def _pretrain(
         )
     except InfeasibleBudget as err:
         raise PretrainError(f"budget too small: {err}") from None
-    summary = _summary(outcome, exported, budget, run, parallel, resumed_from, ckpt, out_dir, start)
+    summary = _summary(outcome, exported, budget, run, parallel, resumed_from, ckpt, out_dir, start, tokens_per_byte)
     if parallel.rank == 0 and outcome.status == TrialStatus.COMPLETED:
         torch.save(
             {
@@ -227,6 +229,16 @@ def _pretrain(
         )
     _write_json(checkpoint_dir / SUMMARY, summary)  # every rank: a completed re-run returns at once
     return summary
+
+
+def _check_tokenizer(exported: ExportedConfig, corpus: TokenizedCorpus) -> None:
+    """The corpus must be tokenised as the search's was (same tokenizer identity, vocabulary within arch)."""
+    want = exported.tokenizer.identity
+    if corpus.tokenizer != want:
+        raise PretrainError(
+            f"--data: the corpus is tokenised with {corpus.tokenizer} ({corpus.tokenizer_spec}), but the exported "
+            f"config was searched with {want}; pass --tokenizer with the search's tokenizer"
+        )
 
 
 def _run_config(
@@ -311,6 +323,7 @@ def _summary(
     ckpt: Path,
     out_dir: Path,
     start: float,
+    tokens_per_byte: float,
 ) -> dict:
     state = outcome.state
     tokens, flops = parallel.sum(state.tokens_seen), parallel.sum(state.training_flops)
@@ -320,7 +333,7 @@ def _summary(
         "status": outcome.status,
         "failure_reason": outcome.failure_reason,
         "val_loss": loss,
-        "val_bpb": bits_per_byte(loss),
+        "val_bpb": bits_per_byte(loss, tokens_per_byte),
         "last_val_loss": state.val_loss,
         "tokens_seen": int(tokens),
         "planned_tokens": outcome.plan.tokens * parallel.world_size,

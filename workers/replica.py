@@ -37,7 +37,7 @@ import torch
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flops_per_token, training_flops
 
 from .budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
-from .data import TokenizedCorpus, bits_per_byte
+from .data import TokenizedCorpus, bits_per_byte, validation_tokens_per_byte
 from .status import TrialStatus
 from .train import OnRung, OptimConfig, Report, RunConfig
 from .trial import TrialResult, one_line, run_trial
@@ -191,6 +191,7 @@ def run_replica_trial(
     start = time.perf_counter()
     results: list[TrialResult] = []
     rungs: list[dict] = []
+    tokens_per_byte = validation_tokens_per_byte(corpus, target.seq_len, run.eval_sequences)
     try:
         path = target_path(target, target_flops, run.batch_size)
         optim = optim.at_horizon(target.residual, path.tokens)
@@ -205,11 +206,13 @@ def run_replica_trial(
             if not go_on:
                 break
     except InfeasibleBudget as err:
-        return _target_result(target, results, rungs, start, TrialStatus.INFEASIBLE, f"infeasible: {err}")
+        return _target_result(
+            target, results, rungs, tokens_per_byte, start, TrialStatus.INFEASIBLE, f"infeasible: {err}"
+        )
     except Exception as err:  # a crashing trial is recorded, never raised into the search
-        return _target_result(target, results, rungs, start, TrialStatus.FAILED, one_line(err))
+        return _target_result(target, results, rungs, tokens_per_byte, start, TrialStatus.FAILED, one_line(err))
     last = results[-1]
-    return _target_result(target, results, rungs, start, last.status, last.failure_reason)
+    return _target_result(target, results, rungs, tokens_per_byte, start, last.status, last.failure_reason)
 
 
 def _rung_result(index: int, replica: Replica, result: TrialResult) -> dict:
@@ -227,7 +230,13 @@ def _rung_result(index: int, replica: Replica, result: TrialResult) -> dict:
 
 
 def _target_result(
-    target: ArchConfig, results: list[TrialResult], rungs: list[dict], start: float, status, reason: str | None
+    target: ArchConfig,
+    results: list[TrialResult],
+    rungs: list[dict],
+    tokens_per_byte: float,
+    start: float,
+    status,
+    reason: str | None,
 ) -> TrialResult:
     fpt = flops_per_token(target)
     last = results[-1] if results else None
@@ -239,7 +248,7 @@ def _target_result(
         status=status,
         failure_reason=reason,
         val_loss=loss,
-        val_bpb=bits_per_byte(loss),
+        val_bpb=bits_per_byte(loss, tokens_per_byte),
         nominal_flops_per_token=fpt.nominal,
         executed_flops_per_token=fpt.executed,
         realised_flops_per_token=last.realised_flops_per_token if last else None,

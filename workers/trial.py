@@ -21,7 +21,7 @@ import torch
 from search_spaces.residual_lm import ArchConfig, flops_per_token, forward_flops_per_token
 
 from .budget import InfeasibleBudget, LadderConfig
-from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus
+from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus, validation_tokens_per_byte
 from .status import TrialStatus
 from .train import OnRung, OptimConfig, Report, RunConfig, TrainOutcome, train
 from .width_probe import width_certificate
@@ -34,7 +34,7 @@ class TrialResult:
     status: TrialStatus  # a final status: completed, diverged, stopped, infeasible or failed
     failure_reason: str | None
     val_loss: float  # nats per token (a ladder's last rung); inf unless completed
-    val_bpb: float  # bits per byte (byte tokens: val_loss / ln 2)
+    val_bpb: float  # bits per byte of the held-out text (exact; bytes: val_loss / ln 2)
     nominal_flops_per_token: float
     executed_flops_per_token: float  # expected at the target skip rate: the search's objective
     realised_flops_per_token: float | None  # what training batches actually executed
@@ -148,7 +148,9 @@ def run_trial(
         return _failed(TrialStatus.INFEASIBLE, f"infeasible: {err}", base, start)
     except Exception as err:  # a crashing trial is recorded, never raised into the search
         return _failed(TrialStatus.FAILED, one_line(err), base, start)
-    return _finish(outcome, base, start, width_probe)
+    return _finish(
+        outcome, base, start, width_probe, validation_tokens_per_byte(corpus, cfg.seq_len, run.eval_sequences)
+    )
 
 
 def _failed(status: TrialStatus, reason: str, base: dict, start: float) -> TrialResult:
@@ -170,7 +172,7 @@ def _failed(status: TrialStatus, reason: str, base: dict, start: float) -> Trial
     )
 
 
-def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) -> TrialResult:
+def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool, tokens_per_byte: float) -> TrialResult:
     state, completed = outcome.state, outcome.status == TrialStatus.COMPLETED
     diagnostics, width = {}, None
     if outcome.status != TrialStatus.DIVERGED:
@@ -184,7 +186,7 @@ def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool) 
         status=outcome.status,
         failure_reason=outcome.failure_reason,
         val_loss=loss,
-        val_bpb=bits_per_byte(loss),
+        val_bpb=bits_per_byte(loss, tokens_per_byte),
         realised_flops_per_token=forward_flops_per_token(state.training_flops, state.tokens_seen)
         if state.tokens_seen
         else None,

@@ -369,6 +369,7 @@ class Store:
         )
         counts = [func.count(case((t.status.in_(group), 1))) for group in groups]
         best = func.min(case((t.status == S.COMPLETED, t.val_loss)))
+        best_bpb = func.min(case((t.status == S.COMPLETED, t.val_bpb)))
         query = (
             select(
                 SearchModel.name,
@@ -377,6 +378,7 @@ class Store:
                 SearchModel.requested_trials,
                 *counts,
                 best,
+                best_bpb,
             )
             .outerjoin(t, t.search_id == SearchModel.id)
             .group_by(SearchModel.id)
@@ -428,8 +430,8 @@ class Store:
 def _search_summary(
     name: str, status: str, created_at: datetime, requested: int, *counts_and_best: Any
 ) -> SearchSummary:
-    """A `list_searches` row: the search's columns, its five status counts, then its best loss."""
-    *counts, best = counts_and_best
+    """A `list_searches` row: the search's columns, its five status counts, then its best loss and bpb."""
+    *counts, best, best_bpb = counts_and_best
     completed, failed, running, other, interrupted = (int(c) for c in counts)
     return SearchSummary(
         name,
@@ -442,6 +444,7 @@ def _search_summary(
         other,
         interrupted,
         best_val_loss=None if best is None else float(best),
+        best_val_bpb=None if best_bpb is None else float(best_bpb),
     )
 
 

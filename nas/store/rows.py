@@ -59,7 +59,8 @@ class SearchSummary:
     running: int  # running, or retrying (an attempt is about to start again)
     other: int  # diverged, stopped, infeasible
     interrupted: int  # left running by a dead driver (replaced on resume)
-    best_val_loss: float | None  # among completed trials
+    best_val_loss: float | None  # among completed trials (nats per token)
+    best_val_bpb: float | None = None  # among completed trials (bits per byte: comparable across tokenizers)
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,16 @@ def test_yaml_round_trips_to_the_trial_that_ran(store, pareto_export, tmp_path):
         text = path.read_text()
         assert text.startswith("# resnas export: search 's'")
         raw = yaml.safe_load(text)
-        assert list(raw) == ["arch", "optim", "run", "ancre", "mod_thresholds", "recommended", "provenance"]
+        assert list(raw) == [
+            "arch",
+            "optim",
+            "run",
+            "ancre",
+            "mod_thresholds",
+            "recommended",
+            "tokenizer",
+            "provenance",
+        ]
         exported = load_exported(path)
         row = rows[exported.provenance.trial]
         assert exported.arch == ArchConfig(**row.config["arch"])

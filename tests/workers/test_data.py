@@ -100,7 +100,12 @@ def test_load_is_deterministic_and_second_load_hits_cache(shipped, tmp_path, mon
         first.fingerprint,
     )
     entry = Path(cfg.cache_dir) / "corpora" / first.fingerprint
-    assert sorted(p.name for p in entry.iterdir()) == ["meta.json", "train.npy", "val.npy"]  # no temp files left
+    assert sorted(p.name for p in entry.iterdir()) == [
+        "meta.json",
+        "train.bin",
+        "val.bin",
+        "val_bytes.bin",
+    ]  # no temp files left
     # another split is another cache entry, hence needs datasets again
     with pytest.raises(AssertionError, match="load_dataset called"):
         load_corpus(cfg.model_copy(update={"split_seed": 99}))
