@@ -117,6 +117,17 @@ def rows_at_rung(rows: Sequence[TrialRow], rung_rows: Sequence[RungRow], rung: i
     return out
 
 
+def in_bits_per_byte(row: TrialRow) -> TrialRow:
+    """The row with its val_loss in bits per byte (for figures that compare tokenizers)."""
+    return replace(row, val_loss=row.val_loss * bpb_per_nat(row)) if row.val_loss is not None else row
+
+
+def tokenizer_spec(url: str, name: str) -> str:
+    """The tokenizer search `name` trained with, as given to `nas search --tokenizer` (bytes if unrecorded)."""
+    settings = get_search(url, name).settings or {}
+    return (settings.get("corpus") or {}).get("tokenizer_spec", "bytes")
+
+
 def bpb_per_nat(row: TrialRow) -> float:
     """Bits per byte per nat of loss of a completed trial: its val_bpb / val_loss, the exact ratio of its
     held-out set (every rung is evaluated on the same set); 1 / ln 2 for byte tokens."""

@@ -143,13 +143,13 @@ def _unfinished_trace(
     )
 
 
-def _pareto_layout(axis: CostAxis, bottom: float, top: float, show_infeasible: bool) -> dict:
-    """The Pareto plot's layout: log cost axis, loss axis from `bottom` to just above `top`."""
+def _pareto_layout(axis: CostAxis, bottom: float, top: float, show_infeasible: bool, unit: str) -> dict:
+    """The Pareto plot's layout: log cost axis, loss axis (in `unit`) from `bottom` to just above `top`."""
     return dict(
         title=f"Validation loss vs {axis.short}"
         + (" (x at the top: not completed, loss inf)" if show_infeasible else ""),
         xaxis=dict(type="log", title=axis.title),
-        yaxis=dict(title="validation loss (nats/token)", range=[bottom, top + 0.02 * (top - bottom)]),
+        yaxis=dict(title=f"validation loss ({unit})", range=[bottom, top + 0.02 * (top - bottom)]),
         legend=dict(groupclick="toggleitem"),
         hovermode="closest",
         margin=dict(t=60),
@@ -161,9 +161,11 @@ def pareto_figure(
     show_dominated: bool = True,
     show_infeasible: bool = False,
     axis: CostAxis = COUNTED,
+    unit: str = "nats/token",
 ) -> go.Figure:
     """Validation loss vs cost per token on `axis` (log x; executed forward FLOPs by default), one front per
-    search.
+    search; `unit` names what the rows' val_loss holds (the page passes bits per byte in val_loss to
+    compare searches with different tokenizers).
 
     Traces per search: "front: <search>" (the non-dominated completed trials of `nas.pareto` on `axis`,
     joined by a step line), "dominated: <search>" (the other completed trials, if `show_dominated`) and
@@ -178,7 +180,7 @@ def pareto_figure(
             fig.add_trace(trace)
     for key in _overlay_keys(rows_by_search):
         fig.add_trace(key)
-    fig.update_layout(**_pareto_layout(axis, bottom, top, show_infeasible))
+    fig.update_layout(**_pareto_layout(axis, bottom, top, show_infeasible, unit))
     return fig
 
 

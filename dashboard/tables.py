@@ -87,13 +87,16 @@ def trials_frame(rows: Sequence, axis: CostAxis = COUNTED) -> pd.DataFrame:
 def searches_frame(
     summaries: Sequence, searches: Mapping[str, Any], rows_by_search: Mapping[str, Sequence]
 ) -> pd.DataFrame:
-    """One row per search: status, budget, trial counts, best loss and hypervolume with its reference point.
+    """One row per search: status, budget, trial counts, tokenizer, best loss (nats per token and bits per
+    byte: only the latter compares searches with different tokenizers) and hypervolume with its reference
+    point.
 
     "done" counts finished trials (completed, diverged, stopped, infeasible) as `nas list` does.
     """
     records = []
     for s in summaries:
         budget = getattr(searches.get(s.name), "budget", None) or {}
+        corpus = (getattr(searches.get(s.name), "settings", None) or {}).get("corpus") or {}
         rows = rows_by_search.get(s.name, [])
         ref = reference_point(rows)
         records.append(
@@ -108,7 +111,9 @@ def searches_frame(
                 completed=s.completed,
                 failed=s.failed,
                 running=s.running,
+                tokenizer=corpus.get("tokenizer_spec", "bytes"),
                 best_val_loss=s.best_val_loss,
+                best_val_bpb=s.best_val_bpb,
                 on_front=len(pareto_rows(rows)),
                 hypervolume=hypervolume(rows, ref),
                 reference_point=f"loss {ref[0]:.4f}, FLOPs/token {ref[1]:.4g}",

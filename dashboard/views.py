@@ -141,6 +141,14 @@ def pareto_page(url: str, summaries: Sequence) -> None:
         st.info("choose one or more searches")
         return
     rung = _pick_rung(url, chosen)
+    tokenizers = {name: data.tokenizer_spec(url, name) for name in chosen}
+    bpb = st.toggle(
+        "loss in bits per byte (compares tokenizers)",
+        value=len(set(tokenizers.values())) > 1,
+        key="pareto_bpb",
+        help="nats per token stay each search's objective; bits per byte compare searches whose tokenizers differ: "
+        + ", ".join(f"{n}: {t}" for n, t in tokenizers.items()),
+    )
 
     def render() -> None:
         rows = {name: data.rows_at_rung(data.trials(url, name), data.rungs(url, name), rung) for name in chosen}
@@ -148,8 +156,16 @@ def pareto_page(url: str, summaries: Sequence) -> None:
         if not any(r.status == TrialStatus.COMPLETED for rs in rows.values() for r in rs):
             st.info("no completed trials yet: the front appears as trials complete")
         fig_col, hv_col = st.columns([3, 2])
+        shown = {name: [data.in_bits_per_byte(r) for r in rs] for name, rs in rows.items()} if bpb else rows
         fig_col.plotly_chart(
-            pareto_figure(rows, show_dominated=dominated, show_infeasible=infeasible, axis=axis), key="pareto_front"
+            pareto_figure(
+                shown,
+                show_dominated=dominated,
+                show_infeasible=infeasible,
+                axis=axis,
+                unit="bits/byte" if bpb else "nats/token",
+            ),
+            key="pareto_front",
         )
         hv_col.plotly_chart(hypervolume_figure(rows, ref), key="pareto_hv")
         _unmeasured_caption([r for rs in rows.values() for r in rs], axis)

@@ -25,6 +25,7 @@ tokenisers: bpb = nats / (ln 2 x bytes).
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from collections.abc import Callable, Sequence
@@ -177,11 +178,17 @@ class HFTokenizer:
         return [self.tokenizer.decode(p.tolist(), skip_special_tokens=False) for p in parts] if ids.size else []
 
     def token_bytes(self) -> np.ndarray:
-        """Bytes of text each id stands for, from its decoded text (exact for byte-level vocabularies)."""
+        """Bytes of text each id stands for: exact for a byte-level vocabulary (one character of a token
+        is one byte), else the UTF-8 length of the id decoded alone; the separator counts one byte."""
+        byte_level = (json.loads(self.tokenizer.to_str()).get("decoder") or {}).get("type") == "ByteLevel"
+        special = {t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special}
         lengths = np.ones(self.vocab_size, dtype=np.uint16)
         for i in range(self.tokenizer.get_vocab_size(with_added_tokens=True)):
-            if i != self.separator:
-                lengths[i] = len(self.tokenizer.decode([i], skip_special_tokens=False).encode("utf-8"))
+            token = self.tokenizer.id_to_token(i)
+            if i == self.separator or token is None or token in special:
+                continue
+            text = token if byte_level else self.tokenizer.decode([i], skip_special_tokens=False)
+            lengths[i] = len(text) if byte_level else len(text.encode("utf-8"))
         return lengths
 
 
