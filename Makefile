@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer tokenizers compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,11 @@ mod-published: $(STAMP)
 transfer: $(STAMP)
 	$(PY) -m benchmarks.transfer build --runs benchmarks/data/transfer_runs.csv
 	$(PY) -m benchmarks.transfer report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
+
+# The same small search with bytes and with byte-level BPEs of 2k and 8k tokens, tokenisation speed, and
+# the memory of trial processes reading a shard memory-mapped vs into private arrays
+tokenizers: $(STAMP)
+	$(PY) -m benchmarks.tokenizers
 
 # Every GPU question in one prepared session: run `bash benchmarks/gpu_session.sh` on a lent GPU
 gpu-session-smoke: $(STAMP)
