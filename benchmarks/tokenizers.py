@@ -56,7 +56,9 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
     cmd += ["--trials", str(trials), "--rungs", "1", "--sampler", "random", "--seed", "0", "--workers", "2"]
     cmd += ["--tokenizer", spec, "--storage", db, "--no-progress"]
     start = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=tmp, env={**os.environ, "RESNAS_CACHE": str(cache)}, capture_output=True)
+    done = subprocess.run(cmd, cwd=tmp, env={**os.environ, "RESNAS_CACHE": str(cache)}, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"nas search --tokenizer {spec} failed ({done.returncode}): {done.stderr[-3000:]}")
     wall = time.perf_counter() - start
     store = Store(db)
     rows = [r for r in store.trials("t") if r.status == "completed" and math.isfinite(r.val_loss)]

@@ -200,12 +200,19 @@ def search(
 
 @contextmanager
 def _stopped_by_signal(store, name: str):
-    """A search stopped by Ctrl-C or SIGTERM exits 128 + the signal, with one line on how to finish it."""
-    from .interrupt import SearchInterrupted
+    """A search stopped by Ctrl-C or SIGTERM exits 128 + the signal, and one stopped by a store outage
+    past its retry window exits 75, each with one line on how to finish it."""
+    from .interrupt import SearchInterrupted, StoreOutage
     from .search import finished_trial_numbers
 
     try:
         yield
+    except StoreOutage as outage:
+        typer.echo(
+            f"error: search {name!r}: {outage}; `nas resume {name}` on this machine writes them and finishes it",
+            err=True,
+        )
+        raise typer.Exit(outage.exit_code) from None
     except SearchInterrupted as stop:
         row = store.get_search(name)
         done = len(finished_trial_numbers(store, name))

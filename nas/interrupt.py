@@ -45,25 +45,48 @@ class SearchInterrupted(Exception):
         return 128 + self.signum
 
 
+class StoreOutage(Exception):
+    """The store stayed unreachable past its retry window: the search stopped launching trials, kept what
+    it could not write in its spool (`nas.spool`), and `nas resume` writes it and finishes the search."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+    def __init__(self, kept: int, spool: str, window_s: float):
+        self.kept, self.spool, self.window_s = kept, spool, window_s
+        super().__init__(
+            f"the store stayed unreachable past its {window_s:.0f} s retry window; the search stopped launching "
+            f"trials, and {kept} results it could not write are kept in {spool}"
+        )
+
+
 class StopRequest:
-    """What the driver's signal handlers have asked for: nothing, a gentle stop, or an immediate one."""
+    """What the driver's signal handlers have asked for: nothing, a gentle stop, or an immediate one; or,
+    with `outage`, a gentle stop because the store is unreachable past its retry window."""
 
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
         self.signum: int | None = None
         self.first_at: float | None = None
         self.immediate = False
+        self.outage = False
 
     @property
     def requested(self) -> bool:
-        return self.signum is not None
+        return self.signum is not None or self.outage
+
+    def store_unreachable(self) -> None:
+        """Stop launching trials: the store cannot take them; running trials finish (their results spooled)."""
+        if not self.requested:
+            self.first_at = time.monotonic()
+            log.error("the store is unreachable past its retry window: no new trials; running trials finish")
+        self.outage = True
 
     def grace_over(self) -> bool:
         return self.first_at is not None and time.monotonic() - self.first_at >= self.grace_s
 
     def handle(self, signum: int, _frame=None) -> None:
         name = signal.Signals(signum).name
-        if not self.requested:
+        if self.signum is None:
             self.signum, self.first_at = signum, time.monotonic()
             log.warning(
                 "%s: stopping the search: no new trials; running trials end at their next rung or in %.0f s; "

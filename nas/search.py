@@ -6,8 +6,9 @@ the trials (`tune_runner.py`), the store keeps every result.
 - A trial whose process dies is recorded `retrying` with its reason and retried by Tune up to
   `retries` times (each attempt is a row); a NaN never reaches Optuna (it would leave the trial
   RUNNING forever).
-- Completed results are written by the driver the moment Tune hands them over; `resume` marks
-  what the dead driver left running as `interrupted` and runs the trials still missing.
+- Completed results are written by the driver the moment Tune hands them over (kept on local disk
+  when the store stays unreachable past its retry window: `nas.spool`); `resume` writes what was
+  kept, marks what the dead driver left running as `interrupted` and runs the trials still missing.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from dataclasses import asdict, dataclass, replace
 from workers.status import FINAL, TrialStatus
 
 from .budget import Budget, stored_budget
-from .interrupt import SearchInterrupted
+from .interrupt import SearchInterrupted, StoreOutage
 from .ray_env import configure_ray_env
 from .repeats import repeat_front
 from .settings import SearchSettings
 from .space import SearchSpace, space_from_dict
+from .spool import Spool
 from .store import SearchStatus, Store
 from .study import fail_stale_optuna_trials, new_study_name, optuna_storage
 from .version import code_version
@@ -76,6 +78,9 @@ def resume_search(store: Store, name: str, show_progress: bool = True, ray_addre
     It runs with the stored settings, except on `ray_address` when given (a restarted cluster).
     """
     row = store.get_search(name)
+    written = Spool(store, name).replay()  # what an outage left on this disk, first
+    if written:
+        log.warning("resume %s: wrote %d results kept while the store was unreachable", name, written)
     marked = store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
     stale = fail_stale_optuna_trials(optuna_storage(store.url), row.optuna_study_name)
     log.info("resume %s: %d interrupted trial rows, %d stale Optuna trials marked failed", name, marked, stale)
@@ -100,6 +105,9 @@ def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: st
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
         if len(finished_trial_numbers(store, name)) >= row.requested_trials:
             repeat_front(store, name, space, budget, settings)
+    except StoreOutage:
+        # The store is down: nothing more can be written; `nas resume` replays the spool and goes on.
+        raise
     except SearchInterrupted:
         # Trials Tune never started, and their Optuna trials, are closed too: the store is ready for resume.
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)

@@ -30,11 +30,12 @@ from workers.status import TrialStatus
 from .budget import Budget
 from .early_stop import FlopBandStopper, TrialTimeLimit
 from .fidelity import RungDecider
-from .interrupt import SearchInterrupted, StopRequest, stop_signals
+from .interrupt import SearchInterrupted, StopRequest, StoreOutage, stop_signals
 from .ray_env import init_ray, ray_results_dir, trial_resources
 from .settings import SearchSettings, data_config
 from .space import SearchSpace, to_configs
-from .store import Store
+from .spool import Spool, store_unreachable
+from .store import Store, StoreError
 from .study import DefineByRun, make_sampler, optuna_storage
 
 log = logging.getLogger(__name__)
@@ -67,20 +68,24 @@ class StoreCallback(tune.Callback):
         self.store, self.name, self.retries = store, name, retries
         self.progress, self.task, self.counts = progress, task, Counts()
         self.stop = stop or StopRequest(grace_s=0.0)
+        self.spool = Spool(store, name)
 
     def __getstate__(self) -> dict:
         """Tune pickles its run config (for experiment restore): keep the store and the bar out of it."""
-        return {**self.__dict__, "store": None, "progress": None, "task": None}
+        return {**self.__dict__, "store": None, "progress": None, "task": None, "spool": None}
 
     def on_trial_start(self, iteration, trials, trial, **info):
         params = {k: v for k, v in trial.config.items()}
-        self.counts.rows[trial.trial_id] = self.store.start_trial(
-            self.name,
-            number=int(params["optuna_number"]),
-            attempt=int(trial.num_failures),
-            config=params,
-            optuna_trial_number=int(params["optuna_number"]),
-        )
+        number, attempt = int(params["optuna_number"]), int(trial.num_failures)
+        try:
+            self.counts.rows[trial.trial_id] = self.store.start_trial(
+                self.name, number=number, attempt=attempt, config=params, optuna_trial_number=number
+            )
+        except StoreError as err:
+            if not store_unreachable(err):
+                raise
+            self.stop.store_unreachable()  # its row is written with its result, from the spool
+            self.counts.rows[trial.trial_id] = {"number": number, "attempt": attempt, "config": params}
         self.counts.running += 1
         self._refresh()
 
@@ -118,10 +123,25 @@ class StoreCallback(tune.Callback):
         self._refresh(advance=1)
 
     def _close(self, trial, result: dict) -> None:
+        """Write the attempt's result; past the store's retry window, keep it in the spool and stop
+        launching trials (`nas.spool`)."""
         row = self.counts.rows.pop(trial.trial_id, None)
-        if row is not None:
+        if row is None:
+            return
+        self.counts.running -= 1
+        if isinstance(row, dict):  # started while the store was unreachable
+            self.spool.append({"op": "start_and_finish", **row, "result": result})
+            return
+        try:
             self.store.finish_trial(row, result)
-            self.counts.running -= 1
+        except StoreError as err:
+            if not store_unreachable(err):
+                raise
+            self.spool.append({"op": "finish_trial", "trial_id": row, "result": result})
+            self.stop.store_unreachable()
+            return
+        if len(self.spool):  # the store takes writes again: what it could not take before follows
+            self.spool.replay()
 
     def _refresh(self, advance: int = 0) -> None:
         if self.progress is not None:
@@ -149,35 +169,68 @@ def signal_name(signum: int | None) -> str:
     return signal.Signals(signum).name if signum is not None else "a signal"
 
 
+def has_final_record(result: dict | None) -> bool:
+    """True when a result Tune hands the searcher is a trial's last report (objectives and its record).
+    Tune flattens it first: the record arrives as `trial_result/...` keys."""
+    return any(key == "trial_result" or key.startswith("trial_result/") for key in result or {})
+
+
 class StoppableOptunaSearch(OptunaSearch):
     """Optuna's Tune searcher that proposes nothing once a stop is requested, and tells Optuna FAIL for
     a trial the stop ended (samplers ignore it; `nas resume` runs a new trial in its place)."""
 
-    def __init__(self, *args, stop: StopRequest, **kwargs):
+    def __init__(self, *args, stop: StopRequest, spool: Spool, **kwargs):
         super().__init__(*args, **kwargs)
-        self.stop = stop
+        self.stop, self.spool = stop, spool
 
     def suggest(self, trial_id: str):
-        return Searcher.FINISHED if self.stop.requested else super().suggest(trial_id)
+        if self.stop.requested:
+            return Searcher.FINISHED
+        try:
+            return super().suggest(trial_id)
+        except Exception as err:
+            if not store_unreachable(err):
+                raise
+            self.stop.store_unreachable()
+            return Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        if self.stop.requested and "trial_result" not in (result or {}):
+        """Tell Optuna the trial's objectives (FAIL without them).  Ray's own version logs and drops a
+        failed tell, which would leave the trial RUNNING and `nas resume` would fail it: here a tell
+        the storage refuses past its retry window is spooled instead (so this reads Ray's trial map)."""
+        if self.stop.requested and not has_final_record(result):
             result, error = None, True
-        super().on_trial_complete(trial_id, result, error)
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+            return super().on_trial_complete(trial_id, result, error)
+        values = [result.get(m) for m in self.metric] if result else None
+        if values is not None and any(v is None for v in values):
+            values = None
+        state = optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL
+        number = self._ot_trials[trial_id].number
+        try:
+            self._ot_study.tell(self._ot_trials[trial_id], values, state=state)
+        except Exception as err:
+            if not store_unreachable(err):
+                log.warning("optuna refused trial %d's result: %s", number, err)
+            else:
+                self.spool.append({"op": "optuna_tell", "study": self._study_name, "number": number, "values": values})
+                self.stop.store_unreachable()
+        self._completed_trials.add(trial_id)
 
 
 class StopOnRequest(tune.Stopper):
-    """Ends a trial at its next rung once a stop is requested, and every trial once the grace period
-    is over or a second signal came."""
+    """Ends a trial at its next rung once a signal asked for a stop, and every trial once the grace period
+    is over or a second signal came (a store outage stops launching trials, never running ones)."""
 
     def __init__(self, request: StopRequest):
         self.request = request
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        return self.request.requested and (RUNG_DONE in result or self.request.grace_over())
+        signalled = self.request.signum is not None  # a store outage lets running trials finish
+        return signalled and (RUNG_DONE in result or self.request.grace_over())
 
     def stop_all(self) -> bool:
-        return self.request.immediate or (self.request.requested and self.request.grace_over())
+        return self.request.immediate or (self.request.signum is not None and self.request.grace_over())
 
 
 def stoppers(budget: Budget, settings: SearchSettings, stop: StopRequest | None = None):
@@ -237,8 +290,10 @@ def run_tuner(
     # shapes (a replica plan's shape-only models), which is work, not a misplaced training step.
     warnings.filterwarnings("ignore", message="Define-by-run function passed in the `space` argument took")
     stop = StopRequest(settings.stop_grace)
+    spool = Spool(store, name)
     searcher = StoppableOptunaSearch(
         stop=stop,
+        spool=spool,
         space=DefineByRun(space, budget),
         metric=list(OBJECTIVES),
         mode=["min", "min"],
@@ -270,6 +325,9 @@ def run_tuner(
             ),
         )
         tuner.fit()
+    if stop.outage:
+        kept = len(spool) - spool.replay()  # the store may be back by now
+        raise StoreOutage(kept, str(spool.path), store.retry_seconds)
     if stop.requested:
         raise SearchInterrupted(stop.signum or signal.SIGINT)
     return callback.counts

@@ -162,12 +162,23 @@ class LocalPostgres:
     def restart(self, down_seconds: float = 0.0) -> None:
         """A fast shutdown, `down_seconds` with no server, and a start on the same port and data: what a
         maintenance restart or a failover looks like to clients (every connection is dropped)."""
+        self.pause()
+        time.sleep(down_seconds)
+        self.resume()
+
+    def pause(self) -> None:
+        """A fast shutdown that keeps the data (every connection is dropped); `resume` starts it again."""
         account = None if os.geteuid() != 0 else pwd.getpwuid(self.data_dir.stat().st_uid)
-        pg_ctl = find_bin_dir() / "pg_ctl"
-        done = self._run(account, [pg_ctl, "-D", self.data_dir, "-m", "fast", "-w", "-t", "60", "stop"])
+        done = self._run(
+            account, [find_bin_dir() / "pg_ctl", "-D", self.data_dir, "-m", "fast", "-w", "-t", "60", "stop"]
+        )
         if done.returncode != 0:
             raise PostgresUnavailable(f"pg_ctl stop failed: {done.stderr.strip()}")
-        time.sleep(down_seconds)
+
+    def resume(self) -> None:
+        """Start a paused server on its data and port."""
+        account = None if os.geteuid() != 0 else pwd.getpwuid(self.data_dir.stat().st_uid)
+        pg_ctl = find_bin_dir() / "pg_ctl"
         done = self._run(account, [pg_ctl, "-D", self.data_dir, "-l", self.log_file, "-w", "-t", "60", "start"])
         if done.returncode != 0:
             raise PostgresUnavailable(f"pg_ctl start failed: {self._log_tail() or done.stderr.strip()}")

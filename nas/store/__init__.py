@@ -1,7 +1,7 @@
 """The resnas database: searches, trials and their results (see `Store`)."""
 
 from .access import Store
-from .engine import call_with_retries, default_url, retry_window
+from .engine import call_with_retries, default_url, is_connection_error, retry_window
 from .migrations import (
     MIGRATIONS,
     SCHEMA_LOCK_KEY,
@@ -34,6 +34,7 @@ __all__ = [
     "TRIAL_STATUSES",
     "TrialRow",
     "call_with_retries",
+    "is_connection_error",
     "retry_window",
     "UnknownSearch",
     "UnknownTrial",

@@ -6,6 +6,7 @@ search driver's and its workers' (start a trial, store its rung, finish it), fro
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import threading
@@ -130,4 +131,66 @@ def test_a_search_survives_a_server_restart_with_every_trial_and_rung_once(own_s
     assert len(rungs) == len(set(rungs))  # each rung once
     assert {n for n, _, _ in rungs} <= {r.number for r in rows}
     assert {n for n, _, _ in rungs} >= {r.number for r in rows if r.status == "completed"}
+    assert_optuna_agrees(rows, [t.state.name for t in study.trials])
+
+
+def test_a_store_down_past_the_window_keeps_results_on_disk_and_resume_writes_them_once(
+    own_server, tmp_path, monkeypatch
+):
+    """The driver's results outlive an outage longer than the retry window: kept in the spool, the search
+    stops launching trials and exits 75 in one line, and `nas resume` writes them exactly once."""
+    import os
+    import subprocess
+
+    import optuna
+    from test_search import nas_args, wait_for
+    from test_signals import assert_optuna_agrees
+
+    from nas.spool import spool_path
+    from nas.study import optuna_storage
+
+    server, url = own_server
+    monkeypatch.setenv("RESNAS_SPOOL", str(tmp_path / "spool"))
+    env = {**os.environ, "RESNAS_STORE_RETRY_SECONDS": "3"}
+    args = [*nas_args("spooled", url, trials=6, flops="5e9"), "--rungs", "1"]
+    driver = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+
+        def started() -> int:
+            try:
+                with Store(url) as store:
+                    rows = store.trials("spooled")
+                    return sum(r.status == "completed" for r in rows) >= 1 and any(r.status == "running" for r in rows)
+            except StoreError:
+                return 0
+
+        wait_for(started, timeout=240, every=0.1)
+        server.pause()  # down until the driver has given up on it
+        _, err = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 75, err[-4000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: search 'spooled': the store stayed unreachable") and "nas resume spooled" in last
+    spool = spool_path(url, "spooled")
+    kept = spool.read_text().splitlines() if spool.exists() else []
+    server.resume()
+    done = subprocess.run(
+        [*args[:3], "resume", "spooled", "--storage", url, "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert kept and not spool.exists()  # writes were kept during the outage, and every one landed
+    with Store(url) as store:
+        rows = store.trials("spooled")
+        study = optuna.load_study(study_name=store.get_search("spooled").optuna_study_name, storage=optuna_storage(url))
+    print(f"kept in the spool during the outage: {[json.loads(line)['op'] for line in kept]}")
+    assert len(rows) == len({r.number for r in rows})  # each trial once
+    assert sum(r.status in FINAL for r in rows) == 6, [(r.status, r.failure_reason) for r in rows]
+    finished = {json.loads(line)["trial_id"] for line in kept if json.loads(line)["op"] == "finish_trial"}
+    assert all(r.status == "completed" for r in rows if r.id in finished)  # kept results, not re-runs
     assert_optuna_agrees(rows, [t.state.name for t in study.trials])
