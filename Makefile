@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer tokenizers compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer tokenizers soak compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,10 @@ transfer: $(STAMP)
 # the memory of trial processes reading a shard memory-mapped vs into private arrays
 tokenizers: $(STAMP)
 	$(PY) -m benchmarks.tokenizers
+
+# 200 no-op trials on a private PostgreSQL server with worker kills, a server restart, a driver SIGTERM and resume
+soak: $(STAMP)
+	$(PY) -m benchmarks.soak
 
 # Every GPU question in one prepared session: run `bash benchmarks/gpu_session.sh` on a lent GPU
 gpu-session-smoke: $(STAMP)

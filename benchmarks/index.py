@@ -286,6 +286,20 @@ ENTRIES: dict[str, Entry] = {
             Figure("NAG L2 d64", ("configs", "nag_L2_d64", "speedup"), "{:.2f}x"),
         ),
     ),
+    "soak.json": Entry(
+        section=SPEED,
+        question="Do 200 no-op trials survive worker kills, a PostgreSQL restart and a driver SIGTERM + resume?",
+        command="make soak",
+        figures=(
+            Figure("final", ("final",), "{} trials"),
+            Figure("lost", ("lost",), "{}"),
+            Figure("duplicated", ("duplicated",), "{}"),
+            Figure("Optuna disagreements", ("optuna_disagreements",), "{}"),
+            Figure("kills", ("faults", "worker_kills"), "{}"),
+            Figure("retries", ("retries",), "{}"),
+            Figure("wall", ("wall_s",), "{:.0f} s"),
+        ),
+    ),
     "store_load.json": Entry(
         section=SPEED,
         question="Does a PostgreSQL store take 500 no-op trials, 8 at a time, through the search service?",
@@ -295,6 +309,18 @@ ENTRIES: dict[str, Entry] = {
             Figure("write median", ("summary", "store_write_ms_median"), "{:.1f} ms"),
             Figure("p99", ("summary", "store_write_ms_p99"), "{:.1f} ms"),
             Figure("none lost or duplicated", ("summary", "no_trial_lost_or_duplicated"), "{}"),
+        ),
+    ),
+    "tokenizers.json": Entry(
+        question="How do the front, the best size and family move from bytes to BPEs of 2k and 8k tokens?",
+        command="make tokenizers",
+        figures=(
+            Figure("best bpb: bytes", ("summary", "bytes", "best_bpb"), "{:.3f}"),
+            Figure("2k", ("summary", "train:2048", "best_bpb"), "{:.3f}"),
+            Figure("8k", ("summary", "train:8192", "best_bpb"), "{:.3f}"),
+            Figure("best: bytes", ("summary", "bytes", "best_config"), "{}"),
+            Figure("8k", ("summary", "train:8192", "best_config"), "{}"),
+            Figure("8k head share of FLOPs", ("summary", "train:8192", "best_head_flops_share"), "{:.0%}"),
         ),
     ),
     "transfer.json": Entry(

@@ -133,7 +133,7 @@ def _smaps_rollup() -> dict:
     return fields
 
 
-def _reader(path: str, mapped: bool, barrier, queue) -> None:
+def _reader(path: str, n_tokens: int, mapped: bool, barrier, queue) -> None:
     """Read the whole shard (memory-mapped or into a private array), wait for the others, report memory."""
     import torch
 
@@ -141,7 +141,7 @@ def _reader(path: str, mapped: bool, barrier, queue) -> None:
 
     before = _smaps_rollup()
     if mapped:
-        stream = open_stream(Path(path), "uint16", SHARD_TOKENS)
+        stream = open_stream(Path(path), "uint16", n_tokens)
     else:
         stream = torch.from_numpy(np.fromfile(path, dtype=np.uint16))
     total = int(stream.sum(dtype=torch.int64))  # touch every page
@@ -158,17 +158,19 @@ def _reader(path: str, mapped: bool, barrier, queue) -> None:
     barrier.wait()  # stay alive until every process has measured
 
 
-def _memory(tmp: Path) -> dict:
+def _memory(tmp: Path, n_tokens: int = SHARD_TOKENS) -> dict:
     path = tmp / "shard.bin"
     rng = np.random.default_rng(0)
     with path.open("wb") as fh:
         for _ in range(10):
-            fh.write(rng.integers(0, 8192, SHARD_TOKENS // 10, dtype=np.uint16).tobytes())
+            fh.write(rng.integers(0, 8192, n_tokens // 10, dtype=np.uint16).tobytes())
     ctx = mp.get_context("spawn")
     out = {"shard_mib": path.stat().st_size / 2**20, "processes": PROCESSES}
     for label, mapped in (("memory_mapped", True), ("private_array", False)):
         barrier, queue = ctx.Barrier(PROCESSES), ctx.Queue()
-        procs = [ctx.Process(target=_reader, args=(str(path), mapped, barrier, queue)) for _ in range(PROCESSES)]
+        procs = [
+            ctx.Process(target=_reader, args=(str(path), n_tokens, mapped, barrier, queue)) for _ in range(PROCESSES)
+        ]
         for p in procs:
             p.start()
         reports = [queue.get(timeout=600) for _ in procs]

@@ -630,8 +630,9 @@ def _print_front(store, name: str, only_front: bool = True, bpb: bool = False) -
     front = front_at_target(rows, predictions)
     shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
     what = "Pareto front" if only_front else "completed trials"
-    unit = "bits/byte" if bpb else "nats/token"
-    title = f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs; losses in {unit}"
+    title = f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs" + (
+        "; losses in bits/byte" if bpb else ""
+    )
     console.print(_front_table(title, shown, rows, rungs, predictions, noise, _bpb_per_nat(rows) if bpb else None))
     if predictions:
         console.print(f"{budget.ladder} ladder; {check.describe()}")

@@ -50,11 +50,18 @@ def finished_trial_numbers(store: Store, name: str) -> set[int]:
 
 
 def launch_search(
-    store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings, show_progress: bool = True
+    store: Store,
+    name: str,
+    space: SearchSpace,
+    budget: Budget,
+    settings: SearchSettings,
+    show_progress: bool = True,
+    trainable=None,
 ) -> SearchReport:
-    """Create search `name` (inputs already validated) and run all its trials."""
+    """Create search `name` (inputs already validated) and run all its trials (`trainable`: the proxy
+    trial, `workers.ray_trainable.proxy_trainable` unless a benchmark swaps in one that does no work)."""
     create_search(store, name, space, budget, settings)
-    return _run_remaining(store, name, show_progress)
+    return _run_remaining(store, name, show_progress, trainable=trainable)
 
 
 def create_search(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> str:
@@ -72,7 +79,9 @@ def create_search(store: Store, name: str, space: SearchSpace, budget: Budget, s
     return study
 
 
-def resume_search(store: Store, name: str, show_progress: bool = True, ray_address: str | None = None) -> SearchReport:
+def resume_search(
+    store: Store, name: str, show_progress: bool = True, ray_address: str | None = None, trainable=None
+) -> SearchReport:
     """Finish search `name`: what a dead driver left running is marked interrupted, the rest is run.
 
     It runs with the stored settings, except on `ray_address` when given (a restarted cluster).
@@ -84,10 +93,12 @@ def resume_search(store: Store, name: str, show_progress: bool = True, ray_addre
     marked = store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
     stale = fail_stale_optuna_trials(optuna_storage(store.url), row.optuna_study_name)
     log.info("resume %s: %d interrupted trial rows, %d stale Optuna trials marked failed", name, marked, stale)
-    return _run_remaining(store, name, show_progress, ray_address)
+    return _run_remaining(store, name, show_progress, ray_address, trainable)
 
 
-def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: str | None = None) -> SearchReport:
+def _run_remaining(
+    store: Store, name: str, show_progress: bool, ray_address: str | None = None, trainable=None
+) -> SearchReport:
     row = store.get_search(name)
     space, settings = space_from_dict(row.space), SearchSettings(**row.settings)
     budget = stored_budget(row.budget)
@@ -100,7 +111,8 @@ def _run_remaining(store: Store, name: str, show_progress: bool, ray_address: st
             configure_ray_env()  # before Ray is imported, which happens only when a search really runs
             from .tune_runner import run_tuner
 
-            run_tuner(store, name, space, budget, settings, row.optuna_study_name, missing, show_progress)
+            extra = {} if trainable is None else {"trainable": trainable}
+            run_tuner(store, name, space, budget, settings, row.optuna_study_name, missing, show_progress, **extra)
         # A retry Tune never started (its time budget ran out) is not left pending for ever.
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
         if len(finished_trial_numbers(store, name)) >= row.requested_trials:

@@ -260,3 +260,27 @@ def test_the_seed_check_reports_how_far_the_best_rate_moves_between_seeds():
     assert check["drift_per_seed"]["1"] == pytest.approx(4.0)
     assert check["seed_ratio_per_shape"] == {"d64_L2": pytest.approx(4.0), "d64_L4": pytest.approx(1.0)}
     assert check["best_lr_seed_mean"]["d64_L2"] == pytest.approx(4e-3)  # the mean of two parabolas: midway in log
+
+
+@pytest.mark.postgres
+def test_soak_benchmark_survives_its_faults_with_nothing_lost_or_duplicated(tmp_path):
+    """A small soak on its own PostgreSQL server: worker kills, a server restart, a driver SIGTERM, a resume."""
+    out = tmp_path / "soak.json"
+    run_script("-m", "benchmarks.soak", "--trials", "12", "--trial-seconds", "0.5", "--out", str(out), timeout=900)
+    result = json.loads(out.read_text())
+    assert result["faults"]["first_driver_exit"] == 143 and result["faults"]["resumed_driver_exit"] == 0
+    assert result["final"] == 12 and result["lost"] == 0 and result["duplicated"] == 0
+    assert result["optuna_running_left"] == 0 and result["optuna_disagreements"] == 0
+
+
+def test_memory_mapped_shards_keep_no_private_copy_per_process(tmp_path):
+    """The tokenizer benchmark's memory part on a small shard: mapped readers share, array readers copy."""
+    tokenizers = import_benchmark("tokenizers")
+    result = tokenizers._memory(tmp_path, n_tokens=8_000_000)  # 16 MB
+    mapped, private = result["memory_mapped"], result["private_array"]
+    assert all(
+        r["checksum"] == mapped["per_process"][0]["checksum"] for r in mapped["per_process"] + private["per_process"]
+    )
+    assert private["total_private_mib"] > 0.9 * tokenizers.PROCESSES * result["shard_mib"]
+    assert mapped["total_private_mib"] < 0.1 * private["total_private_mib"]
+    assert mapped["total_pss_mib"] < 0.5 * private["total_pss_mib"]

@@ -6,44 +6,24 @@ and bad tokenizer or shard input failing in one line with nothing written.
 
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from typer.testing import CliRunner
+from test_cli_errors import nas, one_error_line  # noqa: F401 (`nas` is a fixture)
 
-from nas.cli import app
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, flops_per_token
 from workers.shards import write_meta, write_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "tiny_space.yaml"
-RUNNER = CliRunner()
 
 
-@pytest.fixture
-def nas(tmp_path, monkeypatch):
-    """`nas(*args)` runs the CLI in-process in tmp_path with its own corpus cache."""
-    monkeypatch.chdir(tmp_path)
+@pytest.fixture(autouse=True)
+def _own_corpus_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("RESNAS_CACHE", str(tmp_path / "cache"))
-    saved = dict(os.environ)
-
-    def run(*args: str):
-        return RUNNER.invoke(app, list(args), catch_exceptions=False)
-
-    yield run
-    for key in set(os.environ) - set(saved):  # joining Ray sets its defaults (nas.ray_env)
-        del os.environ[key]
-    os.environ.update(saved)
-
-
-def one_error_line(done) -> str:
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    return lines[0]
 
 
 def _shards(folder: Path, vocab_size: int, dtype: str, tokenizer: str = "bytes", n_val: int = 100) -> str:
@@ -88,7 +68,7 @@ def _bad_inputs(tmp: Path) -> dict:
         "padding out of range",
     ],
 )
-def test_bad_tokenizer_or_shard_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, nas):
+def test_bad_tokenizer_or_shard_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, nas):  # noqa: F811
     args, message = _bad_inputs(tmp_path)[case]
     db = tmp_path / "r.db"
     done = nas(
@@ -101,7 +81,7 @@ def test_bad_tokenizer_or_shard_input_is_one_line_exit_2_and_writes_nothing(case
 
 
 @pytest.mark.slow
-def test_a_bpe_search_exports_its_tokenizer_and_pretrain_refuses_another(tmp_path, nas):
+def test_a_bpe_search_exports_its_tokenizer_and_pretrain_refuses_another(tmp_path, nas):  # noqa: F811
     db = f"sqlite:///{tmp_path}/r.db"
     common = ["--trial-flops", "2e10", "--space", str(TINY), "--rungs", "1", "--workers", "1", "--storage", db]
     done = nas("search", "--name", "bpe", "--trials", "2", "--tokenizer", "train:300", "--pad-vocab", "64", *common,
