@@ -138,7 +138,7 @@ def _phase(driver, url, trials, share, stop_event, rng, kills, timeout=1800) -> 
     killer.join()
 
 
-def soak(trials: int, trial_seconds: float, seed: int) -> dict:
+def soak(trials: int, trial_seconds: float, seed: int, log_dir: Path | None = None) -> dict:
     import optuna
 
     from nas.store import Store
@@ -168,8 +168,13 @@ def soak(trials: int, trial_seconds: float, seed: int) -> dict:
             second_exit = driver.wait(timeout=1800)
             wall = time.monotonic() - start
             logs = (tmp / "driver1.log").read_text() + (tmp / "driver2.log").read_text()
+            if log_dir is not None:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                for name in ("driver1.log", "driver2.log"):
+                    (log_dir / name).write_text((tmp / name).read_text())
             with Store(url) as store:
                 rows = store.trials(NAME)
+                search_status = str(store.get_search(NAME).status)
                 study = optuna.load_study(
                     study_name=store.get_search(NAME).optuna_study_name, storage=optuna_storage(url)
                 )
@@ -195,6 +200,9 @@ def soak(trials: int, trial_seconds: float, seed: int) -> dict:
             first_driver_exit=first_exit,
             resumed_driver_exit=second_exit,
         ),
+        search_status=search_status,
+        rows=len(rows),
+        statuses={str(status): sum(r.status == status for r in rows) for status in sorted({r.status for r in rows})},
         completed=sum(r.status == "completed" for r in rows),
         failed=sum(r.status == "failed" for r in rows),
         interrupted_rows=sum(r.status == "interrupted" for r in rows),
@@ -206,6 +214,7 @@ def soak(trials: int, trial_seconds: float, seed: int) -> dict:
         optuna_disagreements=len(disagree),
         store_retry_warnings=logs.count("unreachable for"),
         spooled_writes=logs.count("kept in"),
+        driver_errors=[line for line in logs.splitlines() if line.startswith(("ERROR nas", "error:"))][-20:],
         wall_s=wall,
     )
 
@@ -221,10 +230,11 @@ def main() -> None:
     parser.add_argument("--trial-seconds", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--log-dir", type=Path, default=None, help="keep the drivers' logs here")
     args = parser.parse_args()
     if args.command == "drive":
         sys.exit(drive(args.url, args.trials, args.resume))
-    result = soak(args.trials, args.trial_seconds, args.seed)
+    result = soak(args.trials, args.trial_seconds, args.seed, args.log_dir)
     write_json(args.out, result)
     print({k: v for k, v in result.items() if k != "machine"})
 

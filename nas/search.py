@@ -113,6 +113,9 @@ def _run_remaining(
 
             extra = {} if trainable is None else {"trainable": trainable}
             run_tuner(store, name, space, budget, settings, row.optuna_study_name, missing, show_progress, **extra)
+            # Tune is done: an Optuna trial still RUNNING belongs to no trial (an ask retried after its
+            # first commit had landed), and samplers should not wait on it.
+            fail_stale_optuna_trials(optuna_storage(store.url), row.optuna_study_name)
         # A retry Tune never started (its time budget ran out) is not left pending for ever.
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
         if len(finished_trial_numbers(store, name)) >= row.requested_trials:

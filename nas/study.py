@@ -110,8 +110,22 @@ def _retrying(name: str, call):
     return run
 
 
+# Every study wraps its RDB storage in Optuna's `_CachedStorage`, which calls these RDBStorage methods
+# directly rather than through the public API (asking a trial, setting its parameters, TPE's reads of
+# past trials): unretried, a database restart fails the search's next ask at once.
+CACHED_STORAGE_CALLS = (
+    "_create_new_trial",
+    "_set_trial_param",
+    "_get_best_trial_id",
+    "_get_trials",
+    "_get_stale_trial_ids",
+)
+
 for _name in dir(optuna.storages.BaseStorage):  # the storage API: every public method
     if not _name.startswith("_") and _name not in ("remove_session", "check_trial_is_updatable"):
+        setattr(RetryingRDBStorage, _name, _retrying(_name, getattr(optuna.storages.RDBStorage, _name)))
+for _name in CACHED_STORAGE_CALLS:
+    if hasattr(optuna.storages.RDBStorage, _name):
         setattr(RetryingRDBStorage, _name, _retrying(_name, getattr(optuna.storages.RDBStorage, _name)))
 
 

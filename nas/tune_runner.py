@@ -127,6 +127,8 @@ class StoreCallback(tune.Callback):
         launching trials (`nas.spool`)."""
         row = self.counts.rows.pop(trial.trial_id, None)
         if row is None:
+            if result["status"] == TrialStatus.FAILED:  # every attempt died before the trial started
+                self._record_unstarted_failure(trial, result)
             return
         self.counts.running -= 1
         if isinstance(row, dict):  # started while the store was unreachable
@@ -142,6 +144,26 @@ class StoreCallback(tune.Callback):
             return
         if len(self.spool):  # the store takes writes again: what it could not take before follows
             self.spool.replay()
+
+    def _record_unstarted_failure(self, trial, result: dict) -> None:
+        """A trial whose processes all died before it started still gets its row, `failed` with the reason:
+        its row is the one an earlier attempt left waiting to retry, or a new one."""
+        number = int(trial.config["optuna_number"])
+        waiting = [
+            r.id for r in self.store.trials(self.name) if r.number == number and r.status == TrialStatus.RETRYING
+        ]
+        row = (
+            waiting[0]
+            if waiting
+            else self.store.start_trial(
+                self.name,
+                number=number,
+                attempt=int(trial.num_failures),
+                config=dict(trial.config),
+                optuna_trial_number=number,
+            )
+        )
+        self.store.finish_trial(row, result)
 
     def _refresh(self, advance: int = 0) -> None:
         if self.progress is not None:
