@@ -31,7 +31,7 @@ from .backtest import Backtest, backtest, rung_below_top
 from .extrapolate import RungPoint, StudyFit, fit_study, leave_one_out
 from .pareto import Cost, pareto_rows
 from .promotion import Candidate, should_promote
-from .store import RungRow, Store, TrialRow
+from .store import RungRow, Store, StoreError, TrialRow, call_with_retries, retry_window
 from .study import optuna_storage
 
 __all__ = [
@@ -194,8 +194,14 @@ class RungDecider:
         return {**self.__dict__, "_store": None, "_optuna": None}  # each process opens its own connections
 
     def __call__(self, number: int, seed: int, flops_per_token: float, result: dict) -> RungDecision:
-        if self._store is None:
-            self._store = Store(self.store_url)
+        if self._store is None:  # opened in the trial's process, where the server may be restarting
+            self._store = call_with_retries(
+                lambda: Store(self.store_url),
+                window=retry_window(),
+                where="(rung writes)",
+                what="open the store",
+                cause=lambda err: err.__cause__ if isinstance(err, StoreError) else None,
+            )
         self._store.record_rung(self.search, number, seed, result)
         rung = int(result["rung"])
         rows = self._store.rungs(self.search)

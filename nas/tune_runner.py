@@ -225,8 +225,8 @@ class StoppableOptunaSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return super().on_trial_complete(trial_id, result, error)
         values = [result.get(m) for m in self.metric] if result else None
-        if values is not None and any(v is None for v in values):
-            values = None
+        if values is not None and (any(v is None for v in values) or result.get("trial_result/status") == "failed"):
+            values = None  # a trial that crashed is FAIL in Optuna, as in the store
         state = optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL
         number = self._ot_trials[trial_id].number
         try:
