@@ -2,19 +2,23 @@
 
 After the search's trials, every trial on the front at the target (`nas.fidelity`) is trained again
 with `repeat_seeds` more seeds (seed + 1, seed + 2, ...), on the same ladder (replicas or budget rungs)
-up to the rung it reached, as Ray tasks of one CPU each. Their rungs are stored like any other (`Store.record_rung`,
-keyed by seed), so the fit averages the seeds, the seed-to-seed spread (`nas.extrapolate.seed_noise`)
-widens every band, and `nas show` marks as tied the configs whose predicted losses differ by less
-than twice that noise. A repeat already stored is not run again (`nas resume` finishes the rest).
+up to the rung it reached, with the configs it ran (the search's learning-rate schedule included), as
+Ray tasks of one CPU each. Their rungs are stored like any other (`Store.record_rung`, keyed by seed),
+so the answer averages the seeds, and the seed-to-seed spread (`nas.extrapolate.seed_noise`) is what
+`nas show` marks as tied: configs whose predicted losses differ by less than twice it. A repeat already
+stored is not run again (`nas resume` finishes the rest).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
+from search_spaces.residual_lm import ArchConfig
 from workers.budget import LadderConfig
 from workers.replica import DEFAULT_MIN_WIDTH, run_replica_trial, rung_budgets
 from workers.status import TrialStatus
+from workers.train import OptimConfig, RunConfig
 from workers.trial import run_trial
 
 from .budget import Budget
@@ -24,7 +28,7 @@ from .settings import SearchSettings, data_config
 from .space import SearchSpace, to_configs
 from .store import Store
 
-__all__ = ["repeat_front"]
+__all__ = ["RepeatJob", "repeat_front", "repeat_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +63,26 @@ def _measure_again(
     return result.rungs if result.status == TrialStatus.COMPLETED else []
 
 
-def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> int:
-    """Measure the front's members with `settings.repeat_seeds` more seeds; how many repeats ran."""
+@dataclass(frozen=True)
+class RepeatJob:
+    """One repeat: trial `number` measured again with `seed` on `ladder` (its rungs up to the one it reached),
+    with the configs it ran: the search's stored space, its learning-rate schedule included."""
+
+    number: int
+    seed: int
+    arch: ArchConfig
+    optim: OptimConfig
+    run: RunConfig
+    top_flops: float
+    ladder: LadderConfig
+
+
+def repeat_jobs(
+    store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings
+) -> list[RepeatJob]:
+    """The repeats the front at the target still lacks (`settings.repeat_seeds` more seeds per member)."""
     if settings.repeat_seeds < 1 or budget.rungs < 2:
-        return 0
+        return []
     rungs = store.rungs(name)
     predictions = predict_search(rungs, budget.target)
     front = front_at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions)
@@ -71,12 +91,17 @@ def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, se
     for row in front:
         reached = predictions[row.number].rungs
         arch, optim, run = to_configs(space, {k: v for k, v in row.config.items() if k in space.params})
+        top = budget.trial_flops * budget.eta ** (reached - 1)
         for k in range(1, settings.repeat_seeds + 1):
             if (row.number, settings.seed + k) not in stored:
-                top = budget.trial_flops * budget.eta ** (reached - 1)
-                todo.append(
-                    (row.number, settings.seed + k, arch, optim, run, top, LadderConfig(rungs=reached, eta=budget.eta))
-                )
+                ladder = LadderConfig(rungs=reached, eta=budget.eta)
+                todo.append(RepeatJob(row.number, settings.seed + k, arch, optim, run, top, ladder))
+    return todo
+
+
+def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> int:
+    """Measure the front's members with `settings.repeat_seeds` more seeds; how many repeats ran."""
+    todo = repeat_jobs(store, name, space, budget, settings)
     if not todo:
         return 0
     init_ray(settings)
@@ -86,10 +111,13 @@ def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, se
     data = data_config(settings).model_dump()
     target = budget.target if budget.ladder == "replica" else None
     refs = {
-        task.remote(arch, optim, run, top, ladder, seed, data, target, budget.min_replica_width): (number, seed)
-        for number, seed, arch, optim, run, top, ladder in todo
+        task.remote(j.arch, j.optim, j.run, j.top_flops, j.ladder, j.seed, data, target, budget.min_replica_width): (
+            j.number,
+            j.seed,
+        )
+        for j in todo
     }
-    log.info("repeating %d front members with %d more seeds each", len(front), settings.repeat_seeds)
+    log.info("repeating %d front members with %d more seeds each", len({j.number for j in todo}), settings.repeat_seeds)
     for ref, (number, seed) in refs.items():
         try:
             results = ray.get(ref)

@@ -29,7 +29,14 @@ from .store import SearchStatus, Store
 from .study import fail_stale_optuna_trials, new_study_name, optuna_storage
 from .version import code_version
 
-__all__ = ["SearchReport", "create_search", "finished_trial_numbers", "launch_search", "resume_search"]
+__all__ = [
+    "SearchReport",
+    "create_search",
+    "finished_trial_numbers",
+    "launch_search",
+    "resume_search",
+    "stored_space",
+]
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +103,22 @@ def resume_search(
     return _run_remaining(store, name, show_progress, ray_address, trainable)
 
 
+def stored_space(raw: dict, budget: Budget) -> SearchSpace:
+    """The space a search was stored with. Its fixed values hold the search's learning-rate schedule; a search
+    stored before they did ran replica rungs and single budgets on a cosine, its budget ladder on wsd."""
+    fixed = raw.get("fixed") or {}
+    if "schedule" not in fixed:
+        legacy = "wsd" if budget.ladder == "budget" and budget.rungs > 1 else "cosine"
+        raw = {**raw, "fixed": {**fixed, "schedule": legacy}}
+    return space_from_dict(raw)
+
+
 def _run_remaining(
     store: Store, name: str, show_progress: bool, ray_address: str | None = None, trainable=None
 ) -> SearchReport:
     row = store.get_search(name)
-    space, settings = space_from_dict(row.space), SearchSettings(**row.settings)
     budget = stored_budget(row.budget)
+    space, settings = stored_space(row.space, budget), SearchSettings(**row.settings)
     if ray_address:
         settings = replace(settings, ray_address=ray_address)
     missing = row.requested_trials - len(finished_trial_numbers(store, name))

@@ -8,7 +8,8 @@ budget C_r = C_top / eta^(k-1-r) (geometric, C_top the trial's budget) and train
 D_r = C_r / (3 F) tokens, rounded to whole batches: s_r steps. The learning rate follows
 warmup-stable-decay (Hagele et al., arXiv 2405.18392; `workers.schedules`): a linear warm-up over
 `warmup` x s_0 steps (the lowest rung's share, so every rung has the same warm-up), then constant,
-then a linear decay to lr x min_lr_ratio over the last `cooldown` x s_r steps of rung r's own schedule.
+then a linear decay to lr x min_lr_ratio over the last `cooldown` x s_r steps of rung r's own schedule
+(`OptimConfig.cooldown`).
 The main run decays at the top rung; for every lower rung the trainer branches a copy of the
 stable state at step s_r - round(cooldown x s_r), decays the copy over its cooldown, evaluates
 it and discards it (`workers.train`), so the losses of all rungs come from equal fractions of
@@ -27,13 +28,13 @@ __all__ = ["BudgetPlan", "InfeasibleBudget", "LadderConfig", "Rung", "plan_budge
 
 
 class LadderConfig(BaseModel):
-    """How many rungs, their budget ratio, and the cooldown share of each rung's own schedule."""
+    """How many rungs, and their budget ratio (each rung's cooldown share is the schedule's:
+    `OptimConfig.cooldown`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     rungs: int = Field(3, ge=1, le=8, description="budgets measured per trial, the top one the trial budget")
     eta: float = Field(3.0, ge=1.5, le=10, description="budget ratio between successive rungs")
-    cooldown: float = Field(0.2, gt=0, le=0.5, description="share of each rung's steps spent decaying the LR")
 
 
 class InfeasibleBudget(ValueError):

@@ -3,7 +3,10 @@
 One YAML file per exported trial holds everything the same model code needs to rebuild and
 retrain the architecture:
 
-- `arch`, `optim`: the `ArchConfig` and `OptimConfig` the proxy trial actually ran;
+- `arch`, `optim`: the `ArchConfig` and `OptimConfig` the proxy trial actually ran, with the search's
+  learning-rate schedule (`optim.schedule`, `optim.warmup`, `optim.cooldown`), which `nas pretrain`
+  follows; an `optim` that names no schedule was written before the schedule was recorded, when
+  proxies and pretraining ran a cosine, and is read as `cosine`;
 - `run`: the `RunConfig` fields the search held fixed or searched (batch size, evaluation...),
   never checkpoint settings or precision, which belong to the machine that pretrains;
 - `ancre`: the learned connectivity p_ij of an ANCRe trial, the (L + 1) x L matrix with
@@ -76,10 +79,13 @@ class Recommendation(_Frozen):
     tokens: int = Field(ge=1, description="target_flops / (3 x executed_flops_per_token)")
     executed_flops_per_token: float = Field(gt=0, allow_inf_nan=False)
     predicted_loss: float | None = Field(None, description="the search's predicted loss at target_flops (nats/token)")
-    predicted_band: tuple[float, float] | None = Field(None, description="its central 80% band")
-    predictor: str | None = Field(
-        None, description="how the search predicted it: 'fit' (along its rungs) or 'top rung' (carried forward)"
+    predicted_band: tuple[float, float] | None = Field(
+        None, description="its central 80% band, calibrated on the search's backtest (None: uncalibrated)"
     )
+    predictor: str | None = Field(
+        None, description="how the search predicted it: 'top rung' (carried on its curve) or 'weighted fit'"
+    )
+    basis: str | None = Field(None, description="what the prediction rests on: the rungs and their weights")
 
 
 class TokenizerRecord(_Frozen):
@@ -112,6 +118,14 @@ class ExportedConfig(_Frozen):
     recommended: Recommendation | None = None
     tokenizer: TokenizerRecord = TokenizerRecord()
     provenance: Provenance | None = None  # always written by export_configs; optional in a hand-written file
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schedule_of_older_files(cls, data: Any) -> Any:
+        optim = data.get("optim") if isinstance(data, dict) else None
+        if isinstance(optim, dict) and "schedule" not in optim:
+            return {**data, "optim": {**optim, "schedule": "cosine"}}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> ExportedConfig:

@@ -1,21 +1,32 @@
-"""Learning-rate schedules of a training run: cosine for a single budget, warmup-stable-decay for a ladder.
+"""Learning-rate schedules: warmup-stable-decay (the default) or cosine, for a run and for a budget ladder.
 
-A single-budget run warms up linearly over `warmup` x steps, then decays by a cosine to
-lr x min_lr_ratio at its last step. A ladder run (rungs C_0 < ... < C_k, `workers.budget.plan_ladder`)
-warms up over `warmup` x the lowest rung's steps, holds lr, and decays linearly over the last
-`cooldown` share of the top rung's steps; each lower rung's loss is measured on a branch that decays
-the same way over its own last `cooldown` share (`workers.train`), so every rung's loss is at the same
-point of its own schedule.
+The schedule is the target run's: a search records it and every run standing for that target (replica
+rungs, budget ladders, repeats, the benchmark's truth runs, `nas pretrain`) follows the same shape with
+the same shares, because at proxy horizons the shape alone moves a loss by 0.06-0.20 nats, differently
+per family (docs/design.md §5, "One schedule").
+
+- `wsd` (Hägele et al., arXiv 2405.18392): a linear warm-up over `warmup` x the steps of the run (of its
+  lowest rung, on a ladder), then lr, then a linear decay to lr x min_lr_ratio over the last `cooldown`
+  share of the run's steps. On a budget ladder (rungs C_0 < ... < C_k, `workers.budget.plan_ladder`) the
+  main run decays at the top rung, and each lower rung's loss is measured on a branch that decays the
+  same way over its own last `cooldown` share (`workers.train`), so every rung's loss is at the same
+  point of its own schedule. A single run is a ladder of one rung.
+- `cosine`: a linear warm-up over `warmup` x steps, then a cosine decay to lr x min_lr_ratio at the last
+  step. It has no stable phase to branch from, so a budget ladder cannot follow it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from .budget import Rung
 
-__all__ = ["Schedule", "cosine_learning_rate", "wsd_learning_rate"]
+__all__ = ["SCHEDULES", "Schedule", "ScheduleKind", "cosine_learning_rate", "wsd_learning_rate"]
+
+ScheduleKind = Literal["wsd", "cosine"]
+SCHEDULES: tuple[str, ...] = get_args(ScheduleKind)
 
 
 def cosine_learning_rate(step: int, steps: int, lr: float, min_lr_ratio: float, warmup: float) -> float:
@@ -44,15 +55,25 @@ def wsd_learning_rate(
 
 @dataclass(frozen=True)
 class Schedule:
-    """The learning rate of a run of `steps` steps: cosine without `rungs`, else warmup-stable-decay with
-    the warm-up sized by the lowest rung and the decay at the top rung's end."""
+    """The learning rate of a run of `steps` steps whose rungs are `rungs` (one rung for a plain run, the
+    ladder's for a budget ladder): `kind` with its warm-up share and, for wsd, its cooldown share."""
 
+    kind: ScheduleKind
     lr: float
     min_lr_ratio: float
     warmup: float  # share of the steps (of the lowest rung, on a ladder) spent warming up
     steps: int
     rungs: list[Rung]
-    cooldown: float
+    cooldown: float  # wsd: share of each rung's steps spent decaying
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise ValueError(f"schedule: must be one of {', '.join(SCHEDULES)} (got {self.kind!r})")
+        if self.kind == "cosine" and len(self.rungs) > 1:
+            raise ValueError(
+                "schedule: a budget ladder branches each rung's cooldown off one stable run, which a cosine "
+                "schedule has not: use schedule 'wsd' (or replica rungs)"
+            )
 
     @property
     def warmup_steps(self) -> int:
@@ -60,7 +81,7 @@ class Schedule:
 
     def at(self, step: int, rung: Rung | None = None) -> float:
         """At `step` of the main run, or of the cooldown branch of `rung`."""
-        if not self.rungs:
+        if self.kind == "cosine":
             return cosine_learning_rate(step, self.steps, self.lr, self.min_lr_ratio, self.warmup)
         rung = rung or self.rungs[-1]
         return wsd_learning_rate(

@@ -38,7 +38,7 @@ from search_spaces.residual_lm.parametrization import tensor_rules
 
 from .budget import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
 from .data import TokenizedCorpus, TrainBatches, validation_batches
-from .schedules import Schedule
+from .schedules import Schedule, ScheduleKind
 from .status import TrialStatus
 
 log = logging.getLogger(__name__)
@@ -49,13 +49,17 @@ FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has a fused AdamW kernel
 
 
 class OptimConfig(BaseModel):
-    """The optimiser knobs a search tunes (AdamW; linear warm-up, then a cosine decay, or on a budget
-    ladder constant then a linear decay over each rung's cooldown: `workers.budget`)."""
+    """The optimiser knobs a search tunes (AdamW) and the learning-rate schedule a run follows
+    (`workers.schedules`: warmup-stable-decay by default, or cosine)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     lr: float = Field(3e-3, gt=0)  # no upper bound: an absurd LR must be runnable (and diverge)
+    schedule: ScheduleKind = Field("wsd", description="the learning-rate schedule: warmup-stable-decay or cosine")
     warmup: float = Field(0.1, ge=0, le=0.5, description="share of the (lowest rung's) steps spent warming up")
+    cooldown: float = Field(
+        0.2, gt=0, le=0.5, description="wsd: share of the run's (of each rung's) last steps spent decaying the LR"
+    )
     weight_decay: float = Field(0.1, ge=0, le=1.0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1.0, description="the decay ends at lr * min_lr_ratio")
     beta1: float = Field(0.9, ge=0, lt=1)
@@ -274,10 +278,10 @@ def train(
     before any checkpoint is loaded (pretraining uses it to load frozen ANCRe coefficients). Training
     and validation batches go to the device the model is on after the hook.
 
-    Without `ladder` the learning rate warms up, then decays by a cosine over the whole run. With
-    it the run is a budget ladder (`workers.budget`): warmup-stable-decay, `budget_flops` is the top
-    rung, each lower rung is measured on a cooldown branch, and `on_rung(result)` is told every
-    rung's result in order; returning False ends the run there (status completed, the rung's loss).
+    The learning rate follows `optim.schedule` (`workers.schedules`). With `ladder` the run is a budget
+    ladder (`workers.budget`, warmup-stable-decay only): `budget_flops` is the top rung, each lower rung
+    is measured on a cooldown branch, and `on_rung(result)` is told every rung's result in order;
+    returning False ends the run there (status completed, the rung's loss).
 
     The loop stays whole, in numbered steps, so that the order of a step's parts reads in one place.
     """
@@ -305,7 +309,8 @@ def train(
             if ended is not None:
                 return ended
         # 4. One optimisation step; a non-finite loss ends the run.
-        loss = _train_step(model, opt, next(batches), schedule.at(state.step), optim, run.precision, device, state)
+        lr = schedule.at(state.step)
+        loss = _train_step(model, opt, next(batches), lr, optim, run.precision, device, state)
         if not math.isfinite(loss):
             return TrainOutcome(
                 TrialStatus.DIVERGED, model, state, plan, val, f"non-finite training loss at step {state.step}"
@@ -318,7 +323,7 @@ def train(
                     TrialStatus.DIVERGED, model, state, plan, val, f"non-finite validation loss at step {state.step}"
                 )
         eval_point = (eval_at.index(state.step) + 1, len(eval_at)) if state.step in eval_at else None
-        stop = _record_progress(state, plan, run, report, eval_point)
+        stop = _record_progress(state, plan, run, report, eval_point, lr)
         if ckpt and run.checkpoint_every and state.step % run.checkpoint_every == 0:
             save_checkpoint(ckpt, cfg, optim, model, opt, batches, state)
         if stop and state.step < plan.steps:
@@ -363,8 +368,16 @@ def _plan(
     requested_lr, optim = optim.lr, optim.at_horizon(cfg.residual, plan.tokens)
     if optim.lr != requested_lr:
         log.info("horizon rule: lr %.3g for %d tokens (%.3g requested)", optim.lr, plan.tokens, requested_lr)
-    cooldown = ladder.cooldown if ladder else 0.0
-    return rungs, plan, optim, Schedule(optim.lr, optim.min_lr_ratio, optim.warmup, plan.steps, rungs, cooldown)
+    schedule = Schedule(
+        optim.schedule,
+        optim.lr,
+        optim.min_lr_ratio,
+        optim.warmup,
+        plan.steps,
+        rungs or [Rung(0, budget_flops, plan)],  # a plain run is a ladder of one rung
+        optim.cooldown,
+    )
+    return rungs, plan, optim, schedule
 
 
 def _rung_result(rung: Rung, val_loss: float, state: TrainState, training_flops: float) -> dict:
@@ -450,9 +463,15 @@ def _train_step(
 
 
 def _record_progress(
-    state: TrainState, plan: BudgetPlan, run: RunConfig, report: Report | None, eval_point: tuple[int, int] | None
+    state: TrainState,
+    plan: BudgetPlan,
+    run: RunConfig,
+    report: Report | None,
+    eval_point: tuple[int, int] | None,
+    lr: float,
 ) -> bool:
-    """Append to the loss curve and call `report`; True if the caller asked to stop.
+    """Append to the loss curve (with `lr`, the schedule's rate of the step just taken) and call `report`;
+    True if the caller asked to stop.
 
     Validation points carry `eval_index` k of `evals` (at fixed shares of the budget), so trials
     of different lengths can be compared point for point (nas.early_stop).
@@ -466,6 +485,7 @@ def _record_progress(
         "train_loss": state.train_loss,
         "val_loss": state.val_loss if evaluated else None,
         "training_flops": state.training_flops,
+        "lr": lr,
         "planned_steps": plan.steps,
         "eval_index": eval_point[0] if eval_point is not None else None,
         "evals": eval_point[1] if eval_point is not None else None,

@@ -5,6 +5,7 @@ from .sampling import is_valid, suggest, to_configs, to_optuna_distributions
 from .spec import (
     CONFIG_MODELS,
     KNOWN_FIELDS,
+    SCHEDULE_FIELDS,
     CategoricalParam,
     FloatParam,
     IntParam,
@@ -18,6 +19,7 @@ from .spec import (
 __all__ = [
     "CONFIG_MODELS",
     "KNOWN_FIELDS",
+    "SCHEDULE_FIELDS",
     "CategoricalParam",
     "FloatParam",
     "IntParam",

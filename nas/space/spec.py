@@ -33,6 +33,7 @@ from ..messages import pretty_message, raise_errors
 __all__ = [
     "CONFIG_MODELS",
     "KNOWN_FIELDS",
+    "SCHEDULE_FIELDS",
     "CategoricalParam",
     "FloatParam",
     "IntParam",
@@ -60,6 +61,8 @@ def _known_fields() -> dict[str, str]:
 
 
 KNOWN_FIELDS: dict[str, str] = _known_fields()
+#: The target run's learning-rate schedule: one for the whole search, so a space may fix it, never search it.
+SCHEDULE_FIELDS = ("schedule", "cooldown")
 
 _KINDS = ("int", "float", "categorical")
 _ENTRY_FORMS = "{int: {low, high, step?, log?}}, {float: {low, high, log?}} or {categorical: [choices]}"
@@ -314,12 +317,27 @@ class SearchSpace(_Frozen):
             for name in self.params
             if name in self.fixed
         ]
+        errors += [
+            (
+                ("params", name),
+                f"{name} is the target run's learning-rate schedule, one for the whole search: fix it "
+                "(or give nas search --schedule / --cooldown), do not search it",
+                None,
+            )
+            for name in SCHEDULE_FIELDS
+            if name in self.params
+        ]
         raise_errors(errors)
         try:
             _cheapest(self)
         except NoValidConfig as reason:  # no combination of the knobs is a valid ArchConfig
             raise_errors([(("params",), f"no valid architecture in the space (e.g. {reason})", None)])
         return self
+
+    def schedule_fields(self) -> dict[str, Any]:
+        """The learning-rate schedule every run of the search follows: the fixed `schedule` and `cooldown`,
+        else OptimConfig's defaults."""
+        return {name: self.fixed.get(name, OptimConfig.model_fields[name].default) for name in SCHEDULE_FIELDS}
 
     def spec(self) -> dict:
         """The YAML form of this space (plain types); `SearchSpace.model_validate(spec)` rebuilds it."""

@@ -253,3 +253,16 @@ def test_infinite_or_missing_store_values_never_reach_the_file(store, pareto_exp
         raw = yaml.safe_load(path.read_text())
         values = [*raw["arch"].values(), *(raw["mod_thresholds"] or {}).values()]
         assert all(not isinstance(v, float) or math.isfinite(v) for v in values)
+
+
+def test_the_export_carries_the_schedule_the_trials_ran_and_older_files_read_as_cosine(pareto_export, tmp_path):
+    """The exported optim is what the trial ran: the search's schedule (wsd, cooldown 0.2 by default). A file
+    written before the schedule was recorded names none: its proxies and pretraining ran a cosine."""
+    _, paths = pareto_export
+    loaded = [load_exported(p) for p in paths]
+    assert all((e.optim.schedule, e.optim.cooldown) == ("wsd", 0.2) for e in loaded)
+    raw = yaml.safe_load(paths[0].read_text())
+    del raw["optim"]["schedule"]
+    older = tmp_path / "older.yaml"
+    older.write_text(yaml.safe_dump(raw))
+    assert load_exported(older).optim.schedule == "cosine"

@@ -14,8 +14,8 @@ from workers.train import OptimConfig, RunConfig, train
 
 train_module = importlib.import_module("workers.train")  # the package exports a function of that name
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=2, report_every=5)
-OPTIM = OptimConfig(lr=3e-3, warmup=0.2, min_lr_ratio=0.1)
-LADDER = LadderConfig(rungs=3, eta=3.0, cooldown=0.25)
+OPTIM = OptimConfig(lr=3e-3, warmup=0.2, min_lr_ratio=0.1, cooldown=0.25)
+LADDER = LadderConfig(rungs=3, eta=3.0)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_a_rungs_branch_equals_a_run_that_stops_at_that_rung(corpus, family):
     top = top_budget(cfg, 36)
     full = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LADDER)
     assert [r["rung"] for r in full.state.rungs] == [0, 1, 2]
-    shorter = train(cfg, top / 3, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LadderConfig(rungs=2, cooldown=0.25))
+    shorter = train(cfg, top / 3, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LadderConfig(rungs=2))
     assert full.state.rungs[1]["val_loss"] == shorter.state.rungs[1]["val_loss"] == shorter.state.val_loss
     assert full.state.rungs[1]["tokens"] == shorter.state.tokens_seen
     assert full.state.rungs[1]["training_flops"] == pytest.approx(shorter.state.training_flops, rel=1e-12)

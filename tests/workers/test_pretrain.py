@@ -328,3 +328,37 @@ def test_two_process_data_parallel_keeps_replicas_identical(exported_file, data,
     assert a["batches"]["n_windows"] == b["batches"]["n_windows"]  # each its own half of the stream
     with pytest.raises(PretrainError, match="world_size"):  # a single process cannot resume a 2-rank run
         pretrain(load_exported(exported_file), tokens=8000, data=data, out_dir=out)
+
+
+# ---- the learning-rate schedule ---------------------------------------------------------------------
+
+
+def test_pretraining_follows_the_exported_schedule_step_by_step(exported, uninterrupted):
+    """The export carries the search's schedule (warmup-stable-decay by default) and the full-scale run follows
+    it at every step it reports; an explicit override on the command line is said and recorded."""
+    from test_schedules import expected_wsd
+
+    _, _, spy = uninterrupted
+    assert exported.optim.schedule == "wsd" and exported.optim.cooldown == 0.2
+    outcome = spy.outcomes[-1]
+    expected = expected_wsd(outcome.plan.steps, exported.optim)
+    curve = outcome.state.curve
+    assert curve and all(p["lr"] == pytest.approx(expected[p["step"] - 1], rel=1e-12) for p in curve)
+
+
+def test_an_explicit_schedule_override_is_printed_and_recorded(exported_file, tmp_path):
+    from typer.testing import CliRunner
+
+    from nas.cli import app
+
+    out = tmp_path / "run"
+    done = CliRunner().invoke(
+        app, ["pretrain", str(exported_file), "--tokens", "1024", "--out", str(out), "--schedule", "cosine"]
+    )
+    assert done.exit_code == 0, done.output
+    assert "schedule override: schedule cosine (the search measured this config under schedule wsd)" in done.output
+    manifest = json.loads((out / "pretrain.json").read_text())
+    assert manifest["export"]["optim"]["schedule"] == "cosine"
+    bad = CliRunner().invoke(app, ["pretrain", str(exported_file), "--out", str(tmp_path / "x"), "--cooldown", "2"])
+    assert bad.exit_code == 2 and bad.output.strip().splitlines()[-1].startswith("error: --cooldown: must be <= 0.5")
+    assert not (tmp_path / "x").exists()
