@@ -1,44 +1,61 @@
-"""Which predictor a search answers with at the target: the fit, or the top rung carried forward.
+"""Which predictor a search answers with at the target, decided on its own rungs without looking at the target.
 
-A search predicts each trial's loss at the target T either by the fit along its rungs
-(`nas.extrapolate`: L = E + A C^-alpha) or by carrying the trial's top measured rung forward (its mean
-loss there, the ranking a plain successive-halving search would give). Which is better is an empirical
-question of the search's own data, answered by a backtest that never looks at T: for every trial with
-at least two rungs, hold out its top rung and predict it
+For every trial with at least two rungs, hold out its highest rung and predict it from the study without that
+point (`nas.extrapolate.fit_study`, the rungs' reliability measured again without it, `nas.evidence`):
 
-- by the fit, refitted without that rung (`extrapolate.leave_one_out`), and
-- by carrying forward the trial's rung below it.
+- by `TOP_RUNG`: the trial's rung below carried to the held-out budget on the study's curve, and
+- by `WEIGHTED_FIT`: every rung below, weighted by its reliability.
 
-Each predictor is scored by its pairwise ranking agreement with the held-out losses, over the pairs of
-trials whose held-out rungs have the same budget (the only pairs whose losses are comparable):
-tau = (concordant - discordant) / pairs, Kendall's tau-a on those pairs. The fit is chosen unless the
-carried rung ranks strictly better; below `MIN_PAIRS` comparable pairs there is no backtest, and the fit
-is used and said to be unchecked.
+Each predictor is scored by its pairwise ranking agreement with the held-out losses, over the pairs of trials
+whose held-out rungs have the same budget (the only pairs whose losses are comparable): tau = (concordant -
+discordant) / pairs, Kendall's tau-a on those pairs. The weighted fit is chosen only when it ranks strictly
+better: the highest rung is the default, and below `MIN_PAIRS` comparable pairs there is no backtest (the
+search says so). The chosen predictor's held-out errors are what its bands are calibrated on
+(`nas.calibration`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from .extrapolate import LooResult
+from .evidence import (
+    MIN_PAIRS,
+    TOP_RUNG,
+    WEIGHTED_FIT,
+    Predictor,
+    pairwise_tau,
+    predict_at,
+    rung_means,
+    rung_reliability,
+)
+from .extrapolate import RungPoint, budget_key, fit_study
 
-__all__ = ["MIN_PAIRS", "Backtest", "Predictor", "backtest", "pairwise_tau", "rung_below_top"]
+__all__ = ["Backtest", "HeldOut", "backtest", "held_out_predictions", "pairwise_tau"]
 
-Predictor = Literal["fit", "top rung"]
-MIN_PAIRS = 3  # comparable pairs below which a backtest says nothing
+
+@dataclass(frozen=True)
+class HeldOut:
+    """One trial's highest rung (budget `to_flops`, mean loss `observed`) predicted by each predictor from the
+    study without it; `from_flops` is the highest rung the predictions rest on (the rung below)."""
+
+    trial: int
+    from_flops: float
+    to_flops: float
+    observed: float
+    predicted: Mapping[str, float]
+
+    def error(self, predictor: Predictor) -> float:
+        return self.predicted[predictor] - self.observed
 
 
 @dataclass(frozen=True)
 class Backtest:
-    """The predictor chosen, each predictor's held-out ranking agreement and mean absolute error, and how
-    many trials and comparable pairs the backtest saw (taus are None without a backtest)."""
+    """The predictor chosen, each predictor's held-out ranking agreement and mean absolute error, how many trials
+    and comparable pairs the backtest saw (taus are None without a backtest), and the held-out rungs."""
 
     chosen: Predictor
     fit_tau: float | None
@@ -47,6 +64,7 @@ class Backtest:
     carry_mae: float | None
     trials: int
     pairs: int
+    held_out: tuple[HeldOut, ...] = ()
 
     @property
     def checked(self) -> bool:
@@ -55,57 +73,54 @@ class Backtest:
     def describe(self) -> str:
         """One line for `nas show`, the dashboard and the export."""
         if not self.checked:
-            return f"predictor: {self.chosen} (unchecked: {self.pairs} comparable backtest pairs, needs {MIN_PAIRS})"
+            return (
+                f"predictor: {self.chosen} (the default: {self.pairs} comparable backtest pairs, "
+                f"the weighted fit needs {MIN_PAIRS} to be checked)"
+            )
         return (
             f"predictor: {self.chosen}, by backtest on {self.trials} trials ({self.pairs} pairs) predicting each "
-            f"top rung from the rungs below: fit tau {self.fit_tau:+.2f} (MAE {self.fit_mae:.3f} nats), "
-            f"top rung carried tau {self.carry_tau:+.2f}"
+            f"highest rung from the rungs below: top rung carried tau {self.carry_tau:+.2f} "
+            f"(MAE {self.carry_mae:.3f} nats), weighted fit tau {self.fit_tau:+.2f} (MAE {self.fit_mae:.3f})"
         )
 
 
-def pairwise_tau(predicted: Mapping[int, float], observed: Mapping[int, float], group: Mapping[int, float]):
-    """(tau, pairs): (concordant - discordant) / pairs over pairs of keys in the same group."""
-    score, pairs = 0.0, 0
-    for a, b in itertools.combinations(sorted(observed), 2):
-        if group[a] != group[b]:
+def held_out_predictions(points: Sequence[RungPoint]) -> list[HeldOut]:
+    """Every multi-rung trial's highest rung, predicted by both predictors from the study without it."""
+    means = rung_means(points)
+    out = []
+    for trial in sorted(t for t, r in means.items() if len(r) >= 2):
+        budgets = sorted(means[trial])
+        top, below = budgets[-1], budgets[-2]
+        rest = [p for p in points if not (p.trial == trial and budget_key(p.flops) == top)]
+        try:
+            fit = fit_study(rest)
+        except ValueError:
             continue
-        pairs += 1
-        score += float(np.sign(predicted[a] - predicted[b]) * np.sign(observed[a] - observed[b]))
-    return (score / pairs if pairs else None), pairs
+        reliability = rung_reliability(rest)
+        predicted = {
+            predictor: predict_at(fit, predictor, rest, top, reliability).get(trial, math.inf)
+            for predictor in (TOP_RUNG, WEIGHTED_FIT)
+        }
+        out.append(HeldOut(trial, below, top, means[trial][top], predicted))
+    return out
 
 
-def backtest(loo: Sequence[LooResult], below_top: Mapping[int, float]) -> Backtest:
-    """The Backtest of the leave-one-out results `loo` (one per multi-rung trial) against carrying forward
-    `below_top[trial]`, each trial's mean loss at the rung below its top one."""
-    usable = [r for r in loo if math.isfinite(r.predicted) and math.isfinite(r.observed) and r.trial in below_top]
-    observed = {r.trial: r.observed for r in usable}
-    fitted = {r.trial: r.predicted for r in usable}
-    carried = {r.trial: below_top[r.trial] for r in usable}
-    groups = {r.trial: float(f"{r.flops:.9g}") for r in usable}
-    fit_tau, pairs = pairwise_tau(fitted, observed, groups)
-    carry_tau, _ = pairwise_tau(carried, observed, groups)
+def backtest(points: Sequence[RungPoint]) -> Backtest:
+    """The Backtest of the study's rung points (module docstring)."""
+    held = [h for h in held_out_predictions(points) if all(math.isfinite(v) for v in h.predicted.values())]
+    observed = {h.trial: h.observed for h in held}
+    groups = {h.trial: h.to_flops for h in held}
+    fit_tau, pairs = pairwise_tau({h.trial: h.predicted[WEIGHTED_FIT] for h in held}, observed, groups)
+    carry_tau, _ = pairwise_tau({h.trial: h.predicted[TOP_RUNG] for h in held}, observed, groups)
     if pairs < MIN_PAIRS or fit_tau is None or carry_tau is None:
-        return Backtest("fit", None, None, None, None, len(usable), pairs)
-    chosen: Predictor = "top rung" if carry_tau > fit_tau else "fit"
+        return Backtest(TOP_RUNG, None, None, None, None, len(held), pairs, tuple(held))
     return Backtest(
-        chosen,
+        WEIGHTED_FIT if fit_tau > carry_tau else TOP_RUNG,
         fit_tau,
         carry_tau,
-        float(np.mean([abs(fitted[t] - observed[t]) for t in observed])),
-        float(np.mean([abs(carried[t] - observed[t]) for t in observed])),
-        len(usable),
+        float(np.mean([abs(h.error(WEIGHTED_FIT)) for h in held])),
+        float(np.mean([abs(h.error(TOP_RUNG)) for h in held])),
+        len(held),
         pairs,
+        tuple(held),
     )
-
-
-def rung_below_top(points: Sequence) -> dict[int, float]:
-    """Each trial's mean finite loss at the rung below its top one (trials with >= 2 rungs)."""
-    by_trial: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for p in points:
-        if math.isfinite(p.loss):
-            by_trial[p.trial][float(f"{p.flops:.9g}")].append(p.loss)
-    out = {}
-    for trial, rungs in by_trial.items():
-        if len(rungs) >= 2:
-            out[trial] = float(np.mean(rungs[sorted(rungs)[-2]]))
-    return out

@@ -1,4 +1,4 @@
-"""Extrapolate each trial's validation loss from its rungs to a far larger training budget, with a band.
+"""Extrapolate each trial's validation loss from its rungs to a far larger training budget.
 
 A trial (an architecture) is trained at a few budgets ("rungs") C_1 < ... < C_k and gives one loss per
 rung and seed. Each trial i follows the power law
@@ -37,17 +37,15 @@ multi-rung trial of the study at that E (group `STUDY`, stage 2); when no family
 exponent and E are fitted together over every multi-rung trial. If even those leave no residual degree
 of freedom (e.g. no trial has 2 rungs, or one trial has exactly 3), nothing is extrapolated (group
 `NONE`): the prediction is the trial's last observed loss (mean over seeds at its top rung) at any
-budget, reported as E = that loss, A = 0, alpha = 0, and the band is (0, last loss): all the model
-itself guarantees (E >= 0, A >= 0: loss never rises with compute). A default exponent would give
-confident numbers from no evidence.
+budget, reported as E = that loss, A = 0, alpha = 0. A default exponent would give confident numbers
+from no evidence.
 
-Band (`StudyFit.band`): a residual bootstrap of the study. The stage-1 weighted residuals
-(sqrt(w) * r, centred, inflated by sqrt(n / (n - trials - groups - 1)) for the fitted parameters) are
-resampled onto the fitted rung means (divided by sqrt(w)), E, the exponents and every a_i are refitted,
-and the prediction at the target budget is taken per replicate. When the study has repeated seeds, a
-draw of N(0, seed_noise^2) is added to each replicate: the band is then for the loss of one run at
-that budget, not only for its mean. The band is the central `level` percentile interval. Replicates
-are cached per (n_boot, seed), so ranking many trials costs one bootstrap per study.
+Levels (`StudyFit.reanchored`). Given the curve (E and the exponents), each trial's amplitude can be solved
+again with its rungs weighted otherwise than by their seeds: by the rungs' measured reliability, or with all
+the weight on the trial's highest rung (`nas.evidence`). The trial's prediction then rests on the evidence
+the weights choose, and the curve only carries it from the rung's budget to the target's; at one rung, the
+ranking is that rung's. A band around a prediction is calibrated on the search's own backtest
+(`nas.calibration`), not derived from this fit.
 """
 
 from __future__ import annotations
@@ -55,8 +53,8 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
@@ -92,18 +90,6 @@ class GroupFit:
     members: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class LooResult:
-    """The trial's top rung predicted without it (`predicted`) against its measured mean (`observed`)."""
-
-    trial: int
-    flops: float
-    predicted: float
-    observed: float
-    error: float  # predicted - observed
-    group: str
-
-
 @dataclass(frozen=True, eq=False)
 class _Data:
     """Rung means of every fitted trial as flat arrays, which group's exponent each trial uses, and the fit.
@@ -120,6 +106,7 @@ class _Data:
     stage1_trials: np.ndarray  # (trials,) bool
     study_trials: np.ndarray  # (trials,) bool: multi-rung trials (the STUDY exponent's second stage)
     onehot: np.ndarray  # (points, trials): point -> trial
+    flops: np.ndarray  # C, each point's rung budget (as `budget_key` rounds it)
     xlog: np.ndarray  # log(C / C_ref)
     loss: np.ndarray
     w: np.ndarray  # seeds averaged into each rung mean
@@ -166,14 +153,13 @@ class _Trial:
 
 @dataclass(frozen=True, eq=False)
 class StudyFit:
-    """The fitted study: per-trial predictions `predict`, parameters `params` and bands `band`."""
+    """The fitted study: per-trial predictions `predict`, parameters `params`, and `reanchored` levels."""
 
     c_ref: float
     groups: Mapping[str, GroupFit]
     noise: float | None  # seed_noise of the study
     _trials: Mapping[int, _Trial] = field(repr=False)
     _data: _Data | None = field(repr=False)
-    _boot: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def trials(self) -> tuple[int, ...]:
@@ -195,44 +181,32 @@ class StudyFit:
         g = self.groups[t.group]
         return g.E + t.a * x**-g.alpha
 
-    def band(
-        self, trial: int, flops: float, *, level: float = 0.8, n_boot: int = 200, seed: int = 0
-    ) -> tuple[float, float]:
-        """The central `level` interval of the loss of `trial` at `flops` (module docstring: residual bootstrap).
-
-        Deterministic for a given `seed`. Group NONE: (0, last loss), whatever `level`.
-        """
-        if not 0.0 < level < 1.0 or n_boot < 2:
-            raise ValueError(f"band: need 0 < level < 1 and n_boot >= 2 (got level={level}, n_boot={n_boot})")
-        t, x = self._trial(trial), _positive(flops) / self.c_ref
-        if t.group == NONE or self._data is None:
-            return 0.0, t.top_loss
-        e, alpha, a, z = self._bootstrap(n_boot, seed)
+    def reanchored(self, weight: Callable[[int, float], float]) -> StudyFit:
+        """The same curve (E and each group's exponent) with every fitted trial's amplitude solved again, its rung
+        means weighted by seeds x `weight(trial, rung flops)` instead of by seeds alone. A trial whose rungs all
+        weigh 0 keeps its amplitude."""
         d = self._data
-        k = d.trials.index(trial)
-        pred = e + a[:, k] * x ** -alpha[:, d.trial_group[k]] + (self.noise or 0.0) * z
-        lo, hi = np.quantile(pred, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
-        return float(lo), float(hi)
+        if d is None:
+            return self
+        lam = np.array([float(weight(d.trials[k], float(c))) for k, c in zip(d.point_trial, d.flops, strict=True)])
+        if np.any(lam < 0) or not np.all(np.isfinite(lam)):
+            raise ValueError("reanchored: weights must be finite and >= 0")
+        e = next(iter(self.groups.values())).E
+        alpha = np.array([self.groups[label].alpha for label in d.labels])
+        y = np.exp(-alpha[d.trial_group[d.point_trial]] * d.xlog)
+        w = d.w * lam
+        weighted = (w * y * y) @ d.onehot > 0
+        a = np.maximum((w * (d.loss - e) * y) @ d.onehot / np.where(weighted, (w * y * y) @ d.onehot, 1.0), 0.0)
+        trials = dict(self._trials)
+        for k, t in enumerate(d.trials):
+            if weighted[k]:
+                trials[t] = replace(trials[t], a=float(a[k]))
+        return replace(self, _trials=trials)
 
     def _trial(self, trial: int) -> _Trial:
         if trial not in self._trials:
             raise KeyError(f"trial {trial}: no finite loss in the study")
         return self._trials[trial]
-
-    def _bootstrap(self, n_boot: int, seed: int):
-        """(E, alpha, a, z) per replicate: the study refitted on resampled residuals; z ~ N(0, 1) for seed noise."""
-        key = (n_boot, seed)
-        if key not in self._boot:
-            d = self._data
-            assert d is not None
-            e0, alpha0, a0 = d.fit(d.loss)
-            fitted = d.fitted(e0, alpha0, a0)
-            pool = _residual_pool(d, fitted)
-            rng = np.random.default_rng(seed)
-            fits = [d.fit(fitted + rng.choice(pool, size=fitted.size) / np.sqrt(d.w)) for _ in range(n_boot)]
-            e, alpha, a = (np.array([f[i] for f in fits]) for i in range(3))
-            self._boot[key] = (e, alpha, a, rng.standard_normal(n_boot))
-        return self._boot[key]
 
 
 def fit_study(points: Sequence[RungPoint], *, min_trials: int = 3) -> StudyFit:
@@ -268,24 +242,12 @@ def seed_noise(points: Sequence[RungPoint]) -> float | None:
     return math.sqrt(sum(float(((v - v.mean()) ** 2).sum()) for v in reps) / sum(v.size - 1 for v in reps))
 
 
-def leave_one_out(points: Sequence[RungPoint], trial: int, *, min_trials: int = 3) -> LooResult | None:
-    """Predict `trial`'s top rung from a study refitted without it (every seed there); None under 2 rungs."""
-    _, rungs = _rungs(points)
-    mine = rungs.get(trial, {})
-    if len(mine) < 2:
-        return None
-    top, observed = _top(mine)
-    fit = fit_study([p for p in points if not (p.trial == trial and _key(p.flops) == top)], min_trials=min_trials)
-    predicted = fit.predict(trial, top)
-    return LooResult(trial, top, predicted, observed, predicted - observed, fit.params(trial)[3])
-
-
 def tied(a_loss: float, b_loss: float, noise: float | None) -> bool:
     """True when two losses differ by less than 2 seed standard deviations (never when noise is None)."""
     return noise is not None and abs(a_loss - b_loss) < 2.0 * noise
 
 
-def _key(flops: float) -> float:
+def budget_key(flops: float) -> float:
     """A rung's budget to 9 significant digits, so that one rung read twice is one rung."""
     return float(f"{flops:.9g}")
 
@@ -304,7 +266,7 @@ def _rungs(points: Sequence[RungPoint]) -> tuple[dict[int, str], Rungs]:
         if families.setdefault(p.trial, p.family) != p.family or p.family in (STUDY, NONE):
             raise ValueError(f"trial {p.trial}: family {p.family!r} (reserved, or a second family of the trial)")
         if math.isfinite(p.loss):
-            runs[(p.trial, _key(_positive(p.flops)), p.seed)].append(p.loss)
+            runs[(p.trial, budget_key(_positive(p.flops)), p.seed)].append(p.loss)
     rungs: Rungs = defaultdict(lambda: defaultdict(list))
     for (trial, flops, _), losses in sorted(runs.items()):
         rungs[trial][flops].append(sum(losses) / len(losses))
@@ -341,10 +303,8 @@ def _data(trials: list[int], assign: dict[int, str], families: dict[int, str], r
     n_stage1 = len(own) or 1
     multi = np.array([len(rungs[t]) >= 2 for t in trials])
     stage1 = multi & np.array([not own or families[t] in own for t in trials])
-    rows = [
-        (k, math.log(c / c_ref), sum(v) / len(v), len(v)) for k, t in enumerate(trials) for c, v in rungs[t].items()
-    ]
-    idx, xlog, loss, w = (np.array(col) for col in zip(*rows, strict=True))
+    rows = [(k, c, sum(v) / len(v), len(v)) for k, t in enumerate(trials) for c, v in rungs[t].items()]
+    idx, flops, loss, w = (np.array(col) for col in zip(*rows, strict=True))
     return _Data(
         trials=tuple(trials),
         labels=labels,
@@ -353,7 +313,8 @@ def _data(trials: list[int], assign: dict[int, str], families: dict[int, str], r
         stage1_trials=stage1,
         study_trials=multi,
         onehot=np.eye(len(trials))[idx.astype(int)],
-        xlog=xlog,
+        flops=flops,
+        xlog=np.log(flops / c_ref),
         loss=loss,
         w=w.astype(float),
     )
@@ -434,11 +395,3 @@ def _fit_exponent_at(e: float, xlog, loss, w, onehot) -> float:
 def _amplitudes_at(e: float, y: np.ndarray, loss, w, onehot) -> np.ndarray:
     """a_i = max(0, sum w (L - E) y / sum w y^2) per trial."""
     return np.maximum((w * (loss - e) * y) @ onehot / ((w * y * y) @ onehot), 0.0)
-
-
-def _residual_pool(d: _Data, fitted: np.ndarray) -> np.ndarray:
-    """Standardised residuals sqrt(w) * (L - fit) of the stage-1 points, centred and inflated for the parameters."""
-    mask = d.fit_mask
-    r = (np.sqrt(d.w) * (d.loss - fitted))[mask]
-    dof = r.size - int(d.stage1_trials.sum()) - d.n_stage1 - 1
-    return (r - r.mean()) * math.sqrt(r.size / dof)

@@ -32,8 +32,13 @@ stops the cheap architectures that the Pareto front needs, and any fixed scalari
 (loss, FLOPs) picks one point of the trade-off in advance. Ranking by Pareto front, then crowding
 distance, keeps trials spread along the whole front.
 
-Only numpy, moocore (non-dominated sorting) and the standard library are imported; `RungLadder` holds
-plain data so that Ray Tune can pickle a stopper or scheduler that owns one.
+Noise (PASHA, Bohdal et al., arXiv 2207.06940, treats configs within a noise margin as tied): a candidate
+may carry a `margin`, twice the seed noise of its predicted loss. A trial left below the cut is *tied with the
+cut* (`tied_with_cut`) when, its loss lowered by its margin, it would be promoted: which of the two a single
+seed put first is then a coin flip, and the search promotes both, or measures the rung again first
+(`nas.fidelity.RungDecider`).
+
+Only numpy, moocore (non-dominated sorting) and the standard library are imported.
 """
 
 from __future__ import annotations
@@ -42,14 +47,13 @@ import math
 import numbers
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import moocore
 import numpy as np
 
 __all__ = [
     "Candidate",
-    "RungLadder",
     "crowding_distance",
     "dominates",
     "nondominated_fronts",
@@ -57,6 +61,7 @@ __all__ = [
     "promotion_count",
     "rank",
     "should_promote",
+    "tied_with_cut",
 ]
 
 
@@ -68,11 +73,15 @@ class Candidate:
     trial: int
     loss: float
     flops: float
+    margin: float = 0.0  # twice the seed noise of `loss`: losses closer than this are tied
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "trial", operator.index(self.trial))
         object.__setattr__(self, "loss", float(self.loss))
         object.__setattr__(self, "flops", float(self.flops))
+        object.__setattr__(self, "margin", float(self.margin))
+        if not self.margin >= 0:
+            raise ValueError(f"trial {self.trial}: margin must be >= 0 (got {self.margin!r})")
 
     @property
     def finite(self) -> bool:
@@ -182,43 +191,13 @@ def should_promote(trial: int, at_rung: Sequence[Candidate], eta: float = 3) -> 
     return trial in promotable(at_rung, eta)
 
 
-class RungLadder:
-    """The reports of all trials at each rung of a ladder of `n_rungs` rungs, and the MO-ASHA decision
-    for each report (`report`). Plain data (ints and dicts of `Candidate`), hence picklable.
-
-    The ladder does not check that a trial reporting at rung r > 0 was allowed to continue at r-1:
-    the caller stops a trial when `report` returns False."""
-
-    def __init__(self, n_rungs: int, eta: float = 3):
-        n_rungs = operator.index(n_rungs)
-        if n_rungs < 1:
-            raise ValueError(f"n_rungs must be >= 1, got {n_rungs}")
-        _check_eta(eta)
-        self.n_rungs = n_rungs
-        self.eta = eta
-        self._rungs: list[dict[int, Candidate]] = [{} for _ in range(n_rungs)]
-
-    def _check_rung(self, rung: int) -> int:
-        rung = operator.index(rung)
-        if not 0 <= rung < self.n_rungs:
-            raise ValueError(f"rung must be in [0, {self.n_rungs}), got {rung}")
-        return rung
-
-    def report(self, trial: int, rung: int, loss: float, flops: float) -> bool:
-        """Record `trial`'s objectives at `rung` (replacing its earlier report at that rung, if any)
-        and say whether it continues to rung + 1: always False at the top rung, else
-        `should_promote(trial, self.at_rung(rung), self.eta)`."""
-        rung = self._check_rung(rung)
-        cand = Candidate(trial, loss, flops)
-        self._rungs[rung][cand.trial] = cand
-        if rung == self.n_rungs - 1:
-            return False
-        return should_promote(cand.trial, self.at_rung(rung), self.eta)
-
-    def at_rung(self, rung: int) -> list[Candidate]:
-        """The latest report of every trial that has reported at `rung`, in order of first report."""
-        return list(self._rungs[self._check_rung(rung)].values())
-
-    def __repr__(self) -> str:
-        counts = [len(r) for r in self._rungs]
-        return f"RungLadder(n_rungs={self.n_rungs}, eta={self.eta}, reports per rung={counts})"
+def tied_with_cut(trial: int, at_rung: Sequence[Candidate], eta: float = 3) -> bool:
+    """Whether `trial`, not promotable among `at_rung`, would be if its loss were lower by its margin (the
+    others unchanged): it is within the noise of the cut. False for a promotable trial or a zero margin."""
+    mine = [c for c in at_rung if c.trial == trial]
+    if not mine:
+        raise ValueError(f"trial {trial} is not among the candidates at its rung")
+    if mine[0].margin == 0 or not mine[0].finite or trial in promotable(at_rung, eta):
+        return False
+    lowered = [replace(c, loss=c.loss - c.margin) if c.trial == trial else c for c in at_rung]
+    return trial in promotable(lowered, eta)

@@ -277,9 +277,11 @@ def trial_context(
         "seed": settings.seed,
         "data": data_config(settings).model_dump(),
         "configs": partial(configs_from, space),
-        # One rung is the single-budget search (cosine schedule, no rung rows, the measured loss told).
+        # One rung is the single-budget search (no rung rows, the measured loss told).
         "ladder": budget.ladder_config.model_dump() if budget.rungs > 1 else None,
-        "decide_rung": RungDecider(store.url, name, budget.target, budget.eta, budget.rungs, study_name)
+        "decide_rung": RungDecider(
+            store.url, name, budget.target, budget.eta, budget.rungs, study_name, remeasure=budget.ladder == "replica"
+        )
         if budget.rungs > 1
         else None,
         # Replica rungs: each rung its own run of a narrower copy at the target's tokens per parameter

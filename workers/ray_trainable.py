@@ -17,7 +17,7 @@ import torch
 
 from .budget import LadderConfig
 from .data import DataConfig, load_corpus
-from .replica import DEFAULT_MIN_WIDTH, run_replica_trial
+from .replica import DEFAULT_MIN_WIDTH, MEASURE_AGAIN, run_replica_trial
 from .status import TrialStatus
 from .trial import run_trial
 
@@ -51,7 +51,8 @@ def proxy_trainable(params: dict, context: dict) -> None:
     dict), `configs`: a callable turning params into (ArchConfig, OptimConfig, RunConfig) or raising,
     `ladder` (LadderConfig fields, or None for a single budget) and `decide_rung`: a callable
     (number, seed, executed FLOPs per token, rung result) -> decision with `.promote` and
-    `.predicted_loss`, which stores the rung and says whether the trial climbs on (nas.fidelity).
+    `.predicted_loss` and `.measure_again`, which stores the rung and says whether the trial climbs on, or
+    measures the rung again with another seed (replica rungs only; nas.fidelity).
     With `replica_rungs` (the rung budgets C_r, lowest first) and `target_flops`, each rung trains a
     replica of the sampled architecture on the target's path (`workers.replica`), all in this process."""
     from ray import tune
@@ -78,10 +79,13 @@ def proxy_trainable(params: dict, context: dict) -> None:
 
     decide, predicted = context.get("decide_rung"), {"loss": math.inf}
 
-    def on_rung(rung: dict) -> bool:
+    def on_rung(rung: dict) -> bool | str:
         assert decide is not None
-        decision = decide(params["optuna_number"], context["seed"], params["executed_flops_per_token"], rung)
+        seed = int(rung.get("seed", context["seed"]))
+        decision = decide(params["optuna_number"], seed, params["executed_flops_per_token"], rung)
         predicted["loss"] = decision.predicted_loss
+        if decision.measure_again:
+            return MEASURE_AGAIN
         if decision.promote:  # the rung is stored and the trial goes on: a point where a driver may stop it
             tune.report({**dict.fromkeys(OBJECTIVES, math.inf), RUNG_DONE: int(rung["rung"])})
         return decision.promote

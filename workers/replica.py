@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -39,11 +39,13 @@ from search_spaces.residual_lm import ArchConfig, build_model, count_parameters,
 from .budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
 from .data import TokenizedCorpus, bits_per_byte, validation_tokens_per_byte
 from .status import TrialStatus
-from .train import OnRung, OptimConfig, Report, RunConfig
+from .train import OptimConfig, Report, RunConfig
 from .trial import TrialResult, one_line, run_trial
 
 __all__ = [
     "DEFAULT_MIN_WIDTH",
+    "MEASURE_AGAIN",
+    "OnReplicaRung",
     "Replica",
     "TargetPath",
     "plan_replica",
@@ -55,6 +57,8 @@ __all__ = [
 ]
 
 DEFAULT_MIN_WIDTH = 8  # 2 heads of 4: the narrowest replica the default space's head counts allow
+MEASURE_AGAIN = "again"  # what `on_rung` returns to have a rung measured once more with another seed
+OnReplicaRung = Callable[[dict], "bool | str"]  # True: climb on; False: stop here; MEASURE_AGAIN
 
 
 @functools.lru_cache(maxsize=4096)
@@ -177,11 +181,14 @@ def run_replica_trial(
     run: RunConfig = RunConfig(),
     width_probe: bool = True,
     min_width: int = DEFAULT_MIN_WIDTH,
-    on_rung: OnRung | None = None,
+    on_rung: OnReplicaRung | None = None,
+    remeasure_offset: int = 1000,
 ) -> TrialResult:
     """Train the replica of each rung in turn, each its own run (`run_trial`) in this process, until
     `on_rung(rung result)` returns False or the top rung is done (`on_rung` is told every rung's result,
-    the top one's too, as on a budget ladder); never raises.
+    the top one's too, as on a budget ladder); never raises. When `on_rung` returns `MEASURE_AGAIN`, the
+    rung's replica is trained once more with seed + `remeasure_offset` and `on_rung` is told that result
+    (its `seed` says which) and decides again, True or False.
 
     Every replica trains at the learning rate the target would use (`optim` at the target's horizon).
     The result describes the target (its arch and FLOPs per token: the search's objective), with the
@@ -197,13 +204,19 @@ def run_replica_trial(
         optim = optim.at_horizon(target.residual, path.tokens)
         for index, flops in enumerate(rung_flops):
             replica = plan_replica(target, target_flops, index, flops, run.batch_size, min_width)
-            result = run_trial(replica.arch, flops, corpus, seed, report, optim=optim, run=run, width_probe=width_probe)
-            results.append(result)
-            if result.status != TrialStatus.COMPLETED:
-                break
-            rungs.append(_rung_result(index, replica, result))
-            go_on = on_rung(rungs[-1]) if on_rung is not None else True  # told every rung, the top one too
-            if not go_on:
+            verdict: bool | str = MEASURE_AGAIN
+            for attempt_seed in (seed, seed + remeasure_offset):
+                result = run_trial(
+                    replica.arch, flops, corpus, attempt_seed, report, optim=optim, run=run, width_probe=width_probe
+                )
+                results.append(result)
+                if result.status != TrialStatus.COMPLETED:
+                    break
+                rungs.append(_rung_result(index, replica, result, attempt_seed))
+                verdict = on_rung(rungs[-1]) if on_rung is not None else True  # told every rung, the top one too
+                if verdict != MEASURE_AGAIN:
+                    break
+            if result.status != TrialStatus.COMPLETED or verdict is not True:
                 break
     except InfeasibleBudget as err:
         return _target_result(
@@ -215,10 +228,12 @@ def run_replica_trial(
     return _target_result(target, results, rungs, tokens_per_byte, start, last.status, last.failure_reason)
 
 
-def _rung_result(index: int, replica: Replica, result: TrialResult) -> dict:
-    """A replica rung as the store keeps it: the rung fields of a budget-ladder rung, and the replica's."""
+def _rung_result(index: int, replica: Replica, result: TrialResult, seed: int) -> dict:
+    """A replica rung as the store keeps it: the rung fields of a budget-ladder rung, the seed it ran with, and
+    the replica's."""
     return {
         "rung": index,
+        "seed": seed,
         "budget_flops": replica.budget_flops,
         "steps": result.steps,
         "tokens": result.tokens_seen,
@@ -241,7 +256,8 @@ def _target_result(
     fpt = flops_per_token(target)
     last = results[-1] if results else None
     completed = status == TrialStatus.COMPLETED and bool(rungs)
-    loss = rungs[-1]["val_loss"] if completed else math.inf
+    last_rung = [r["val_loss"] for r in rungs if r["rung"] == rungs[-1]["rung"]] if rungs else []
+    loss = sum(last_rung) / len(last_rung) if completed else math.inf  # the seed mean of a rung measured twice
     wall = time.perf_counter() - start
     tokens = sum(r.tokens_seen for r in results)
     return TrialResult(

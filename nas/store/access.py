@@ -492,17 +492,18 @@ def _replace_children(session: Session, trial_id: int, result: dict, replace_ear
 
 
 def _add_missing_rungs(session: Session, search_id: int, number: int, seed: int, rungs: list[dict] | None) -> int:
-    """Insert the rungs not stored yet (written once: an existing row is never replaced); how many."""
+    """Insert the rungs not stored yet (written once: an existing row is never replaced); how many. A rung result
+    that names its own `seed` (a rung measured again with another seed) is stored under it, else under `seed`."""
     added = 0
     for result in rungs or []:
-        key = (search_id, number, int(result["rung"]), seed)
+        key = (search_id, number, int(result["rung"]), int(result.get("seed", seed)))
         if session.get(RungModel, key) is None:
             session.add(
                 RungModel(
                     search_id=search_id,
                     number=number,
                     rung=key[2],
-                    seed=seed,
+                    seed=key[3],
                     **{name: result.get(name) for name in RUNG_FIELDS},
                 )
             )

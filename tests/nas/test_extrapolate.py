@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from nas.extrapolate import NONE, STUDY, RungPoint, fit_study, leave_one_out, seed_noise, tied
+from nas.extrapolate import NONE, STUDY, RungPoint, fit_study, seed_noise, tied
 
 C0 = 1e15
 RUNGS = [C0 * 3.0**r for r in range(4)]  # eta = 3
@@ -111,75 +111,32 @@ def test_a_study_without_enough_curves_predicts_the_last_loss():
         assert fit.predict(trial, T) == pytest.approx(last)
         assert fit.params(trial)[:3] == pytest.approx((last, 0.0, 0.0))
         assert fit.params(trial)[3] == NONE
-        assert fit.band(trial, T) == pytest.approx((0.0, last))
     more = points + [RungPoint(3, "ancre", c, 3.1 - 0.25 * r) for r, c in enumerate(RUNGS[:3])]
     assert fit_study(more).params(0)[3] == STUDY  # 6 points, 4 parameters: fitted over the study
 
 
-def band_coverage(noise, seeds, level=0.8):
-    hits, widths = [], []
-    for seed in seeds:
-        points, truth = make_study(noise=noise, seed=seed)
-        fit = fit_study(points)
-        for trial, t in truth.items():
-            lo, hi = fit.band(trial, T, level=level)
-            hits.append(lo <= t.loss(T) <= hi)
-            widths.append(hi - lo)
-    return float(np.mean(hits)), float(np.mean(widths))
-
-
-def test_band_covers_the_truth_and_widens_with_noise():
-    coverage, width = band_coverage(0.005, seeds=range(10, 18))
-    # Nominal 0.8, 0.73-0.79 measured over sets of 100-160 such studies; a family's trials share (alpha, E), so
-    # misses come in groups of 5 and 8 studies vary (0.62-0.84 over 20 blocks of 8): 0.6 fails a broken band only.
-    assert coverage >= 0.6
-    assert width < 8 * 0.005  # and not by being trivially wide
-    noisy_coverage, noisy_width = band_coverage(0.02, seeds=range(10, 12))
-    assert noisy_width > 2.5 * width  # 4x the noise
-    assert noisy_coverage >= 0.5
-    points, truth = make_study(noise=0.01, seed=4)
-    for trial in (0, 7):
-        lo, hi = fit_study(points).band(trial, T, level=0.8)
-        assert (lo, hi) == fit_study(points).band(trial, T, level=0.8)  # fresh fits: no shared cache
-        assert lo < fit_study(points).predict(trial, T) < hi
-        wide = fit_study(points).band(trial, T, level=0.95)
-        assert wide[0] < lo and wide[1] > hi
-    assert fit_study(points).band(0, T, seed=1) != fit_study(points).band(0, T, seed=0)
-
-
-def test_seed_spread_widens_the_band():
-    points, truth = make_study(noise=0.002, seed=5)
-    quiet = fit_study(points).band(0, T)
-    rng = np.random.default_rng(6)
-    sigma = 0.05
-    repeats = [
-        RungPoint(t, f.family, RUNGS[-1], f.loss(RUNGS[-1]) + sigma * rng.standard_normal(), seed=s)
-        for t, f in truth.items()
-        for s in (1, 2, 3)
-    ]
-    fit = fit_study(points + repeats)
-    assert fit.noise == pytest.approx(sigma, rel=0.3)
-    lo, hi = fit.band(0, T)
-    assert hi - lo > 5 * (quiet[1] - quiet[0])
-    assert hi - lo == pytest.approx(2 * 1.2816 * fit.noise, rel=0.35)  # the N(0, noise^2) term dominates
-
-
-def test_leave_one_out_error_is_zero_without_noise_and_large_for_a_bad_top_rung():
-    points, truth = make_study(single=1)
-    for trial in (0, 7, 12):
-        loo = leave_one_out(points, trial)
-        assert loo.flops == RUNGS[-1] and loo.group == truth[trial].family
-        assert loo.observed == pytest.approx(truth[trial].loss(RUNGS[-1]))
-        assert abs(loo.error) < 1e-7 and loo.error == loo.predicted - loo.observed
-    assert leave_one_out(points, 5) is None  # lowest rung only
-    assert leave_one_out(points, 999) is None
-    bad = [
-        RungPoint(p.trial, p.family, p.flops, p.loss + 0.2 * (p.trial == 7 and p.flops == RUNGS[-1])) for p in points
-    ]
-    assert leave_one_out(bad, 7).error == pytest.approx(-0.2, abs=0.01)
-    assert abs(leave_one_out(bad, 0).error) < 0.01  # the bad point barely moves its family-mates
-    noisy, _ = make_study(noise=0.005, seed=7)
-    assert max(abs(leave_one_out(noisy, t).error) for t in (0, 5, 10)) < 0.03
+def test_reanchored_levels_rest_on_the_weighted_rungs_and_keep_the_curve():
+    """With all the weight on a trial's top rung, its curve passes through that rung's loss exactly (the curve's E
+    and exponent unchanged); with the weight on the lowest, through the lowest; equal weights give the fit."""
+    points, truth = make_study(noise=0.01, seed=3)
+    fit = fit_study(points)
+    top = fit.reanchored(lambda trial, flops: float(flops == RUNGS[-1]))
+    low = fit.reanchored(lambda trial, flops: float(flops == RUNGS[0]))
+    same = fit.reanchored(lambda trial, flops: 1.0)
+    measured = {(p.trial, p.flops): p.loss for p in points}
+    for trial in truth:
+        assert top.predict(trial, RUNGS[-1]) == pytest.approx(measured[(trial, RUNGS[-1])], rel=1e-9)
+        assert low.predict(trial, RUNGS[0]) == pytest.approx(measured[(trial, RUNGS[0])], rel=1e-9)
+        assert same.predict(trial, T) == pytest.approx(fit.predict(trial, T), rel=1e-9)
+        assert top.params(trial)[2::2] == fit.params(trial)[2::2] and top.params(trial)[0] == fit.params(trial)[0]
+    # at one rung, the ranking at T is that rung's
+    order_top = sorted(truth, key=lambda t: measured[(t, RUNGS[-1])])
+    family = {t: truth[t].family for t in truth}
+    for f in FAMILIES:
+        mine = [t for t in order_top if family[t] == f]
+        assert sorted(mine, key=lambda t: top.predict(t, T)) == mine
+    with pytest.raises(ValueError, match="weights"):
+        fit.reanchored(lambda trial, flops: -1.0)
 
 
 def test_seed_noise_pools_the_spread_between_seeds():
@@ -241,9 +198,7 @@ def test_bad_input_raises_a_one_line_value_error(points, match):
     assert "\n" not in str(err.value)
 
 
-def test_bad_band_arguments_raise():
+def test_bad_flops_raise():
     fit = fit_study(make_study()[0])
-    with pytest.raises(ValueError, match="level"):
-        fit.band(0, T, level=1.0)
     with pytest.raises(ValueError, match="flops"):
         fit.predict(0, 0.0)

@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from nas.extrapolate import NONE
-from nas.fidelity import RungDecider, at_target, predict_search
+from nas.fidelity import REMEASURE_SEED_OFFSET, RungDecider, at_target, predict_search
 from nas.pareto import pareto_rows
 from nas.promotion import Candidate, promotable
 from nas.store import Store, default_url
@@ -76,23 +76,36 @@ def test_the_top_rung_and_a_non_finite_loss_never_climb(store):
     assert not decide(1, 0, 1e5, rung(0, math.inf)).promote
 
 
-def test_the_final_decision_writes_the_band_into_the_optuna_trial(store, caplog):
-    """A trial's last decision carries its band, which lands in its (still running) Optuna trial."""
+def climb(decide, store, number: int, a: float, seed: int = 0) -> list:
+    """Trial `number` on L = 1.5 + a C^-0.3, reporting rung after rung while the decider promotes it."""
+    decisions = [decide(number, seed, 1e5, rung(0, 1.5 + a * 1e10**-0.3))]
+    while decisions[-1].promote:
+        r = len(decisions)
+        decisions.append(decide(number, seed, 1e5, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3)))
+    return decisions
+
+
+def test_the_final_decision_writes_the_band_into_the_optuna_trial_once_bands_are_calibrated(store, caplog):
+    """A trial's last decision carries its band (None while fewer than 4 trials have a held-out rung), which
+    lands in its (still running) Optuna trial."""
     study = optuna.create_study(study_name="s-study", storage=optuna_storage(store.url), directions=["minimize"] * 2)
     decide = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=3, optuna_study="s-study")
+    for number in range(4):  # measured earlier at two rungs each: 4 held-out rungs calibrate the bands
+        start(store, number, "cascaded", 1e5)
+        for r in range(2):
+            store.record_rung("s", number, 0, rung(r, 1.5 + (300.0 + 50 * number) * (1e10 * 3**r) ** -0.3 + 0.002 * r))
+    assert study.ask().number == 0
+    for _ in range(3):
+        study.ask()
     climbed = {}
-    for number, a in enumerate([400.0, 600.0, 800.0, 1000.0, 500.0]):
+    for number, a in zip(range(4, 8), [400.0, 600.0, 800.0, 1000.0], strict=True):
         assert study.ask().number == number
         start(store, number, "cascaded", 1e5)
-        decisions = [decide(number, 0, 1e5, rung(0, 1.5 + a * 1e10**-0.3))]
-        while decisions[-1].promote:
-            r = len(decisions)
-            decisions.append(decide(number, 0, 1e5, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3)))
+        decisions = climb(decide, store, number, a)
         assert all(d.band is None for d in decisions[:-1])  # only the final decision carries one
         final = decisions[-1]
         assert final.band is not None and final.band[0] <= final.predicted_loss <= final.band[1]
         climbed[number] = (len(decisions), list(final.band))
-    assert max(n for n, _ in climbed.values()) == 3 and min(n for n, _ in climbed.values()) == 1
     trials = optuna.load_study(study_name="s-study", storage=optuna_storage(store.url)).trials
     for number, (n, band) in climbed.items():
         assert trials[number].user_attrs == {"target_flops": TARGET, "rungs_climbed": n, "target_loss_band": band}
@@ -103,12 +116,60 @@ def test_the_final_decision_writes_the_band_into_the_optuna_trial(store, caplog)
     with caplog.at_level(logging.WARNING, logger="nas.fidelity"):
         assert decide(closed.number, 0, 1e5, rung(2, 1.6)).band is not None
         lost = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=3, optuna_study="no-such-study")
-        assert lost(0, 0, 1e5, rung(2, 1.6)).band is not None
+        assert lost(4, 0, 1e5, rung(2, 1.6)).band is not None
     assert len([r for r in caplog.records if "band not written" in r.message]) == 2
 
 
-def test_predictions_follow_the_fitted_curves_and_make_the_front_at_the_target(store):
-    """Four cascaded trials on L = 1.5 + A C^-0.3: the prediction at T is the curve's value, with a band."""
+def test_a_band_is_none_while_uncalibrated(store):
+    decide = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=2)
+    start(store, 0, "cascaded", 1e5)
+    assert decide(0, 0, 1e5, rung(0, 2.0)).promote
+    final = decide(0, 0, 1e5, rung(1, 1.9))
+    assert not final.promote and final.band is None and math.isfinite(final.predicted_loss)
+
+
+def test_on_replica_rungs_the_first_stops_measure_the_noise_then_ties_are_measured_again(store):
+    """With remeasure (replica rungs): a trial that would stop while the study has fewer than NOISE_REPEATS
+    repeated rungs measures its rung again first; once the noise is known, a trial within twice the noise of
+    the cut measures again, then climbs if still tied; a clear loser stops at once."""
+    decide = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=3, remeasure=True)
+
+    def report(number: int, loss: float, seed: int = 0):
+        return decide(number, seed, 1e5, {**rung(0, loss), "d_model": 32})
+
+    for n in range(4):
+        start(store, n, "cascaded", 1e5)
+    assert report(0, 2.00).promote  # alone: promoted
+    first = report(1, 2.30)  # would stop; the noise is not measured yet
+    assert first.measure_again and not first.promote
+    assert not report(1, 2.32, seed=REMEASURE_SEED_OFFSET).promote  # measured twice: stops (not tied: no noise)
+    assert report(2, 2.40).measure_again
+    assert not report(2, 2.41, seed=REMEASURE_SEED_OFFSET).measure_again
+    # Two repeated rungs: seed noise sqrt((0.02^2 / 2 + 0.01^2 / 2) / 2) = 0.0112, margin 0.022 at rung 0.
+    assert {(r.number, r.seed) for r in store.rungs("s")} >= {(1, REMEASURE_SEED_OFFSET), (2, REMEASURE_SEED_OFFSET)}
+    start(store, 4, "cascaded", 1e5)
+    tie = report(3, 2.01)  # ceil(4 / 3) = 2 promoted: 0 and ... 3 is second best anyway
+    assert tie.promote
+    close = report(4, 2.015)  # 5 at rung 0: 2 promoted (0, 3); 4 is within the margin of 3
+    assert close.measure_again and not close.promote
+    assert report(4, 2.012, seed=REMEASURE_SEED_OFFSET).promote  # still tied on its seed mean: climbs with 3
+
+
+def test_a_budget_ladder_promotes_ties_without_measuring_again(store):
+    decide = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=3)
+    for n in range(5):
+        start(store, n, "cascaded", 1e5)
+    for n, seed, loss in [(1, 0, 2.30), (1, 1, 2.32), (2, 0, 2.40), (2, 1, 2.41)]:
+        store.record_rung("s", n, seed, rung(0, loss))  # repeats measured earlier: the noise is known
+    assert decide(0, 0, 1e5, rung(0, 2.00)).promote
+    assert decide(3, 0, 1e5, rung(0, 2.01)).promote
+    tied = decide(4, 0, 1e5, rung(0, 2.015))
+    assert tied.promote and not tied.measure_again
+
+
+def test_predictions_follow_the_curves_and_make_the_front_at_the_target(store):
+    """Four cascaded trials on L = 1.5 + A C^-0.3: the prediction at T is the curve's value; with three held-out
+    rungs the band is uncalibrated."""
     amplitudes = {0: 400.0, 1: 600.0, 2: 800.0, 3: 1000.0}
     for number, a in amplitudes.items():
         start(store, number, "cascaded", 1e5 * (number + 1))
@@ -119,7 +180,7 @@ def test_predictions_follow_the_fitted_curves_and_make_the_front_at_the_target(s
     for number, a in amplitudes.items():
         p = predictions[number]
         assert p.loss == pytest.approx(1.5 + a * TARGET**-0.3, rel=1e-3)
-        assert p.low <= p.loss <= p.high and p.group != NONE
+        assert p.low is None and p.high is None and p.group != NONE
         assert p.rungs == (3 if number < 3 else 1)
         assert (p.loo_error is None) == (number == 3) and (number == 3 or abs(p.loo_error) < 1e-3)
     rows = store.trials("s")

@@ -7,7 +7,14 @@ import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flavour, flops_per_token
 from workers.data import DataConfig, load_corpus
-from workers.replica import plan_replica, replica_arch, replica_widths, run_replica_trial, target_path
+from workers.replica import (
+    MEASURE_AGAIN,
+    plan_replica,
+    replica_arch,
+    replica_widths,
+    run_replica_trial,
+    target_path,
+)
 from workers.train import OptimConfig, RunConfig
 from workers.trial import run_trial
 
@@ -122,6 +129,26 @@ def test_the_decider_is_told_the_top_rung_too(corpus):
         TARGET, T, [T / 16, T / 8], corpus, run=RUN, width_probe=False, on_rung=lambda r: told.append(r) or True
     )
     assert [r["rung"] for r in told] == [0, 1] and told == out.rungs
+
+
+def test_a_rung_measured_again_runs_another_seed_and_the_trial_reports_the_seed_mean(corpus):
+    """MEASURE_AGAIN: the rung's replica is trained once more with seed + offset (a run of its own, bit for bit
+    what `run_trial` gives with that seed) and the decider decides on being told it."""
+    told = []
+
+    def on_rung(rung: dict):
+        told.append(rung)
+        return MEASURE_AGAIN if len(told) == 1 else False
+
+    out = run_replica_trial(
+        TARGET, T, [T / 16, T / 8], corpus, seed=3, run=RUN, width_probe=False, on_rung=on_rung, remeasure_offset=100
+    )
+    assert [(r["rung"], r["seed"]) for r in told] == [(0, 3), (0, 103)] and out.rungs == told
+    alone = run_trial(plan_replica(TARGET, T, 0, T / 16, RUN.batch_size).arch, T / 16, corpus, 103, run=RUN,
+                      width_probe=False)  # fmt: skip
+    assert told[1]["val_loss"] == alone.val_loss and told[0]["val_loss"] != told[1]["val_loss"]
+    assert out.val_loss == pytest.approx((told[0]["val_loss"] + told[1]["val_loss"]) / 2, rel=1e-12)
+    assert out.training_flops == pytest.approx(told[0]["training_flops"] + told[1]["training_flops"])
 
 
 def test_a_diverging_replica_ends_the_trial_as_diverged_with_no_loss(corpus):
