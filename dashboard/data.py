@@ -25,8 +25,7 @@ from sqlalchemy.engine import make_url
 
 from nas.backtest import Backtest
 from nas.budget import Budget, BudgetError, stored_budget
-from nas.extrapolate import fit_study
-from nas.fidelity import Prediction, predict_search, predict_search_with_backtest, rung_points
+from nas.fidelity import Answer, Prediction, answer_at_target
 from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
 from workers.status import TrialStatus
 
@@ -145,25 +144,26 @@ def budget(url: str, name: str) -> Budget | str:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
+def answer(url: str, name: str, target: float) -> Answer:
+    """The search's answer at `target` training FLOPs from all its rungs (`nas.fidelity.answer_at_target`)."""
+    return answer_at_target(rungs(url, name), target)
+
+
 def predictions(url: str, name: str, target: float) -> dict[int, Prediction]:
-    """Each trial's predicted loss at `target` training FLOPs, band and leave-one-out error, from all its rungs."""
-    return predict_search(rungs(url, name), target)
+    """Each trial's predicted loss at `target`, its band, held-out error and basis."""
+    return answer(url, name, target).predictions
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
 def backtest(url: str, name: str, target: float) -> Backtest:
     """Which predictor the search answers with at `target`, and its backtest (`nas.backtest`)."""
-    return predict_search_with_backtest(rungs(url, name), target, band=False)[1]
+    return answer(url, name, target).backtest
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def fit_params(url: str, name: str) -> dict[int, tuple[float, float, float, str]]:
-    """Each trial's (E, A, alpha, group) of L = E + A C^-alpha fitted over all the search's rungs ({} if none)."""
-    try:
-        fit = fit_study(rung_points(rungs(url, name)))
-    except ValueError:  # no rung with a finite loss
-        return {}
-    return {number: fit.params(number) for number in fit.trials}
+def fit_params(url: str, name: str, target: float) -> dict[int, tuple[float, float, float, str]]:
+    """Each trial's (E, A, alpha, group) of L = E + A C^-alpha: the search's curve, with A as its predictor set
+    it ({} without a finite rung)."""
+    return answer(url, name, target).curves
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

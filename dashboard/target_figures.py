@@ -26,7 +26,7 @@ from .cost import COUNTED, CostAxis
 from .front_figures import on_axis
 from .style import family_colour, format_number, group_label, is_finite, legend_keys, mod_symbol, trial_hover
 
-__all__ = ["fidelity_figure", "rung_curve_figure", "rung_means", "target_front_figure"]
+__all__ = ["band_text", "fidelity_figure", "rung_curve_figure", "rung_means", "target_front_figure"]
 
 
 def _band_error(predictions: Sequence[Prediction]) -> dict:
@@ -34,19 +34,25 @@ def _band_error(predictions: Sequence[Prediction]) -> dict:
     return dict(
         type="data",
         symmetric=False,
-        array=[p.high - p.loss for p in predictions],
-        arrayminus=[p.loss - p.low for p in predictions],
+        array=[p.high - p.loss if p.high is not None else 0.0 for p in predictions],
+        arrayminus=[p.loss - p.low if p.low is not None else 0.0 for p in predictions],
         thickness=1.2,
         width=4,
     )
 
 
+def band_text(p: Prediction) -> str:
+    """`80% band 1.9012-1.9630`, or `band uncalibrated` (too few held-out rungs to calibrate one)."""
+    if p.low is None or p.high is None:
+        return "band uncalibrated"
+    return f"{BAND_LEVEL:.0%} band {format_number(p.low, '.4f')}-{format_number(p.high, '.4f')}"
+
+
 def _prediction_hover(p: Prediction, target: float) -> str:
     loo = "-" if p.loo_error is None else f"{p.loo_error:+.4f}"
     return (
-        f"<br>predicted at T = {target:.3g}: {format_number(p.loss, '.4f')} "
-        f"({BAND_LEVEL:.0%} band {format_number(p.low, '.4f')}-{format_number(p.high, '.4f')})"
-        f"<br>rungs {p.rungs} · LOO error {loo} · fit {group_label(p.group)}"
+        f"<br>predicted at T = {target:.3g}: {format_number(p.loss, '.4f')} ({band_text(p)})"
+        f"<br>rungs {p.rungs} · {p.basis} · held-out error {loo} · curve {group_label(p.group)}"
     )
 
 
@@ -298,7 +304,7 @@ def _fit_trace(xs: np.ndarray, e: float, a: float, alpha: float) -> go.Scatter:
 
 def _target_point_trace(target: float, loss: float, prediction: Prediction | None) -> go.Scatter:
     """ "predicted at T": a diamond at (T, `loss`), with the band of `prediction` as error bars when given."""
-    band = f" ({BAND_LEVEL:.0%} band {prediction.low:.4f}-{prediction.high:.4f})" if prediction is not None else ""
+    band = f" ({band_text(prediction)})" if prediction is not None else ""
     return go.Scatter(
         x=[target],
         y=[loss],

@@ -18,6 +18,7 @@ import streamlit as st
 
 from nas.backtest import Backtest
 from nas.budget import VALIDATED_TARGET_RATIO, Budget
+from nas.calibration import Calibration
 from nas.extrapolate import NONE
 from nas.fidelity import BAND_LEVEL
 from nas.pareto import pareto_rows, reference_point
@@ -31,7 +32,7 @@ from .export import export_bundle
 from .front_figures import cost_ratio_figure, hypervolume_figure, pareto_figure
 from .style import format_number
 from .tables import fidelity_benchmark_frame, searches_frame, target_frame, trials_frame
-from .target_figures import fidelity_figure, rung_curve_figure, target_front_figure
+from .target_figures import band_text, fidelity_figure, rung_curve_figure, target_front_figure
 from .trial_figures import (
     ancre_heatmap,
     loss_curve_figure,
@@ -243,18 +244,21 @@ def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dic
     return None
 
 
-def ladder_caption(budget: Budget, check: Backtest | None = None) -> str:
-    """The target T, the ladder (its kind, its rungs' budgets and eta) and the predictor in one line."""
+def ladder_caption(budget: Budget, check: Backtest | None = None, calibration: Calibration | None = None) -> str:
+    """The target T, the ladder (its kind, its rungs' budgets and eta), the predictor and the bands in one line."""
     ladder = ", ".join(f"{budget.trial_flops * budget.eta**r:.3g}" for r in range(budget.rungs))
     what = "replicas at the target's tokens per parameter" if budget.ladder == "replica" else "the config itself"
     caption = (
         f"target T = {budget.target:.3g} training FLOPs ({budget.target / budget.top_rung_flops:.3g} x the top rung) · "
         f"{budget.ladder} ladder ({what}): {budget.rungs} rungs, eta = {budget.eta:g} ({ladder} training FLOPs) · "
-        f"each trial's loss at T predicted by L = E + A C^-alpha over its rungs (alpha, E shared by a family or the "
-        f"whole search); error bars: the {BAND_LEVEL:.0%} band"
+        f"each trial's loss at T: its highest rung carried on the search's curve L = E + A C^-alpha (alpha, E "
+        f"shared), or all its rungs weighted by their reliability where the backtest favours that; error bars: "
+        f"the {BAND_LEVEL:.0%} band, calibrated on the backtest"
     )
     if check is not None:
         caption += f" · {check.describe()}"
+    if calibration is not None:
+        caption += f" · {calibration.describe()}"
     if budget.beyond_validated:
         caption += f" · warning: {budget.beyond_validated}"
     return caption
@@ -310,7 +314,8 @@ def target_page(url: str, summaries: Sequence) -> None:
             st.info(reason)
             return
         rows = data.trials(url, name)
-        st.caption(ladder_caption(budget, data.backtest(url, name, budget.target)))
+        answer = data.answer(url, name, budget.target)
+        st.caption(ladder_caption(budget, answer.backtest, answer.calibration))
         if target is not None and isinstance(stored, Budget) and target != stored.target:
             st.caption(_moved_target_note(budget))
         st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
@@ -400,7 +405,7 @@ def _trial_rungs(url: str, name: str, row) -> None:
         return
     predictions = data.predictions(url, name, budget.target)
     p = predictions.get(row.number)
-    params = data.fit_params(url, name).get(row.number)
+    params = data.fit_params(url, name, budget.target).get(row.number)
     if p is None or params is None or p.group in (NONE, "-"):
         st.caption(
             f"measured at {len({r.rung for r in mine})} rung(s); "
@@ -411,8 +416,8 @@ def _trial_rungs(url: str, name: str, row) -> None:
     st.plotly_chart(rung_curve_figure(mine, params, budget.target, p), key=f"rung_curve_{row.id}")
     loo = "-" if p.loo_error is None else f"{p.loo_error:+.4f}"
     st.caption(
-        f"predicted at T = {budget.target:.3g} training FLOPs: {p.loss:.4f} nats ({BAND_LEVEL:.0%} band "
-        f"{p.low:.4f}-{p.high:.4f}) · {p.rungs} of {budget.rungs} rungs · leave-one-out error {loo}"
+        f"predicted at T = {budget.target:.3g} training FLOPs: {p.loss:.4f} nats ({band_text(p)}) · "
+        f"{p.rungs} of {budget.rungs} rungs · {p.predictor}: {p.basis} · held-out error of its highest rung {loo}"
     )
     st.dataframe(rung_frame(mine), hide_index=True, key=f"rung_table_{row.id}", column_config=COSTS)
     if any(r.d_model is not None for r in mine):

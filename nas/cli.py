@@ -6,7 +6,6 @@ Bad input ends with a one-line `error: ...` naming the field, exit code 2, and n
 from __future__ import annotations
 
 import logging
-import math
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,7 +49,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Architecture search over residual topologies and depth sparsity.",
 )
-console = Console(width=None if sys.stdout.isatty() else 160)  # full tables in logs and pipes
+console = Console(width=None if sys.stdout.isatty() else 120)  # the same tables in logs and pipes
+WIDE = 220  # `nas show --wide` prints every column at this width outside a terminal
 STORAGE_HELP = (
     f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
     "command line, else sqlite:///resnas.db in the working directory)."
@@ -140,10 +140,26 @@ def search(
         help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
         "or 'budget' (the config itself, one run branched at each rung).",
     ),
+    schedule: str | None = typer.Option(
+        None,
+        help="The target run's learning-rate schedule: wsd (warmup-stable-decay) or cosine; every rung, repeat, "
+        "export and nas pretrain follows it (default: the space's, else wsd).",
+    ),
+    cooldown: float | None = typer.Option(
+        None, help="wsd: share of each run's last steps spent decaying the LR (default: the space's, else 0.2)."
+    ),
     min_replica_width: int = typer.Option(
         8,
         help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
         "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
+    ),
+    min_tokens_per_param: float = typer.Option(
+        4.0,
+        help="Train only configs that see at least this many tokens per parameter at the target T (0: no bound): "
+        "a config far below compute-optimal there is not a plausible answer.",
+    ),
+    max_tokens_per_param: float | None = typer.Option(
+        None, help="Train only configs that see at most this many tokens per parameter at T."
     ),
     stop_grace: float = typer.Option(
         120.0, help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung."
@@ -170,6 +186,8 @@ def search(
         target_flops=target_flops,
         ladder=ladder,
         min_replica_width=min_replica_width,
+        min_tokens_per_param=min_tokens_per_param or None,
+        max_tokens_per_param=max_tokens_per_param,
     )
     settings_options = dict(
         workers=workers,
@@ -185,7 +203,7 @@ def search(
         pad_vocab=pad_vocab,
     )
     space_spec, budget, settings = _checked_search_inputs(
-        name, space, budget_options, settings_options, data, tokenizer
+        name, space, budget_options, settings_options, data, tokenizer, {"schedule": schedule, "cooldown": cooldown}
     )
     if ray_address:
         _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
@@ -225,7 +243,13 @@ def _stopped_by_signal(store, name: str):
 
 
 def _checked_search_inputs(
-    name: str, space: Path | None, budget_options: dict, settings_options: dict, data: str, tokenizer: str
+    name: str,
+    space: Path | None,
+    budget_options: dict,
+    settings_options: dict,
+    data: str,
+    tokenizer: str,
+    schedule_options: dict | None = None,
 ):
     """(space spec, budget, settings) of a new search, or a one-line `fail` naming the field.
 
@@ -238,6 +262,7 @@ def _checked_search_inputs(
     from .budget import BudgetError, check_budget_fits
 
     space_spec, budget = _validated_inputs(space, budget_options)
+    space_spec = _with_schedule(space_spec, schedule_options or {}, budget.ladder if budget.rungs > 1 else None)
     if budget.beyond_validated:
         console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
     if not name.strip():
@@ -342,6 +367,7 @@ def show(
     name: str = typer.Argument(..., help="The search."),
     pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
     bpb: bool = typer.Option(False, "--bpb", help="Losses in bits per byte (comparable across tokenizers)."),
+    wide: bool = typer.Option(False, "--wide", help="Every column: lr, heads, top replica, held-out error, basis."),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
 ) -> None:
     """Show a search's completed trials, or with --pareto its front and hypervolume."""
@@ -352,7 +378,7 @@ def show(
         store.get_search(name)
     except StoreError as err:
         fail(str(err))
-    _print_front(store, name, only_front=pareto, bpb=bpb)
+    _print_front(store, name, only_front=pareto, bpb=bpb, wide=wide)
 
 
 @app.command()
@@ -395,8 +421,13 @@ def pretrain(
     ),
     out: Path | None = typer.Option(None, help="Run folder (checkpoints; a re-run resumes)."),
     seed: int = typer.Option(0, help="Seed."),
+    schedule: str | None = typer.Option(
+        None, help="Override the exported learning-rate schedule (wsd or cosine); the search measured the export's."
+    ),
+    cooldown: float | None = typer.Option(None, help="Override the exported wsd cooldown share."),
 ) -> None:
-    """Pretrain an exported configuration at full scale with the same model code and training loop."""
+    """Pretrain an exported configuration at full scale with the same model code, training loop and
+    learning-rate schedule as the search's runs."""
     import json
 
     from workers.data import DataConfig
@@ -410,6 +441,7 @@ def pretrain(
         exported = load_exported(file)
     except ExportError as err:
         fail(str(err))
+    exported = _with_schedule_override(exported, {"schedule": schedule, "cooldown": cooldown})
     data_cfg = DataConfig(**_validated_data(data, tokenizer or exported.tokenizer_spec(file))[0])
     try:
         summary = run_pretraining(
@@ -423,6 +455,26 @@ def pretrain(
     except (ExportError, PretrainError) as err:
         fail(str(err))
     console.print_json(json.dumps(summary, default=str))
+
+
+def _with_schedule_override(exported, options: dict):
+    """The export with the schedule options given (not None) in place of its own, said on the console: the
+    search measured its configs under the exported schedule, so a different one is the user's explicit choice."""
+    from workers.train import OptimConfig
+
+    from .messages import options_message
+
+    given = {k: v for k, v in options.items() if v is not None}
+    if not given:
+        return exported
+    try:
+        optim = OptimConfig(**{**exported.optim.model_dump(), **given})
+    except ValidationError as err:
+        fail(options_message(err))
+    was = ", ".join(f"{k} {getattr(exported.optim, k)}" for k in given)
+    now = ", ".join(f"{k} {v}" for k, v in given.items())
+    console.print(f"[yellow]schedule override:[/] {now} (the search measured this config under {was})")
+    return exported.model_copy(update={"optim": optim})
 
 
 @app.command()
@@ -547,6 +599,29 @@ def _validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
     return config.model_dump(exclude_defaults=True), corpus.summary()
 
 
+def _with_schedule(space_spec, options: dict, ladder: str | None):
+    """The space with the search's learning-rate schedule fixed: the options given (not None) over the space's
+    own, over OptimConfig's defaults; stored with the search so that every run of it follows the same."""
+    from workers.train import OptimConfig
+
+    from .messages import options_message
+    from .space import space_from_dict
+
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        OptimConfig(**given)
+    except ValidationError as err:
+        fail(options_message(err))
+    fixed = {**space_spec.schedule_fields(), **space_spec.fixed, **given}
+    spec = space_from_dict({**space_spec.spec(), "fixed": fixed})
+    if ladder == "budget" and spec.fixed["schedule"] != "wsd":
+        fail(
+            f"--schedule {spec.fixed['schedule']}: a budget ladder branches each rung's cooldown off one "
+            "warmup-stable-decay run; use --schedule wsd, or --ladder replica"
+        )
+    return spec
+
+
 def _with_vocabulary(space_spec, vocab_size: int, pad_to: int):
     """The space with `vocab_size` fixed at the tokenizer's vocabulary padded to a multiple of `pad_to`
     (or the space's own fixed value, if larger)."""
@@ -577,121 +652,31 @@ def _validated_ray_dir(ray_dir: str | None) -> str | None:
 
 
 def _loss(x) -> str:
-    return "-" if x is None else ("inf" if not math.isfinite(x) else f"{x:.4f}")
+    from .front_table import format_loss
+
+    return format_loss(x)
 
 
 def _flops(x) -> str:
-    return "-" if x is None or not math.isfinite(x) else f"{x / 1e6:.2f}M"
+    from .front_table import format_flops
+
+    return format_flops(x)
 
 
-def _replica(rung) -> str:
-    """A replica rung's width and tokens per parameter, `*` when it is off the target's path."""
-    if rung is None:
-        return "-"
-    return f"{rung.d_model}, {rung.tokens_per_param:.3g}" + ("" if rung.on_path else "*")
-
-
-FRONT_COLUMNS = (
-    "trial",
-    "residual",
-    "layers",
-    "d",
-    "heads",
-    "mod",
-    "lr",
-    "rungs",
-    "top replica d, tok/param",
-    "top-rung loss",
-    "loss at T",
-    "80% band",
-    "LOO err",
-    "seeds",
-    "tied with",
-    "FLOPs/tok",
-)
-
-
-def _print_front(store, name: str, only_front: bool = True, bpb: bool = False) -> None:
-    """The front at the search's target budget: predicted loss at T (with its band) vs executed FLOPs/token,
-    the predictor chosen, and the hypervolume at T (in nats).  `bpb`: the table's losses in bits per byte."""
-    from workers.status import TrialStatus
-
+def _print_front(store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False) -> None:
+    """The front at the search's target budget (`nas.front_table`), then the predictor, the bands and the
+    hypervolume at T."""
     from .budget import stored_budget
-    from .extrapolate import seed_noise
-    from .fidelity import at_target, front_at_target, predict_search_with_backtest, rung_points
-    from .pareto import hypervolume, reference_point
+    from .fidelity import answer_at_target
+    from .front_table import front_report
 
-    rows = store.trials(name)
+    rows, rungs = store.trials(name), store.rungs(name)
     budget = stored_budget(store.get_search(name).budget)
-    rungs = store.rungs(name)
-    predictions, check = predict_search_with_backtest(rungs, budget.target)
-    noise = seed_noise(rung_points(rungs)) if rungs else None
-    targeted = at_target(rows, predictions) if predictions else rows  # no rungs: a single-budget search
-    front = front_at_target(rows, predictions)
-    shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
-    what = "Pareto front" if only_front else "completed trials"
-    title = f"{name}: {what} at the target, T = {budget.target:.3g} training FLOPs" + (
-        "; losses in bits/byte" if bpb else ""
-    )
-    console.print(_front_table(title, shown, rows, rungs, predictions, noise, _bpb_per_nat(rows) if bpb else None))
-    if predictions:
-        console.print(f"{budget.ladder} ladder; {check.describe()}")
-    if budget.beyond_validated:
-        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
-    ref = reference_point(rows)
-    console.print(
-        f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
-        f"(loss {ref[0]:.4f} nats = ln {round(math.exp(ref[0]))}, executed FLOPs/token {ref[1]:.4g}); "
-        f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
-        f"{len(rows)} trial rows"
-        + (f"; seed noise {noise:.4f} nats: losses within {2 * noise:.4f} are tied" if noise else "")
-    )
-
-
-def _bpb_per_nat(rows) -> dict[int, float]:
-    """Bits per byte per nat of loss, trial by trial: val_bpb / val_loss of its held-out set (exact)."""
-    return {
-        r.number: r.val_bpb / r.val_loss
-        for r in rows
-        if r.val_loss and r.val_bpb is not None and math.isfinite(r.val_loss) and math.isfinite(r.val_bpb)
-    }
-
-
-def _front_table(
-    title: str, shown, rows, rungs, predictions, noise: float | None, bpb_per_nat: dict[int, float] | None = None
-) -> Table:
-    """One line per trial of `shown` (rows at their loss at T): its knobs, rungs, top replica, measured top-rung
-    loss, prediction and band, leave-one-out error, seeds, the trials it is tied with, FLOPs per token.
-    With `bpb_per_nat`, losses are shown in bits per byte (ties are still judged in nats)."""
-    from .extrapolate import tied
-
-    measured = {r.number: r for r in rows}
-    top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
-    seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
-    table = Table(*FRONT_COLUMNS, title=title)
-    for r in shown:
-        lr, p = r.config.get("lr"), predictions.get(r.number)
-        k = 1.0 if bpb_per_nat is None else bpb_per_nat.get(r.number, math.nan)
-        ties = [str(o.number) for o in shown if o.number != r.number and tied(r.val_loss, o.val_loss, noise)]
-        table.add_row(
-            str(r.number),
-            r.residual,
-            str(r.n_layers),
-            str(r.d_model),
-            str(r.n_heads),
-            f"{r.mod_rate:g}",
-            f"{lr:.2e}" if lr else "-",
-            str(p.rungs) if p else "-",
-            _replica(top_replica.get(r.number)),
-            _loss(k * measured[r.number].val_loss),
-            _loss(k * r.val_loss),
-            f"{_loss(k * p.low)}-{_loss(k * p.high)}" if p else "-",
-            f"{k * p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
-            str(seeds.get(r.number, 1)),
-            ", ".join(ties) or "-",
-            _flops(r.executed_flops_per_token),
-        )
-    return table
+    answer = answer_at_target(rungs, budget.target) if rungs else None
+    table, lines = front_report(name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide)
+    console.print(table, width=WIDE if wide and not sys.stdout.isatty() else None)
+    for line in lines:
+        console.print(line)
 
 
 def main() -> None:

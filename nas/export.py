@@ -160,9 +160,14 @@ def _recommendation(arch: ArchConfig, target_flops: float, prediction: Predictio
     rec = recommend(arch, target_flops)
     if prediction is None or not math.isfinite(prediction.loss):
         return rec
-    band = (prediction.low, prediction.high)
+    band = (prediction.low, prediction.high) if prediction.low is not None and prediction.high is not None else None
     return rec.model_copy(
-        update={"predicted_loss": prediction.loss, "predicted_band": band, "predictor": prediction.predictor}
+        update={
+            "predicted_loss": prediction.loss,
+            "predicted_band": band,
+            "predictor": prediction.predictor,
+            "basis": prediction.basis,
+        }
     )
 
 
@@ -264,10 +269,12 @@ def _recommendation_note(rec: Recommendation | None) -> str:
     if rec is None:
         return ""
     note = f"# target: {rec.target_flops:.3g} training FLOPs = {rec.tokens:,} tokens for this architecture"
-    if rec.predicted_loss is not None and rec.predicted_band is not None:
-        low, high = rec.predicted_band
-        note += f"; predicted loss {rec.predicted_loss:.4f} nats/token (80% band {low:.4f}-{high:.4f}"
-        note += f", by the {rec.predictor})" if rec.predictor else ")"
+    if rec.predicted_loss is not None:
+        band = (
+            "band uncalibrated" if rec.predicted_band is None else "80% band {:.4f}-{:.4f}".format(*rec.predicted_band)
+        )
+        note += f"\n#   predicted loss {rec.predicted_loss:.4f} nats/token ({band})"
+        note += f", {rec.predictor}: {rec.basis}" if rec.predictor else ""
     return note + "\n"
 
 
@@ -295,6 +302,8 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
                 "recommended_tokens": e.recommended.tokens if e.recommended else None,
                 "predicted_loss": e.recommended.predicted_loss if e.recommended else None,
                 "predictor": e.recommended.predictor if e.recommended else None,
+                "predicted_from": e.recommended.basis if e.recommended else None,
+                "schedule": e.optim.schedule,
                 "ancre_frozen": bool(e.ancre and e.ancre.freeze),
             }
             for e, p in zip(exports, paths, strict=False)

@@ -27,8 +27,7 @@ from dashboard.trial_figures import (
     skip_rate_figure,
     width_figure,
 )
-from nas.extrapolate import fit_study
-from nas.fidelity import at_target, predict_search, rung_points
+from nas.fidelity import answer_at_target, at_target, predict_search
 from nas.pareto import hypervolume_curve, pareto_rows, reference_point
 from nas.store import Store, default_url
 from nas.width_advice import WidthPoint, width_advice
@@ -518,10 +517,12 @@ def test_target_figure_draws_the_measured_front_of_each_rung(rows, rungs1, predi
 
 
 def test_rung_curve_passes_through_the_fit_and_ends_at_the_target(rungs1, predictions1):
-    fit = fit_study(rung_points(rungs1))
+    """The curve drawn is the search's, at the level its predictor set: it ends at the predicted loss at T."""
+    curves = answer_at_target(rungs1, TARGET).curves
     for number in (0, 4, 6):
         mine = [r for r in rungs1 if r.number == number]
-        fig = rung_curve_figure(mine, fit, TARGET, predictions1[number])
+        e, a, alpha, _ = curves[number]
+        fig = rung_curve_figure(mine, curves[number], TARGET, predictions1[number])
         measured, curve, at_t = (
             _trace(fig, "measured"),
             _trace(fig, "fit L = E + A C^-α"),
@@ -529,18 +530,20 @@ def test_rung_curve_passes_through_the_fit_and_ends_at_the_target(rungs1, predic
         )
         assert list(measured.x) == [r.budget_flops for r in mine] and list(measured.y) == [r.val_loss for r in mine]
         assert curve.x[0] == C and curve.x[-1] == TARGET and np.all(np.diff(curve.x) > 0)
-        assert np.allclose(curve.y, [fit.predict(number, x) for x in curve.x], rtol=1e-12)
+        assert np.allclose(curve.y, [e + a * x**-alpha for x in curve.x], rtol=1e-12)
         p = predictions1[number]
         assert list(at_t.x) == [TARGET] and at_t.y[0] == p.loss == pytest.approx(curve.y[-1], rel=1e-12)
-        assert list(at_t.error_y.array) == [p.high - p.loss] and list(at_t.error_y.arrayminus) == [p.loss - p.low]
+        band = ([p.high - p.loss], [p.loss - p.low]) if p.low is not None else ([0.0], [0.0])
+        assert (list(at_t.error_y.array), list(at_t.error_y.arrayminus)) == band
         assert fig.layout.xaxis.type == "log"
-    # the same curve from the trial's parameters alone, and the point at T is the curve's end without a band
-    by_params = rung_curve_figure([r for r in rungs1 if r.number == 1], fit.params(1), TARGET)
+    # without a prediction, the point at T is the curve's end without a band
+    by_params = rung_curve_figure([r for r in rungs1 if r.number == 1], curves[1], TARGET)
     curve = _trace(by_params, "fit L = E + A C^-α")
-    assert np.allclose(curve.y, [fit.predict(1, x) for x in curve.x], rtol=1e-12)
+    e, a, alpha, _ = curves[1]
+    assert np.allclose(curve.y, [e + a * x**-alpha for x in curve.x], rtol=1e-12)
     assert _trace(by_params, "predicted at T").y[0] == curve.y[-1] and len(_trace(by_params, "measured").x) == 4
     with pytest.raises(ValueError, match="one trial"):
-        rung_curve_figure(rungs1, fit, TARGET)
+        rung_curve_figure(rungs1, curves[0], TARGET)
 
 
 def test_fidelity_figure_shows_the_leave_one_out_errors(predictions1):
