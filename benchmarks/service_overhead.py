@@ -197,7 +197,11 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    space, budget, settings = load_space(), Budget(trial_flops=TRIAL_FLOPS, trials=N_TRIALS), SearchSettings(workers=2)
+    space, budget, settings = (
+        load_space(),
+        Budget(trial_flops=TRIAL_FLOPS, trials=N_TRIALS, min_tokens_per_param=None),
+        SearchSettings(workers=2),
+    )
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="resnas-overhead-") as tmp:
         tmp = Path(tmp)

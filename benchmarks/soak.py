@@ -77,7 +77,7 @@ def drive(url: str, trials: int, resume: bool) -> int:
         if resume:
             resume_search(store, NAME, show_progress=False, trainable=sleepy_noop)
         else:
-            budget = Budget(trial_flops=2e12, trials=trials, rungs=1)
+            budget = Budget(trial_flops=2e12, trials=trials, rungs=1, min_tokens_per_param=None)
             settings = SearchSettings(workers=2, retries=3, seed=0)
             launch_search(store, NAME, load_space(), budget, settings, show_progress=False, trainable=sleepy_noop)
     except SearchInterrupted as stop:

@@ -74,7 +74,7 @@ def run_search(url: str, n_trials: int, settings: SearchSettings) -> dict:
     configure_ray_env()  # before Ray is imported
     from nas import tune_runner
 
-    space, budget = load_space(), Budget(trial_flops=TRIAL_FLOPS, trials=n_trials)
+    space, budget = load_space(), Budget(trial_flops=TRIAL_FLOPS, trials=n_trials, min_tokens_per_param=None)
     store, name = TimedStore(url), "load"
     study = create_search(store, name, space, budget, settings)
     t0 = time.perf_counter()

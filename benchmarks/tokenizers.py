@@ -54,6 +54,7 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
     db = f"sqlite:///{tmp}/{spec.replace(':', '_')}.db"
     cmd = [sys.executable, "-m", "nas.cli", "search", "--name", "t", "--trial-flops", str(TRIAL_FLOPS)]
     cmd += ["--trials", str(trials), "--rungs", "1", "--sampler", "random", "--seed", "0", "--workers", "2"]
+    cmd += ["--min-tokens-per-param", "0"]  # the same configs for every tokenizer, plausible at T or not
     cmd += ["--tokenizer", spec, "--storage", db, "--no-progress"]
     start = time.perf_counter()
     done = subprocess.run(cmd, cwd=tmp, env={**os.environ, "RESNAS_CACHE": str(cache)}, capture_output=True, text=True)

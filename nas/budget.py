@@ -13,8 +13,10 @@ told it is beyond that). Bad values raise `BudgetError` with one line naming the
 `--trial-flops: must be > 0 (got -1.0)`.
 
 `check_budget_fits` rejects, before anything runs, a trial budget below one training step of the
-cheapest architecture of the space; `trial_is_feasible` gives the reason one sampled architecture
-cannot afford a step (the search records such a trial as infeasible without training it).
+cheapest architecture of the space, or a space whose cheapest architecture would see fewer tokens per
+parameter at T than `--min-tokens-per-param`; `trial_is_feasible` gives the reason one sampled
+architecture cannot afford a step or lies outside that range at T (the search records such a trial as
+infeasible without training it: the answer at T is where pretraining is plausible).
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
 from workers.budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
-from workers.replica import DEFAULT_MIN_WIDTH, plan_replica
+from workers.replica import DEFAULT_MIN_WIDTH, plan_replica, target_path
 from workers.train import RunConfig
 
 from .messages import options_message
 from .space import IntParam, SearchSpace, describe, smallest_config
 
 __all__ = [
+    "DEFAULT_MIN_TOKENS_PER_PARAM",
     "DEFAULT_TRIALS",
     "VALIDATED_TARGET_RATIO",
     "Budget",
@@ -42,10 +45,15 @@ __all__ = [
     "check_budget_fits",
     "space_batch_size",
     "stored_budget",
+    "tokens_per_param_reason",
     "trial_is_feasible",
 ]
 
 DEFAULT_TRIALS = 20  # when neither --trials nor --search-flops is given
+# A config trained at T on fewer tokens per parameter than this is far from compute-optimal (Chinchilla's ratio
+# is ~20; small models are best at more): its answer at T is not plausible, so a search does not spend a trial on
+# it. On `make fidelity`'s truths no config below it ranked in the better half (benchmarks/README.md).
+DEFAULT_MIN_TOKENS_PER_PARAM = 4.0
 VALIDATED_TARGET_RATIO = 10.0  # T / top rung checked by `make fidelity`; the default --target-flops
 LEGACY_TARGET_RATIO = 1000.0  # T / C of a search stored without a ladder kind and without --target-flops
 Ladder = Literal["replica", "budget"]
@@ -91,6 +99,15 @@ class Budget(BaseModel):
     min_replica_width: int = Field(
         DEFAULT_MIN_WIDTH, ge=2, le=65536, description="narrowest replica: a rung needing less trains it off the path"
     )
+    min_tokens_per_param: float | None = Field(
+        DEFAULT_MIN_TOKENS_PER_PARAM,
+        gt=0,
+        allow_inf_nan=False,
+        description="configs seeing fewer tokens per parameter at T are not trained (None: no bound)",
+    )
+    max_tokens_per_param: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="configs seeing more tokens per parameter at T are not trained"
+    )
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -116,6 +133,11 @@ class Budget(BaseModel):
             raise ValueError(
                 f"--search-flops: {_num(self.search_flops)} is below --trial-flops "
                 f"{_num(self.trial_flops)}: not even one trial"
+            )
+        low, high = self.min_tokens_per_param, self.max_tokens_per_param
+        if low is not None and high is not None and high < low:
+            raise ValueError(
+                f"--max-tokens-per-param: {high:g} is below --min-tokens-per-param {low:g}: no config can be trained"
             )
         if self.target <= self.top_rung_flops:
             raise ValueError(
@@ -173,6 +195,8 @@ def stored_budget(raw: dict) -> Budget:
     if "ladder" not in raw:
         target = raw.get("target_flops") or LEGACY_TARGET_RATIO * raw["trial_flops"]
         raw = {**raw, "ladder": "budget", "target_flops": target}
+    if "min_tokens_per_param" not in raw:  # stored before the bound: it trained every config it sampled
+        raw = {**raw, "min_tokens_per_param": None}
     return Budget(**{"rungs": 1, **raw})
 
 
@@ -203,17 +227,44 @@ def check_budget_fits(space: SearchSpace, budget: Budget, batch_size: int | None
     batch = batch_size if batch_size is not None else space_batch_size(space)
     cheapest = smallest_config(space)
     try:
-        return plan_budget(cheapest, budget.trial_flops, batch)
+        plan = plan_budget(cheapest, budget.trial_flops, batch)
     except InfeasibleBudget:
         raise BudgetError(
             f"--trial-flops {_num(budget.trial_flops)} is below the cheapest config in the space "
             f"(needs >= {_step_cost(cheapest, batch)} for one training step of {describe(cheapest)})"
         ) from None
+    low = budget.min_tokens_per_param
+    if low is not None and (reason := tokens_per_param_reason(cheapest, budget, batch)) and "below" in reason:
+        raise BudgetError(
+            f"--min-tokens-per-param {low:g}: even the cheapest config of the space ({describe(cheapest)}) sees "
+            f"{reason.split(' tokens')[0]} tokens per parameter at T = {_num(budget.target)}: lower the bound or "
+            "raise --target-flops"
+        )
+    return plan
+
+
+def tokens_per_param_reason(arch: ArchConfig, budget: Budget, batch_size: int) -> str | None:
+    """Why `arch` is outside the budget's tokens-per-parameter range at the target T, or None."""
+    low, high = budget.min_tokens_per_param, budget.max_tokens_per_param
+    if low is None and high is None:
+        return None
+    try:
+        ratio = target_path(arch, budget.target, batch_size).tokens_per_param
+    except InfeasibleBudget:
+        return f"one step at the target {_num(budget.target)} is beyond its budget"
+    if low is not None and ratio < low:
+        return f"{ratio:.3g} tokens per parameter at T = {_num(budget.target)}, below --min-tokens-per-param {low:g}"
+    if high is not None and ratio > high:
+        return f"{ratio:.3g} tokens per parameter at T = {_num(budget.target)}, above --max-tokens-per-param {high:g}"
+    return None
 
 
 def trial_is_feasible(arch: ArchConfig, budget: Budget | float, batch_size: int) -> str | None:
-    """None if `arch` can afford at least one training step of the per-trial budget, else why not. On a
-    replica ladder the lowest rung trains a narrower replica: it is that replica which must afford a step."""
+    """None if `arch` can afford at least one training step of the per-trial budget and (with a Budget) sees a
+    number of tokens per parameter at T within its range, else why not. On a replica ladder the lowest rung
+    trains a narrower replica: it is that replica which must afford a step."""
+    if isinstance(budget, Budget) and (reason := tokens_per_param_reason(arch, budget, batch_size)):
+        return reason
     flops = budget.trial_flops if isinstance(budget, Budget) else float(budget)
     if isinstance(budget, Budget) and budget.ladder == "replica" and budget.rungs > 1:
         try:

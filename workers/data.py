@@ -221,17 +221,24 @@ def _column(ds: Any, field: str, source: str) -> list[Any]:
 
 
 def _load_local_group(builder: str, files: list[Path], cfg: DataConfig) -> list[Any]:
-    """The documents of local files of one format, read through ``datasets``."""
+    """The documents of local files of one format, read through ``datasets`` (without its progress bars:
+    reading a local file takes a moment, and a bar on stderr would break the CLI's one-line errors)."""
     import datasets
 
     kwargs: dict[str, Any] = {"sample_by": "document"} if builder == "text" else {}
-    ds = datasets.load_dataset(
-        builder,
-        data_files=[str(f) for f in files],
-        split="train",
-        cache_dir=str(cfg.resolved_cache_dir() / "hf-datasets"),
-        **kwargs,
-    )
+    bars = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        ds = datasets.load_dataset(
+            builder,
+            data_files=[str(f) for f in files],
+            split="train",
+            cache_dir=str(cfg.resolved_cache_dir() / "hf-datasets"),
+            **kwargs,
+        )
+    finally:
+        if bars:
+            datasets.enable_progress_bars()
     field = "text" if builder == "text" else cfg.text_field  # .txt files: the whole file
     return list(_column(ds, field, cfg.source))
 

@@ -115,11 +115,14 @@ def test_check_budget_fits_accepts_the_default_budget(space):
 def test_check_budget_fits_boundary_is_one_step_of_the_cheapest_config(space):
     cheapest = smallest_config(space)
     one_step = 3 * flops_per_token(cheapest).executed * 16 * cheapest.seq_len
-    assert check_budget_fits(space, Budget(trial_flops=one_step), 16).steps == 1
-    with pytest.raises(BudgetError):
-        check_budget_fits(space, Budget(trial_flops=one_step * 0.99), 16)
-    with pytest.raises(BudgetError):  # a bigger batch makes one step dearer
-        check_budget_fits(space, Budget(trial_flops=one_step), 32)
+    unbounded = {"min_tokens_per_param": None}  # at so small a target no config sees 4 tokens per parameter
+    assert check_budget_fits(space, Budget(trial_flops=one_step, **unbounded), 16).steps == 1
+    with pytest.raises(BudgetError, match="--trial-flops"):
+        check_budget_fits(space, Budget(trial_flops=one_step * 0.99, **unbounded), 16)
+    with pytest.raises(BudgetError, match="--trial-flops"):  # a bigger batch makes one step dearer
+        check_budget_fits(space, Budget(trial_flops=one_step, **unbounded), 32)
+    with pytest.raises(BudgetError, match="^--min-tokens-per-param 4: even the cheapest config"):
+        check_budget_fits(space, Budget(trial_flops=one_step), 16)
 
 
 def test_space_batch_size(space):
@@ -131,8 +134,8 @@ def test_space_batch_size(space):
 
 def test_trial_is_feasible():
     big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
-    assert trial_is_feasible(big, Budget(trial_flops=2e12), 16) is None
-    reason = trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget"), 16)
+    assert trial_is_feasible(big, Budget(trial_flops=2e12, min_tokens_per_param=None), 16) is None
+    reason = trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget", min_tokens_per_param=None), 16)
     assert reason is not None and "one training step needs" in reason and "--trial-flops 1e10" in reason
     assert trial_is_feasible(big, 1e10, 16) == reason  # a plain number works too
 
@@ -140,12 +143,33 @@ def test_trial_is_feasible():
 def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
     big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
     # one step of the config itself costs 3 F x 2048 tokens > 1e10; its narrowest replica (width 8) does not
-    assert trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget"), 16) is not None
-    assert trial_is_feasible(big, Budget(trial_flops=1e10), 16) is None
-    reason = trial_is_feasible(big, Budget(trial_flops=1e7), 16)
+    assert trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget", min_tokens_per_param=None), 16) is not None
+    assert trial_is_feasible(big, Budget(trial_flops=1e10, min_tokens_per_param=None), 16) is None
+    reason = trial_is_feasible(big, Budget(trial_flops=1e7, min_tokens_per_param=None), 16)
     assert reason is not None and reason.startswith("the lowest rung's replica cannot afford one step")
     # a floor at the config's own width leaves the lowest rung the config itself: no cheaper than a budget ladder
-    floored = Budget(trial_flops=1e10, min_replica_width=192)
+    floored = Budget(trial_flops=1e10, min_replica_width=192, min_tokens_per_param=None)
     assert trial_is_feasible(big, floored, 16) is not None and floored.min_replica_width == 192
     with pytest.raises(BudgetError, match=r"^--min-replica-width: must be >= 2 \(got 1\)$"):
         Budget(trial_flops=1e10, min_replica_width=1)
+
+
+def test_configs_outside_the_tokens_per_parameter_range_at_the_target_are_not_trained():
+    """D_T / N_T from the iso-FLOP token count at T (whole batches) over a real build's parameter count."""
+    from search_spaces.residual_lm import build_model, count_parameters
+    from workers.budget import plan_budget
+
+    budget = Budget(trial_flops=1e11, min_tokens_per_param=4.0, max_tokens_per_param=100.0)
+    for d, layers in [(64, 2), (64, 8), (192, 8), (32, 1)]:
+        arch = ArchConfig(vocab_size=256, seq_len=128, n_layers=layers, d_model=d, n_heads=2)
+        ratio = plan_budget(arch, budget.target, 16).tokens / count_parameters(build_model(arch))
+        reason = trial_is_feasible(arch, budget, 16)
+        if ratio < 4.0:
+            assert reason is not None and "below --min-tokens-per-param 4" in reason and f"{ratio:.3g}" in reason
+        elif ratio > 100.0:
+            assert reason is not None and "above --max-tokens-per-param 100" in reason
+        else:
+            assert reason is None, (d, layers, ratio)
+    assert trial_is_feasible(ArchConfig(vocab_size=256, seq_len=128, n_layers=8, d_model=192, n_heads=2),
+                             Budget(trial_flops=1e11, min_tokens_per_param=None), 16) is None  # fmt: skip
+    assert stored_budget({"trial_flops": 1e11, "ladder": "replica"}).min_tokens_per_param is None  # stored before

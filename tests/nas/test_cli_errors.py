@@ -81,6 +81,16 @@ CASES = {
     "no rungs": (["--rungs", "0"], "--rungs"),
     "target below the top rung": (["--target-flops", "1e11"], "--target-flops"),
     "negative repeat seeds": (["--repeat-seeds", "-1"], "--repeat-seeds"),
+    "unknown schedule": (["--schedule", "linear"], "--schedule"),
+    "cooldown beyond half the run": (["--cooldown", "0.9"], "--cooldown"),
+    "cosine on a budget ladder": (["--schedule", "cosine", "--ladder", "budget"], "--schedule"),
+    "searched schedule": (["--space", SPACE_HEAD + "  schedule: {categorical: [wsd, cosine]}\n"], "schedule"),
+    "negative tokens per parameter": (["--min-tokens-per-param", "-1"], "--min-tokens-per-param"),
+    "tokens per parameter range inverted": (
+        ["--min-tokens-per-param", "10", "--max-tokens-per-param", "5"],
+        "--max-tokens-per-param",
+    ),
+    "no config plausible at the target": (["--min-tokens-per-param", "1e9"], "--min-tokens-per-param"),
 }
 
 

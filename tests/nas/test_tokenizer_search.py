@@ -83,7 +83,8 @@ def test_bad_tokenizer_or_shard_input_is_one_line_exit_2_and_writes_nothing(case
 @pytest.mark.slow
 def test_a_bpe_search_exports_its_tokenizer_and_pretrain_refuses_another(tmp_path, nas):  # noqa: F811
     db = f"sqlite:///{tmp_path}/r.db"
-    common = ["--trial-flops", "2e10", "--space", str(TINY), "--rungs", "1", "--workers", "1", "--storage", db]
+    common = ["--trial-flops", "2e10", "--space", str(TINY), "--rungs", "1", "--workers", "1", "--storage", db,
+              "--min-tokens-per-param", "0"]  # fmt: skip
     done = nas("search", "--name", "bpe", "--trials", "2", "--tokenizer", "train:300", "--pad-vocab", "64", *common,
                "--no-progress")  # fmt: skip
     assert done.exit_code == 0, done.stderr
