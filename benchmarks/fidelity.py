@@ -1,58 +1,49 @@
-"""Fidelity: does the ranking the search predicts at the target budget match the ranking trained for real there?
+"""Fidelity: does the answer a search gives at the target budget match the configs trained for real there?
 
-    python -m benchmarks.fidelity build    # real runs -> benchmarks/data/fidelity_runs.csv (45 min here)
-    python -m benchmarks.fidelity report --out benchmarks/results/fidelity.json   # JSON + PNG from the table
+    python -m benchmarks.fidelity build --corpus plays            # budget ladder and truth rows
+    python -m benchmarks.fidelity build-replicas --corpus plays   # replica rows
+    python -m benchmarks.fidelity report                          # both corpora -> results/fidelity.json + .png
 
-`build` measures a fixed set of 24 configs (every family x widths 32/64/96 x depths 2/4/6, less the
-three largest; MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) with
-`workers.trial.run_trial` exactly as a search's worker does: a 4-rung ladder (C0, 2 C0, 4 C0, 8 C0,
-C0 = 2.25e10 FLOPs, warmup-stable-decay, cooldown branches; `nas search --rungs 4 --eta 2`), twice
-(seeds 0 and 1), at lr 3e-3. The truth is the mean of two runs (seeds 0 and 1) at T = 10 x the top rung: one
-run's seed noise is as large as many gaps between configs at T, and the mean halves its variance.
-Jobs run in 2 processes of 1 torch thread each (the machine's 2 cores); a killed build resumes,
-running only the jobs the table lacks.
+Two corpora (`CORPORA`), of different kinds: the shipped plays (24 configs: every family x widths 32/64/96 x
+depths 2/4/6 less the largest, MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) and Python
+source code (`benchmarks.code_corpus`; 15 configs: every family at five shapes covering the same grid). Every
+run uses `workers.trial.run_trial` exactly as a search's worker does, at lr 3e-3 and the search's default
+learning-rate schedule (warmup-stable-decay, cooldown 0.2), with two seeds:
 
-`report` fits the search's model (`nas.extrapolate`: L = E + A C^-alpha, E shared by the study and alpha
-by a family) over the rung points a search would hold (seed 0 of every config, the second seed of the
-configs on the front predicted from seed 0: `nas search --repeat-seeds 1`) and predicts each config's
-loss at T, as `nas.fidelity` does in a search; the ladder's compute share counts those runs. It replays
-the search's promotion (`nas.promotion`, eta 2, configs arriving in table order) to say how much of the
-ladder a search would have run, and compares rankings with the truth: Kendall tau-b for the prediction
-and three baselines (lowest rung, top rung, parameter count with bigger better), also against the seed-0
-run alone, the truth's seed-vs-seed tau and the noise ceiling (the tau a perfect predictor would reach
-against this noisy truth), whether the true best is in the predicted top 3, the hypervolume of the
-predicted front scored on true losses over the true front's, the ladder's compute over the truth's, and
-how many truth pairs cross between the lowest rung and the truth (a benchmark without crossings could
-not tell a method from the lowest rung).
-`--smoke` runs every path at tiny size (CI).
+- truth: each config trained at T = 1.8e12 training FLOPs; the truth is the mean of its two seeds;
+- replica rows (`build-replicas`): each config's replica (`workers.replica`) at every budget share of T in
+  `REPLICA_SHARES`, each its own run, so any ladder among them can be replayed (`LAYOUTS`);
+- budget ladder rows: the config itself on a 4-rung ladder (T/80 .. T/10, eta 2) with cooldown branches.
 
-    python -m benchmarks.fidelity build --space search_spaces/residual_lm/space_completep.yaml \
-        --runs benchmarks/data/fidelity_runs_horizon_rule.csv      # then `report --runs` that table
+Jobs run in 2 processes of 1 torch thread each; a killed build resumes with the jobs its table lacks.
 
-trains under a space's horizon rule (`OptimConfig.horizon_tokens`: NAG's rate times (D / 752,640)^-0.74
-for a run of D tokens, the top rung's on a ladder, D clamped to 51,200-752,640, so every truth run keeps
-3e-3; cascaded and ANCRe at 3e-3, beta 0). The shipped table of that name was built so (its cascaded and
-ANCRe rows are the main table's: beta 0 leaves a run bit for bit as it was).
+`report` replays a search on each table through the search's own rung decider (`benchmarks.grading.
+SearchReplay`: promotion with its noise margin, second seeds where the decider asks for them, the front's
+repeats, then `nas.fidelity.answer_at_target`), in the table's order and ORDERS - 1 random ones, and grades the
+answer against the truth (`benchmarks.grading.grade`): Kendall tau-b, regret in truth seed-noise units, the
+true best in the predicted top 3, the hypervolume of the predicted front at true losses over the true front's,
+the compute over the truth's, and how often the 80% bands hold the truth (with the conformity scalings of
+`BAND_GAMMAS`). Beside it: each rung alone, the answer from every rung of every config, the parameter count,
+the truth's seed-vs-seed tau and the noise ceiling. `--smoke` builds every path at tiny size.
+
+`build --space FILE` trains under that space's horizon rule (`OptimConfig.horizon_tokens`), if it has one.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import kendalltau
 
+from benchmarks.grading import SearchReplay, Truth, bands_with, grade, read_runs, tau
 from benchmarks.harness import append_runs, machine_info, pending, write_json
-from nas.extrapolate import RungPoint, fit_study, seed_noise
-from nas.pareto import FrontPoint, hypervolume, pareto_rows
-from nas.promotion import Candidate, should_promote
+from nas.extrapolate import RungPoint, seed_noise
+from nas.fidelity import answer_at_target
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -84,9 +75,29 @@ COLUMNS = [
     "wall_time_s",
     "status",
 ]
-# Replica rungs (`workers.replica`): rung r trains the config's replica for T / (REPLICA_ETA^(k-1-r) x
-# REPLICA_TOP_SHARE^-1), the top one a tenth of T (the budget ladder's top rung), eta 2 below it
-REPLICA_RUNGS, REPLICA_ETA, REPLICA_TOP_SHARE = 3, 2.0, 0.1
+# Replica rungs (`workers.replica`) are built at every budget share of T below, each its own run, so that
+# the report can replay any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10: a
+# search's default), 3 at eta 2 (T/40, T/20, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
+REPLICA_SHARES = (1 / 90, 1 / 40, 1 / 30, 1 / 20, 1 / 10)
+REPLICA_TOP_SHARE = 0.1
+# The ladders replayed on the replica tables, and the one a search uses by default (`nas search --rungs --eta`)
+LAYOUTS = {
+    "3 rungs, eta 3": (3, 3.0),
+    "3 rungs, eta 2": (3, 2.0),
+    "2 rungs, eta 2": (2, 2.0),
+    "2 rungs, eta 3": (2, 3.0),
+}
+DEFAULT_LAYOUT = "3 rungs, eta 3"
+ORDERS = 5  # arrival orders each search is replayed in: the table's, and 4 random permutations
+BAND_GAMMAS = (1.0, 0.5)  # conformity scalings whose coverage is measured (`nas.calibration.GAMMA`)
+GOALS = {
+    "kendall_tau": 0.8,
+    "regret_in_seed_noise": 1.0,
+    "true_best_in_predicted_top3": True,
+    "hypervolume_ratio_nadir": 0.95,
+    "compute_share": 0.2,
+    "band_coverage": [0.7, 0.9],
+}
 REPLICA_COLUMNS = [
     *COLUMNS,
     "replica_d_model",
@@ -99,6 +110,34 @@ REPLICA_CSV = HERE / "data" / "fidelity_replica_runs.csv"
 
 
 @dataclass(frozen=True)
+class Corpus:
+    """One corpus of the benchmark: where its text is, which configs it measures, and its tables."""
+
+    name: str
+    source: str  # DataConfig.source: "shipped", or a file of this repository
+    runs: Path  # budget ladder and truth rows
+    replica_runs: Path
+    out: Path
+
+    def data(self):
+        from workers.data import DataConfig
+
+        return DataConfig(source=self.source if self.source == "shipped" else str(ROOT / self.source))
+
+
+CORPORA = {
+    "plays": Corpus("plays", "shipped", RUNS_CSV, REPLICA_CSV, HERE / "results" / "fidelity.json"),
+    "code": Corpus(
+        "code",
+        "benchmarks/data/python_stdlib.jsonl.gz",  # benchmarks/code_corpus.py
+        HERE / "data" / "fidelity_code_runs.csv",
+        HERE / "data" / "fidelity_code_replica_runs.csv",
+        HERE / "results" / "fidelity_code.json",
+    ),
+}
+
+
+@dataclass(frozen=True)
 class Job:
     config: int
     arch: dict
@@ -107,21 +146,28 @@ class Job:
     budget: float  # the top rung's, or the truth's (a replica job's target)
     rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
     min_width: int = 8  # replica jobs: the narrowest replica width (`workers.replica.DEFAULT_MIN_WIDTH`)
+    corpus: str = "plays"
 
     @property
     def cost(self) -> float:
-        share = {"ladder": 1.1, "truth": 1.0, "replica": REPLICA_TOP_SHARE * 1.75}[self.kind]
+        share = {"ladder": 1.1, "truth": 1.0, "replica": sum(REPLICA_SHARES) * 1.75}[self.kind]
         return self.budget * share
 
 
-def configs(smoke: bool) -> list[dict]:
-    """Every family x width x depth but the largest (96 x 6), the MoD rate in a Latin square over width and
-    depth, so it is confounded with neither (24 configs; 3 in smoke)."""
-    grid = [(f, w, d) for f, w, d in itertools.product(FAMILIES, WIDTHS, DEPTHS) if (w, d) != (96, 6)]
-    chosen = [
-        dict(residual=f, d_model=w, n_layers=d, mod_rate=MOD_RATES[(WIDTHS.index(w) + DEPTHS.index(d)) % 3], **FIXED)
-        for f, w, d in grid
-    ]
+def configs(smoke: bool, corpus: str = "plays") -> list[dict]:
+    """The configs of a corpus. Plays: every family x width x depth but the largest (96 x 6), the MoD rate in a
+    Latin square over width and depth, so it is confounded with neither (24 configs). Code: every family at
+    five (width, depth, MoD rate) points that cover the same grid (15 configs). Smoke: 3 tiny ones."""
+    if corpus == "code":
+        shapes = [(32, 2, 0.25), (32, 6, 0.0), (64, 4, 0.5), (64, 6, 0.25), (96, 2, 0.0)]
+        grid = [(f, w, d, m) for f in FAMILIES for w, d, m in shapes]
+    else:
+        grid = [
+            (f, w, d, MOD_RATES[(WIDTHS.index(w) + DEPTHS.index(d)) % 3])
+            for f, w, d in itertools.product(FAMILIES, WIDTHS, DEPTHS)
+            if (w, d) != (96, 6)
+        ]
+    chosen = [dict(residual=f, d_model=w, n_layers=d, mod_rate=m, **FIXED) for f, w, d, m in grid]
     if smoke:
         return [dict(c, d_model=32, n_layers=2) for c in chosen[:3]]
     return chosen
@@ -133,25 +179,25 @@ def jobs(
     kinds: tuple[str, ...] = ("ladder", "truth"),
     seeds: tuple[int, ...] = (0, 1),
     min_width: int = 8,
+    corpus: str = "plays",
 ) -> list[Job]:
     low = 2e8 if smoke else LOWEST_RUNG
     top = low * ETA ** (RUNGS - 1)
     rule = rule or {}
     out = []
-    for i, arch in enumerate(configs(smoke)):
+    for i, arch in enumerate(configs(smoke, corpus)):
         if "ladder" in kinds:
-            out += [Job(i, arch, "ladder", seed, top, rule) for seed in seeds]
+            out += [Job(i, arch, "ladder", seed, top, rule, corpus=corpus) for seed in seeds]
         if "truth" in kinds:
-            out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule) for seed in seeds]
+            out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule, corpus=corpus) for seed in seeds]
         if "replica" in kinds:
-            out += [Job(i, arch, "replica", seed, TRUTH_RATIO * top, rule, min_width) for seed in seeds]
+            out += [Job(i, arch, "replica", seed, TRUTH_RATIO * top, rule, min_width, corpus) for seed in seeds]
     return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
 
 
-def replica_rung_flops(target: float) -> list[float]:
-    """The replica ladder's rung budgets for target T: T x REPLICA_TOP_SHARE / eta^(k-1-r)."""
-    top = REPLICA_TOP_SHARE * target
-    return [top / REPLICA_ETA ** (REPLICA_RUNGS - 1 - r) for r in range(REPLICA_RUNGS)]
+def replica_rung_flops(target: float, shares: Sequence[float] = REPLICA_SHARES) -> list[float]:
+    """The replica rungs' budgets for target T: T x each share, lowest first."""
+    return [target * share for share in sorted(shares)]
 
 
 def run_job(job: Job) -> list[dict]:
@@ -160,7 +206,7 @@ def run_job(job: Job) -> list[dict]:
 
     from search_spaces.residual_lm import ArchConfig
     from workers.budget import LadderConfig
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
     from workers.train import OptimConfig, RunConfig
     from workers.trial import run_trial
 
@@ -172,7 +218,7 @@ def run_job(job: Job) -> list[dict]:
     result = run_trial(
         cfg,
         job.budget,
-        load_corpus(DataConfig()),
+        load_corpus(CORPORA[job.corpus].data()),
         seed=job.seed,
         optim=OptimConfig(lr=3e-3, **job.rule),
         run=RunConfig(**RUN),
@@ -206,7 +252,7 @@ def job_fields(job: Job, cfg, status: str) -> dict:
 
 def run_replica_job(job: Job, cfg) -> list[dict]:
     """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`)."""
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
     from workers.replica import run_replica_trial
     from workers.train import OptimConfig, RunConfig
 
@@ -214,7 +260,7 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
         cfg,
         job.budget,
         replica_rung_flops(job.budget),
-        load_corpus(DataConfig()),
+        load_corpus(CORPORA[job.corpus].data()),
         seed=job.seed,
         optim=OptimConfig(lr=3e-3, **job.rule),
         run=RunConfig(**RUN),
@@ -250,7 +296,7 @@ def horizon_rule(space: Path | None) -> dict:
 
 def pending_jobs(out: Path, todo: list[Job]) -> list[Job]:
     """The jobs of `todo` whose rows the table at `out` does not hold yet (all of them without a table)."""
-    rows = read(out) if out.exists() else []
+    rows = read_runs(out) if out.exists() else []
     return pending(todo, rows, lambda j: (j.config, j.kind, j.seed), lambda r: (r["config"], r["kind"], r["seed"]))
 
 
@@ -260,222 +306,201 @@ def build(out: Path, all_jobs: list[Job], processes: int = 2) -> None:
     append_runs(out, pending_jobs(out, all_jobs), run_job, columns=columns, processes=processes)
 
 
-def read(path: Path) -> list[dict]:
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        for k in (
-            "config",
-            "n_layers",
-            "d_model",
-            "params",
-            "seed",
-            "rung",
-            "tokens",
-            "replica_d_model",
-            "replica_params",
-        ):
-            if k in r:
-                r[k] = int(r[k])
-        for k in (
-            "mod_rate",
-            "executed_flops_per_token",
-            "budget_flops",
-            "val_loss",
-            "compute_flops",
-            "wall_time_s",
-            "tokens_per_param",
-            "target_tokens_per_param",
-        ):
-            if k in r:
-                r[k] = float(r[k])
-        if "on_path" in r:
-            r["on_path"] = r["on_path"] == "True"
-    return rows
+def layout_budgets(target: float, rungs: int, eta: float) -> list[float]:
+    """The replica rungs of a ladder of `rungs` at ratio `eta` whose top rung is REPLICA_TOP_SHARE x T."""
+    top = REPLICA_TOP_SHARE * target
+    return [top / eta ** (rungs - 1 - r) for r in range(rungs)]
 
 
-def truth_runs(rows: list[dict]) -> dict[int, list[float]]:
-    """Each config's losses at T, one per seed (the truth is their mean)."""
-    runs: dict[int, list[float]] = {}
-    for r in rows:
-        if r["kind"] == "truth":
-            runs.setdefault(r["config"], []).append(r["val_loss"])
-    return runs
+def rung_rows(rows: Sequence[dict], budgets: Sequence[float], seeds: Sequence[int]) -> list:
+    """The table's runs at `budgets` and `seeds` as the store's rung rows (trial number = config)."""
+    from nas.extrapolate import budget_key
+    from nas.store import RungRow
 
-
-def tau(a: dict[int, float], b: dict[int, float]) -> float | None:
-    """Kendall tau-b over the keys both have (None below 3 of them: not a ranking)."""
-    keys = sorted(set(a) & set(b))
-    if len(keys) < 3:
-        return None
-    value = float(kendalltau([a[k] for k in keys], [b[k] for k in keys]).statistic)
-    return value if math.isfinite(value) else None
-
-
-def search_view(points: list[RungPoint], flops: dict[int, float], target: float) -> tuple[list[RungPoint], set[int]]:
-    """The rung points a search holds, and the configs it repeated: seed 0 of every config, and the other
-    seeds of the configs on the front at T predicted from seed 0 (`nas search --repeat-seeds 1`: its
-    repeats, a ladder run of another seed each). The table holds both seeds of every config; a search does
-    not pay for, nor see, the second seed of a config off its front."""
-    front = front_of(predictions([p for p in points if p.seed == 0], target), flops)
-    return [p for p in points if p.seed == 0 or p.trial in front], front
-
-
-def as_rows(losses: dict[int, float], flops: dict[int, float]) -> list[FrontPoint]:
-    """Configs as the completed trial rows `nas.pareto` reads."""
-    return [FrontPoint(number=c, val_loss=loss, executed_flops_per_token=flops[c]) for c, loss in losses.items()]
-
-
-def front_of(losses: dict[int, float], flops: dict[int, float]) -> set[int]:
-    """The configs non-dominated by (loss, executed FLOPs per token)."""
-    return {r.number for r in pareto_rows(as_rows(losses, flops))}
-
-
-def predictions(points: list[RungPoint], target: float) -> dict[int, float]:
-    fit = fit_study(points)
-    return {t: fit.predict(t, target) for t in fit.trials}
-
-
-def replay_promotion(
-    rung_points: list[RungPoint], flops: dict[int, float], target: float, eta: float = ETA
-) -> dict[int, int]:
-    """The rungs each config would have reached in a search: configs arrive in table order, and at each
-    rung the best ceil(n/eta) so far (non-dominated sorting on predicted loss at T and FLOPs) climb."""
-    reached: dict[int, int] = {}
-    seen: list[RungPoint] = []
-    for config in sorted(flops):
-        mine = sorted((p for p in rung_points if p.trial == config and p.seed == 0), key=lambda p: p.flops)
-        for rung, point in enumerate(mine):
-            seen.append(point)
-            reached[config] = rung + 1
-            if rung == len(mine) - 1:
-                break
-            preds = predictions([p for p in seen if p.flops <= point.flops], target)
-            at_rung = [Candidate(c, preds.get(c, math.inf), flops[c]) for c in reached if reached[c] > rung]
-            if not should_promote(config, at_rung, eta):
-                break
-    return reached
-
-
-def report(
-    path: Path,
-    out: Path,
-    replica_path: Path | None = None,
-    floor_paths: Sequence[Path] = (),
-    dashboard_summary: Path | None = None,
-) -> dict:
-    """Grade the tables; write `out` (JSON and PNG) and, if given, `dashboard_summary`: the summary alone,
-    which the dashboard ships as package data."""
-    rows = read(path)
-    ladder = [r for r in rows if r["kind"] == "ladder"]
-    truth_rows = [r for r in rows if r["kind"] == "truth"]
-    runs_at_truth = truth_runs(rows)
-    truth = {c: float(np.mean(v)) for c, v in runs_at_truth.items()}  # the seed mean: the truth's noise / sqrt(n)
-    truth_seed = {s: {r["config"]: r["val_loss"] for r in truth_rows if r["seed"] == s} for s in (0, 1)}
-    target = next(r["budget_flops"] for r in rows if r["kind"] == "truth")
-    points = [RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], r["seed"]) for r in ladder]
-    flops = {r["config"]: r["executed_flops_per_token"] for r in ladder}
-    view, repeated = search_view(points, flops, target)
-    predicted = predictions(view, target)
-    lowest = {r["config"]: r["val_loss"] for r in ladder if r["seed"] == 0 and r["rung"] == 0}
-    top = {r["config"]: r["val_loss"] for r in ladder if r["seed"] == 0 and r["rung"] == RUNGS - 1}
-    params = {r["config"]: -float(r["params"]) for r in ladder}  # bigger is better: rank by -params
-    reached = replay_promotion(points, flops, target)
-    replay_points = [
-        RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], 0)
-        for r in ladder
-        if r["seed"] == 0 and r["rung"] < reached[r["config"]]
-    ]
-    predicted_replay = predictions(replay_points, target)
-    order = sorted(truth, key=truth.get)
-    crossings = sum(
-        1 for a, b in itertools.combinations(truth, 2) if (lowest[a] - lowest[b]) * (truth[a] - truth[b]) < 0
-    )
-    run_compute = {(r["config"], r["seed"]): r["compute_flops"] for r in ladder}
-    ladder_compute = sum(v for (c, seed), v in run_compute.items() if seed == 0 or c in repeated)
-    truth_compute = sum(r["compute_flops"] for r in rows if r["kind"] == "truth" and r["seed"] == 0)
-    summary = {
-        "configs": len(truth),
-        "target_flops": target,
-        "rung_flops": sorted({r["budget_flops"] for r in ladder}),
-        "kendall_tau": {
-            "prediction": tau(predicted, truth),
-            "prediction_every_seed_of_every_config": tau(predictions(points, target), truth),
-            "prediction_with_promotion": tau(predicted_replay, truth),
-            "lowest_rung": tau(lowest, truth),
-            "top_rung": tau(top, truth),
-            "parameter_count": tau(params, truth),
-            "truth_seed_vs_seed": tau(truth_seed[0], truth_seed[1]),
-        },
-        "kendall_tau_vs_seed0_truth": {
-            "prediction": tau(predicted, truth_seed[0]),
-            "lowest_rung": tau(lowest, truth_seed[0]),
-            "top_rung": tau(top, truth_seed[0]),
-            "parameter_count": tau(params, truth_seed[0]),
-        },
-        "truth_seeds_per_config": float(np.mean([len(v) for v in runs_at_truth.values()])),
-        "prediction_mean_abs_error": float(np.mean([abs(predicted[c] - truth[c]) for c in truth])),
-        "ladder_check": ladder_check(ladder),
-        "true_best_in_predicted_top3": order[0] in sorted(predicted, key=predicted.get)[:3],
-        "hypervolume_ratio": hv_ratio(predicted, truth, flops),
-        "hypervolume_ratio_nadir": hv_ratio(predicted, truth, flops, nadir=True),
-        "hypervolume_ratio_nadir_top_rung": hv_ratio(top, truth, flops, nadir=True),
-        "hypervolume_ratio_nadir_lowest_rung": hv_ratio(lowest, truth, flops, nadir=True),
-        "repeated_front": sorted(repeated),
-        "ladder_compute_share": ladder_compute / truth_compute,
-        "ladder_compute_share_every_seed_of_every_config": sum(run_compute.values()) / truth_compute,
-        "ladder_compute_share_with_promotion": promoted_share(ladder, reached, truth_compute),
-        "truth_pairs_crossing_from_lowest_rung": crossings,
-        "truth_pairs": math.comb(len(truth), 2),
-        "rung_seed_noise": seed_noise(points),
-        "truth_seed_noise": seed_noise(
-            [RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in truth_rows]
-        ),
-        "truth_spread_sd": float(np.std(list(truth.values()), ddof=1)),
-        "tau_ceiling": tau_ceiling(truth_rows, runs_at_truth),
-        "tau_ceiling_seed0_truth": tau_ceiling(truth_rows, {c: [loss] for c, loss in truth_seed[0].items()}),
-        "goals": {"prediction_tau": 0.8, "hypervolume_ratio": 0.95, "ladder_compute_share": 0.15},
-    }
-    noise = summary["truth_seed_noise"]
-    summary["budget_ladder_graded"] = {
-        "prediction": grade(predicted, truth, flops, noise),
-        "prediction_with_promotion": grade(predicted_replay, truth, flops, noise),
-        "top_rung": grade(top, truth, flops, noise),
-        "lowest_rung": grade(lowest, truth, flops, noise),
-        "parameter_count": grade(params, truth, flops, noise),
-    }
-    if replica_path is not None and replica_path.exists():
-        replica_rows = read(replica_path)
-        summary["replica_ladder"] = replica_report(replica_rows, truth, truth_compute, noise, target)
-        tables = [replica_rows] + [read(p) for p in floor_paths]
-        # keyed by the narrowest replica a table holds: the width floor it was built with, where that binds
-        summary["replica_ladder_by_narrowest_width"] = {
-            str(min(r["replica_d_model"] for r in rows)): floor_summary(
-                [r for r in rows if r["seed"] == 0], truth, truth_compute, noise, target
+    keys = {budget_key(b): r for r, b in enumerate(sorted(budgets))}
+    out = []
+    for x in rows:
+        rung = keys.get(budget_key(x["budget_flops"]))
+        if rung is None or x["seed"] not in seeds:
+            continue
+        replica = "replica_d_model" in x
+        out.append(
+            RungRow(
+                x["config"], rung, x["seed"], x["budget_flops"], 1, x["tokens"], x["val_loss"], x["compute_flops"],
+                None, x.get("replica_d_model") if replica else None, x.get("replica_params"),
+                x.get("tokens_per_param"), x.get("target_tokens_per_param"), x.get("on_path"), x["residual"],
+                x["executed_flops_per_token"],
             )
-            for rows in tables
-        }
-        summary["budget_ladder_wall_time_s_seed0"] = sum(
-            {r["config"]: r["wall_time_s"] for r in ladder if r["seed"] == 0}.values()
-        )
-    result = {
-        "summary": summary,
-        "machine": machine_info(),
-        "runs_csv": str(path.resolve().relative_to(ROOT)) if path.resolve().is_relative_to(ROOT) else str(path),
-        "per_config": [
-            {
-                "config": c,
-                "truth": truth[c],
-                "predicted": predicted.get(c),
-                "lowest_rung": lowest[c],
-                "top_rung": top.get(c),
-                "rungs_reached_with_promotion": reached.get(c),
-                "executed_flops_per_token": flops[c],
-                "params": -params[c],
-            }
-            for c in sorted(truth)
-        ],
+        )  # fmt: skip
+    return sorted(out, key=lambda r: (r.number, r.rung, r.seed))
+
+
+def losses_at(rows: Sequence[dict], budget: float, seed: int = 0) -> dict[int, float]:
+    from nas.extrapolate import budget_key
+
+    return {
+        r["config"]: r["val_loss"]
+        for r in rows
+        if r["seed"] == seed and budget_key(r["budget_flops"]) == budget_key(budget)
     }
+
+
+def replay(
+    rows, truth: Truth, budgets, eta: float, order: Sequence[int], replica: bool = True, noise_rule: bool = True
+) -> dict:
+    """One search replayed on the table (`grading.SearchReplay`), graded: its answer, bands and compute."""
+    search = SearchReplay(rows, budgets, eta, truth.target, replica=replica, noise_rule=noise_rule)
+    try:
+        for config in order:
+            search.propose(config)
+        search.repeat_front()
+        answer = search.answer()
+        predicted = search.by_config({n: p.loss for n, p in answer.predictions.items()})
+        bands = search.by_config(
+            {n: (p.low, p.high) if p.low is not None else None for n, p in answer.predictions.items()}
+        )
+        reached = search.reached()
+        out = grade(predicted, truth, bands)
+        out |= {
+            "compute_share": search.spent / truth.compute,
+            "configs_per_rung_reached": {
+                str(k): sum(v == k for v in reached.values()) for k in range(1, len(budgets) + 1)
+            },
+            "predictor": answer.backtest.chosen,
+            "backtest": answer.backtest.describe(),
+            "bands": answer.calibration.describe(),
+            "band_coverage_by_gamma": {
+                str(g): grade(predicted, truth, search.by_config(bands_with(answer, truth.target, g)))["band_coverage"]
+                for g in BAND_GAMMAS
+            },
+            "reliability": {f"{b:.3g}": r.tau for b, r in answer.reliability.items()},
+            "seed_noise": answer.noise,
+            "predicted": predicted,
+        }
+        return out
+    finally:
+        search.close()
+
+
+def over_orders(rows, truth: Truth, budgets, eta: float, replica: bool = True, noise_rule: bool = True) -> dict:
+    """The replay in table order, and its figures averaged over ORDERS arrival orders (table order first)."""
+    configs = sorted(truth.runs)
+    rng = np.random.default_rng(0)
+    orders = [configs] + [list(rng.permutation(configs)) for _ in range(ORDERS - 1)]
+    runs = [replay(rows, truth, budgets, eta, [int(c) for c in order], replica, noise_rule) for order in orders]
+    keys = ("kendall_tau", "regret_in_seed_noise", "hypervolume_ratio_nadir", "band_coverage", "compute_share")
+    mean = {k: float(np.mean([r[k] for r in runs if r[k] is not None])) for k in keys}
+    mean["true_best_in_predicted_top3"] = float(np.mean([r["true_best_in_predicted_top3"] for r in runs]))
+    mean["kendall_tau_min"] = float(min(r["kendall_tau"] for r in runs))
+    return {"table_order": runs[0], f"mean_over_{ORDERS}_orders": mean}
+
+
+def baselines(rows, truth: Truth, budgets) -> dict:
+    """Rankings from the table without a search: each rung alone (seed 0), the answer from every rung of every
+    config (seed 0; both seeds), and the parameter count (bigger better)."""
+    out = {
+        f"rung {r} alone (T/{truth.target / b:.0f}, seed 0)": grade(losses_at(rows, b), truth)
+        for r, b in enumerate(budgets)
+    }
+    for label, seeds in (
+        ("every rung of every config, seed 0", (0,)),
+        ("every rung of every config, both seeds", (0, 1)),
+    ):
+        answer = answer_at_target(rung_rows(rows, budgets, seeds), truth.target)
+        bands = {n: (p.low, p.high) if p.low is not None else None for n, p in answer.predictions.items()}
+        out[f"answer, {label}"] = grade({n: p.loss for n, p in answer.predictions.items()}, truth, bands) | {
+            "predictor": answer.backtest.chosen
+        }
+    params = {r["config"]: -float(r["params"]) for r in rows}
+    out["parameter count (bigger better)"] = grade(params, truth)
+    return out
+
+
+def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
+    """Every figure of one corpus: its truth, the replica ladder at each layout (as a search runs it) beside its
+    baselines, and the budget ladder as a search runs it."""
+    rows = read_runs(runs)
+    truth = Truth.of(rows)
+    replica = read_runs(replica_runs)
+    ladder = [r for r in rows if r["kind"] == "ladder"]
+    layouts = {}
+    for name, (rungs, eta) in LAYOUTS.items():
+        budgets = layout_budgets(truth.target, rungs, eta)
+        layouts[name] = over_orders(replica, truth, budgets, eta) | {"rung_flops": budgets}
+    low = min(r["budget_flops"] for r in ladder)
+    ladder_budgets = [low * ETA**r for r in range(RUNGS)]
+    default = layout_budgets(truth.target, *LAYOUTS[DEFAULT_LAYOUT])
+    plain = over_orders(replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1], noise_rule=False)
+    layouts[DEFAULT_LAYOUT]["without_the_noise_rule"] = plain
+    return {
+        "corpus": corpus.name,
+        "configs": len(truth.runs),
+        "target_flops": truth.target,
+        "truth": {
+            "seed_noise": truth.noise,
+            "spread_sd": float(np.std(list(truth.loss.values()), ddof=1)),
+            "seeds_per_config": float(np.mean([len(v) for v in truth.runs.values()])),
+            "kendall_tau_seed_vs_seed": tau(*({c: v[s] for c, v in truth.runs.items()} for s in (0, 1))),
+            "tau_ceiling": truth.tau_ceiling(),
+            "compute_flops": truth.compute,
+        },
+        "replica_ladder": {
+            "default_layout": DEFAULT_LAYOUT,
+            "layouts": layouts,
+            "baselines_at_default_layout": baselines(replica, truth, default),
+            "rung_seed_noise": seed_noise(
+                [RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica]
+            ),
+            "tokens_per_param_over_target": _spread(
+                [r["tokens_per_param"] / r["target_tokens_per_param"] for r in replica]
+            ),
+            "off_path_rungs": sum(not r["on_path"] for r in replica),
+        },
+        "budget_ladder": {
+            "as_a_search_runs_it": over_orders(ladder, truth, ladder_budgets, ETA, replica=False),
+            "baselines": baselines(ladder, truth, ladder_budgets),
+            "rung_flops": ladder_budgets,
+        },
+        "truth_per_config": truth.loss,
+    }
+
+
+def _spread(values: Sequence[float]) -> dict:
+    return {"min": float(np.min(values)), "median": float(np.median(values)), "max": float(np.max(values))}
+
+
+def headline(corpus: dict) -> dict:
+    """The search's answer at the default layout as a search runs it, beside the goals and the top rung alone."""
+    layout = corpus["replica_ladder"]["layouts"][DEFAULT_LAYOUT]
+    answer, mean = layout["table_order"], layout[f"mean_over_{ORDERS}_orders"]
+    top = corpus["replica_ladder"]["baselines_at_default_layout"]
+    top_alone = next(v for k, v in top.items() if k.startswith(f"rung {LAYOUTS[DEFAULT_LAYOUT][0] - 1} alone"))
+    return {
+        "kendall_tau": answer["kendall_tau"],
+        "kendall_tau_mean_over_orders": mean["kendall_tau"],
+        "regret_in_seed_noise": answer["regret_in_seed_noise"],
+        "true_best_in_predicted_top3": answer["true_best_in_predicted_top3"],
+        "hypervolume_ratio_nadir": answer["hypervolume_ratio_nadir"],
+        "compute_share": answer["compute_share"],
+        "band_coverage": answer["band_coverage"],
+        "band_coverage_mean_over_orders": mean["band_coverage"],
+        "top_rung_alone_kendall_tau": top_alone["kendall_tau"],
+        "every_rung_answer_kendall_tau": top["answer, every rung of every config, seed 0"]["kendall_tau"],
+        "lowest_rung_alone_kendall_tau": next(v for k, v in top.items() if k.startswith("rung 0 alone"))["kendall_tau"],
+        "tau_ceiling": corpus["truth"]["tau_ceiling"],
+    }
+
+
+def report(corpora: Sequence[tuple[Corpus, Path, Path]], out: Path, dashboard_summary: Path | None = None) -> dict:
+    """Grade every corpus; write `out` (JSON and PNG) and, if given, `dashboard_summary` (the headline figures,
+    which the dashboard ships as package data)."""
+    graded = {c.name: corpus_report(c, runs, replica) for c, runs, replica in corpora}
+    summary = {
+        "default_layout": DEFAULT_LAYOUT,
+        "goals": GOALS,
+        "headline": {name: headline(c) for name, c in graded.items()},
+    }
+    result = {"summary": summary, "corpora": graded, "machine": machine_info()}
     write_json(out, result)
     plot(result, out.with_suffix(".png"))
     if dashboard_summary is not None:
@@ -483,235 +508,70 @@ def report(
     return result
 
 
-def grade(predicted: dict[int, float], truth: dict[int, float], flops: dict[int, float], noise: float) -> dict:
-    """How good a ranking at T is: Kendall tau-b vs the truth, regret (the true loss of the predicted best
-    minus the true best; nats and truth seed-noise units), whether the true best is in the predicted top 3,
-    and the hypervolume of the predicted front scored on true losses over the true front's (nadir reference)."""
-    best = min(truth, key=truth.get)
-    chosen = min((c for c in truth if c in predicted), key=predicted.get)
-    regret = truth[chosen] - truth[best]
-    return {
-        "kendall_tau": tau(predicted, truth),
-        "regret_nats": regret,
-        "regret_in_seed_noise": regret / noise,
-        "true_best_in_predicted_top3": best in sorted((c for c in truth if c in predicted), key=predicted.get)[:3],
-        "hypervolume_ratio_nadir": hv_ratio(predicted, truth, flops, nadir=True),
-    }
-
-
-def replica_report(
-    replica_rows: list[dict], truth: dict[int, float], truth_compute: float, noise: float, t_flops: float
-) -> dict:
-    """The replica ladder graded as a search runs it, beside its own baselines.
-
-    A search holds seed 0 of every config and the second seed of the configs on the front it predicts
-    (`search_view`); promotion (eta 2, configs in table order) decides which rungs it pays for. Its
-    answer is the predictor its backtest chose (`nas.backtest`: the fit, or the top rung carried)."""
-    from nas.backtest import backtest, rung_below_top
-    from nas.extrapolate import leave_one_out
-    from nas.fidelity import fit_group
-
-    flops = {r["config"]: r["executed_flops_per_token"] for r in replica_rows}
-    group = fit_group(None, replica=True)  # one exponent along the path, as a search fits replica rungs
-    points = [RungPoint(r["config"], group, r["budget_flops"], r["val_loss"], r["seed"]) for r in replica_rows]
-    reached = replay_promotion(points, flops, t_flops, eta=REPLICA_ETA)
-    promoted = [p for p in points if _rung_of(p, replica_rows) < reached[p.trial]]
-    view, repeated = search_view(promoted, flops, t_flops)
-    predicted = predictions(view, t_flops)
-    loo = [r for r in (leave_one_out(view, c) for c in sorted(flops)) if r is not None]
-    check = backtest(loo, rung_below_top(view))
-    top_rung = {}
-    for p in sorted(view, key=lambda p: p.flops):
-        top_rung[p.trial] = p.loss if p.seed == 0 else top_rung.get(p.trial, p.loss)
-    answer = predicted if check.chosen == "fit" else top_rung
-    seed0 = [p for p in points if p.seed == 0]
-    by_rung = {
-        k: {r["config"]: r["val_loss"] for r in replica_rows if r["seed"] == 0 and r["rung"] == k}
-        for k in range(REPLICA_RUNGS)
-    }
-    spent = sum(
-        r["compute_flops"]
-        for r in replica_rows
-        if r["rung"] < reached[r["config"]] and (r["seed"] == 0 or r["config"] in repeated)
-    )
-    ratio = [r["tokens_per_param"] / r["target_tokens_per_param"] for r in replica_rows]
-    methods = {
-        "answer (backtest's choice)": grade(answer, truth, flops, noise),
-        "fit, promotion as a search runs it": grade(predicted, truth, flops, noise),
-        "fit, every rung, seed 0": grade(predictions(seed0, t_flops), truth, flops, noise),
-        "fit, every rung, both seeds": grade(predictions(points, t_flops), truth, flops, noise),
-        "top replica rung alone (seed 0)": grade(by_rung[REPLICA_RUNGS - 1], truth, flops, noise),
-        "lowest replica rung alone (seed 0)": grade(by_rung[0], truth, flops, noise),
-    }
-    return {
-        "rung_flops": replica_rung_flops(t_flops),
-        "backtest": check.__dict__ | {"description": check.describe()},
-        "methods": methods,
-        "compute_share": spent / truth_compute,
-        "compute_share_every_rung_seed0": sum(r["compute_flops"] for r in replica_rows if r["seed"] == 0)
-        / truth_compute,
-        "rungs_reached_with_promotion": reached,
-        "repeated_front": sorted(repeated),
-        "tokens_per_param_over_target": {
-            "min": float(np.min(ratio)),
-            "median": float(np.median(ratio)),
-            "max": float(np.max(ratio)),
-        },
-        "off_path_rungs": sum(not r["on_path"] for r in replica_rows),
-        "replica_width_share": {
-            "min": min(r["replica_d_model"] / r["d_model"] for r in replica_rows),
-            "max": max(r["replica_d_model"] / r["d_model"] for r in replica_rows),
-        },
-        "wall_time_s_seed0": sum(r["wall_time_s"] for r in replica_rows if r["seed"] == 0),
-        "rung_seed_noise": seed_noise(points),
-        "predicted": predicted,
-        "goals": {
-            "kendall_tau": 0.8,
-            "regret_in_seed_noise": 1.0,
-            "true_best_in_predicted_top3": True,
-            "compute_share": 0.2,
-        },
-    }
-
-
-def floor_summary(rows: list[dict], truth: dict[int, float], truth_compute: float, noise: float, t: float) -> dict:
-    """Seed 0 of a replica table graded as a search runs it, with its wall time: one width floor's trade-off."""
-    graded = replica_report(rows, truth, truth_compute, noise, t)
-    keep = ("fit, promotion as a search runs it", "fit, every rung, seed 0", "top replica rung alone (seed 0)")
-    return {
-        "methods": {k: graded["methods"][k] for k in keep},
-        "compute_share": graded["compute_share"],
-        "off_path_rungs": graded["off_path_rungs"],
-        "rungs": len(rows),
-        "wall_time_s_seed0": graded["wall_time_s_seed0"],
-        "wall_time_s_seed0_promoted": sum(
-            r["wall_time_s"] for r in rows if r["rung"] < graded["rungs_reached_with_promotion"][r["config"]]
-        ),
-    }
-
-
-def _rung_of(point: RungPoint, rows: list[dict]) -> int:
-    return next(r["rung"] for r in rows if r["config"] == point.trial and r["budget_flops"] == point.flops)
-
-
-def tau_ceiling(truth_rows: list[dict], runs: dict[int, list[float]]) -> float | None:
-    """The Kendall tau a perfect predictor of each config's expected loss would reach against a noisy truth:
-    the mean of `runs[c]` (one loss per seed) per config.
-
-    With seed noise s (pooled over the repeated truth runs), n seeds per config and spread sd of the
-    truth (the seed means), the share of the truth's variance that is signal is r = 1 - s^2 / (n sd^2);
-    for Gaussian scores the correlation of the expected loss with the truth is sqrt(r), and Kendall
-    tau = (2 / pi) arcsin(correlation) (Greiner's relation).
-    """
-    noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in truth_rows])
-    spread = float(np.std([np.mean(v) for v in runs.values()], ddof=1))
-    if noise is None or spread == 0.0:
-        return None
-    n = float(np.mean([len(v) for v in runs.values()]))
-    return 2.0 / math.pi * math.asin(math.sqrt(max(0.0, 1.0 - noise**2 / (n * spread**2))))
-
-
-def ladder_check(ladder: list[dict]) -> dict:
-    """What a user can check on their own ladder, without the far budget: fit every rung but the top one
-    (both seeds) and predict the top one; Kendall tau and mean absolute error against its seed mean."""
-    top_flops = max(r["budget_flops"] for r in ladder)
-    below = [RungPoint(r["config"], r["residual"], r["budget_flops"], r["val_loss"], r["seed"]) for r in ladder]
-    predicted = predictions([p for p in below if p.flops < top_flops], top_flops)
-    measured: dict[int, list[float]] = {}
-    for r in ladder:
-        if r["budget_flops"] == top_flops:
-            measured.setdefault(r["config"], []).append(r["val_loss"])
-    observed = {c: float(np.mean(v)) for c, v in measured.items()}
-    return {
-        "kendall_tau": tau(predicted, observed),
-        "mean_abs_error": float(np.mean([abs(predicted[c] - observed[c]) for c in observed])),
-        "extrapolation": f"rungs below {top_flops:.3g} FLOPs -> {top_flops:.3g}",
-    }
-
-
-def hv_ratio(
-    predicted: dict[int, float], truth: dict[int, float], flops: dict[int, float], *, nadir: bool = False
-) -> float:
-    """Hypervolume of the predicted front, each point at its TRUE loss, over the true front's hypervolume.
-
-    Reference loss ln 256 (a uniform guess) as in a search; with `nadir`, the worst true loss instead:
-    against ln 256 the cheapest config alone holds nearly all of the hypervolume (every loss here is far
-    below ln 256), so only the nadir ratio shows a front member missed."""
-    ref = (max(truth.values()) if nadir else math.log(256), 1.1 * max(flops.values()))
-    chosen = front_of({c: predicted[c] for c in truth}, flops)
-    scored = [r for r in as_rows(truth, flops) if r.number in chosen]
-    return hypervolume(scored, ref) / hypervolume(as_rows(truth, flops), ref)
-
-
-def promoted_share(ladder: list[dict], reached: dict[int, int], truth_compute: float) -> float:
-    """The ladder compute a search would spend (seed 0, rungs reached when promoting) over the truth's."""
-    spent = 0.0
-    for r in ladder:
-        if r["seed"] == 0 and r["rung"] == reached[r["config"]] - 1:
-            spent += r["budget_flops"]
-    return spent / truth_compute
-
-
 def plot(result: dict, path: Path) -> None:
+    """Per corpus: the answer at T against the truth, and the Kendall tau of every layout and baseline."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    per, taus = result["per_config"], dict(result["summary"]["kendall_tau"])
-    replica = result["summary"].get("replica_ladder")
-    panels = [("predicted", "prediction", "budget ladder"), ("lowest_rung", "lowest_rung", "lowest rung")]
-    if replica is not None:
-        for p in per:
-            p["replica_predicted"] = replica["predicted"].get(str(p["config"]), replica["predicted"].get(p["config"]))
-        taus["replica_ladder_answer"] = replica["methods"]["answer (backtest's choice)"]["kendall_tau"]
-        panels.insert(0, ("replica_predicted", "replica_ladder_answer", "replica ladder"))
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(5 * (len(panels) + 1), 4.5))
-    for ax, (key, name, title) in zip(axes, panels, strict=False):
-        ax.scatter([p["truth"] for p in per], [p[key] for p in per], c=np.log10([p["params"] for p in per]))
-        value = taus[name]
-        ax.set(
-            xlabel="true loss at T (nats/token)",
-            ylabel=f"{title} (nats/token)",
-            title=f"{title}: tau {'-' if value is None else f'{value:.2f}'} (colour: log10 params)",
+    corpora = result["corpora"]
+    fig, axes = plt.subplots(len(corpora), 2, figsize=(13, 4.8 * len(corpora)), squeeze=False)
+    for (name, c), (left, right) in zip(corpora.items(), axes, strict=True):
+        answer = c["replica_ladder"]["layouts"][DEFAULT_LAYOUT]["table_order"]
+        truth = {int(k): v for k, v in c["truth_per_config"].items()}
+        predicted = {int(k): v for k, v in answer["predicted"].items()}
+        keys = sorted(truth)
+        left.scatter([truth[k] for k in keys], [predicted[k] for k in keys])
+        left.set(
+            xlabel="true loss at T (nats/token, mean of 2 seeds)",
+            ylabel="answer at T (nats/token)",
+            title=f"{name}: {DEFAULT_LAYOUT}, tau {answer['kendall_tau']:.2f}",
         )
-    axes[-1].barh(list(taus), [np.nan if v is None else v for v in taus.values()])
-    axes[-1].axvline(0.8, color="k", ls="--", lw=1)
-    ceiling = result["summary"].get("tau_ceiling")
-    if ceiling is not None:
-        axes[-1].axvline(ceiling, color="tab:red", ls=":", lw=1.5)
-    axes[-1].set(
-        xlabel="Kendall tau-b vs the truth (goal 0.8 dashed; noise ceiling red dotted)",
-        title="rank agreement",
-    )
+        taus = {f"answer, {k}": v["table_order"]["kendall_tau"] for k, v in c["replica_ladder"]["layouts"].items()}
+        taus |= {k: v["kendall_tau"] for k, v in c["replica_ladder"]["baselines_at_default_layout"].items()}
+        taus["budget ladder, as a search runs it"] = c["budget_ladder"]["as_a_search_runs_it"]["table_order"][
+            "kendall_tau"
+        ]
+        right.barh(list(taus), [np.nan if v is None else v for v in taus.values()])
+        right.axvline(GOALS["kendall_tau"], color="k", ls="--", lw=1)
+        if c["truth"]["tau_ceiling"] is not None:
+            right.axvline(c["truth"]["tau_ceiling"], color="tab:red", ls=":", lw=1.5)
+        right.set(
+            xlabel="Kendall tau-b vs the truth (goal dashed; noise ceiling red dotted)", title=f"{name}: rank agreement"
+        )
+        right.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("build", "build-replicas", "report"))
-    parser.add_argument("--runs", type=Path, default=RUNS_CSV)
-    parser.add_argument("--replica-runs", type=Path, default=REPLICA_CSV)
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "fidelity.json")
+    parser.add_argument("--corpus", choices=sorted(CORPORA), default="plays", help="build: the corpus and its tables")
+    parser.add_argument("--runs", type=Path, help="build: the budget ladder and truth table (default: the corpus's)")
+    parser.add_argument("--replica-runs", type=Path, help="build: the replica table (default: the corpus's)")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "fidelity.json", help="report: the JSON")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets and 3 configs: every path, no meaning")
     parser.add_argument("--space", type=Path, help="build: train under this space file's horizon rule (if any)")
     parser.add_argument("--seeds", default="0,1", help="build: the seeds to train, comma-separated")
     parser.add_argument("--min-width", type=int, default=8, help="build-replicas: the narrowest replica width")
     parser.add_argument("--processes", type=int, default=2, help="build: jobs run in parallel")
     parser.add_argument("--dashboard-summary", type=Path, help="report: also write the summary here (package data)")
-    parser.add_argument(
-        "--floor-runs", type=Path, action="append", default=[], help="report: replica rows built at a wider --min-width"
-    )
     args = parser.parse_args()
+    corpus = CORPORA[args.corpus]
+    runs, replica_runs = args.runs or corpus.runs, args.replica_runs or corpus.replica_runs
     seeds = tuple(int(s) for s in args.seeds.split(","))
     if args.command == "build":
-        build(args.runs, jobs(args.smoke, horizon_rule(args.space), seeds=seeds), args.processes)
+        build(runs, jobs(args.smoke, horizon_rule(args.space), seeds=seeds, corpus=corpus.name), args.processes)
     elif args.command == "build-replicas":
-        todo = jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, args.min_width)
-        build(args.replica_runs, todo, args.processes)
+        todo = jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, args.min_width, corpus.name)
+        build(replica_runs, todo, args.processes)
     else:
-        result = report(args.runs, args.out, args.replica_runs, args.floor_runs, args.dashboard_summary)
+        tables = [(c, c.runs, c.replica_runs) for c in CORPORA.values()]
+        if args.runs or args.replica_runs:  # one corpus's tables given by hand
+            tables = [(corpus, runs, replica_runs)]
+        result = report(tables, args.out, args.dashboard_summary)
         print(json.dumps(result["summary"], indent=2))
 
 

@@ -2,12 +2,13 @@
 
     python -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
         --replica-runs benchmarks/data/fidelity_replica_runs.csv \
-        --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it, well under a minute
+        --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it
 
 Every search here is replayed on the fidelity benchmark's table (`python -m benchmarks.fidelity build`: 24
 configs, each on a 4-rung ladder C0, 2 C0, 4 C0, 8 C0 and trained for real at T = 10 x 8 C0 with
-two seeds), so a search costs CPU seconds and its compute is counted, not spent. Only seed-0 ladder
-runs are used, as a search runs each config once; the truth is the mean of the two runs at T.
+two seeds), so a search costs CPU seconds and its compute is counted, not spent. A config's seed-0 runs
+are what a search measures; seed 1 stands for a rung measured again; the truth is the mean of the two
+runs at T.
 
 Proposers. `random`: a uniform permutation of the 24 configs (seed s), shared by every strategy of
 seed s, so strategies are compared on the same orders. `tpe`: `nas.study.make_sampler("tpe", s)`
@@ -17,22 +18,18 @@ layers) is told FAIL at no cost, and a repeat is told its earlier values at no c
 would pay for it again, so this flatters TPE), until every config is proposed or `--max-asks`.
 
 Strategies, each spending compute per proposed config and keeping a front:
-- `ladder`: the search's own method. The config trains at rung 0; after each rung below the top it
-  climbs only if `nas.promotion.should_promote` (eta = the table's budget ratio, `fidelity.ETA`)
-  ranks it in the best ceil(n/eta) of the n configs that
-  reached rung r so far, by non-dominated sorting on (predicted loss at T, executed FLOPs/token),
-  the prediction from `fidelity.predictions` (the search's fit) over the points up to rung r; the
-  trial id is the arrival order (as in `fidelity.replay_promotion`, which replays table order).
-  Its front: the configs non-dominated by (prediction at T from every rung seen so far, FLOPs).
-  TPE is told the prediction at the config's last rung (what `nas.fidelity` tells Optuna).
-  A run stopped at rung r costs C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus
-  the cooldown branches of the rungs below (`workers.budget`; the JSON checks this against the
-  table's measured compute of the full ladder).
-- `replica`: the search's default ladder (`workers.replica`), replayed on the replica table
-  (`fidelity.py build-replicas`: each config's replicas at T/40, T/20, T/10, on the target's tokens
-  per parameter). The same MO-ASHA rule at the replica ladder's ratio (`fidelity.REPLICA_ETA`), every
-  rung on one shared exponent (`nas.fidelity.fit_group`); a run stopped at rung r costs
-  C_0 + ... + C_r, each rung being its own replica run. TPE is told the prediction, as above.
+- `ladder`: the search's own method on the budget ladder (the config itself at 4 rungs, eta 2,
+  `fidelity.ETA`): each config arrives as the next trial of a search replayed through its rung decider
+  (`benchmarks.grading.SearchReplay`: MO-ASHA on (predicted loss at T, executed FLOPs/token), ties within
+  twice the seed noise promoted), and the front after each arrival is the search's answer at T
+  (`nas.fidelity.answer_at_target`). TPE is told the config's prediction. A run stopped at rung r costs
+  C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus the cooldown branches of the rungs below
+  (`workers.budget`; the JSON checks this against the table's measured compute of the full ladder).
+- `replica`: the same on the replica table (`fidelity.py build-replicas`) at the search's default layout
+  (`fidelity.DEFAULT_LAYOUT`); each rung is its own run, so a rung the decider measures again with a
+  second seed costs that run once more. `replica_without_noise_rule`: the same with the noise rule off
+  (`RungDecider.noise_rule`: plain MO-ASHA, no ties, no second seeds), to show what the rule buys at
+  equal compute.
 - `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, the top rung or T), costing
   that budget; the front by the loss measured there. `target` is plain search at the target
   budget: it measures one run at T (seed 0), the truth being the mean of two.
@@ -57,7 +54,6 @@ PNG plots the mean (+- std) of each score against total compute.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import math
@@ -70,23 +66,21 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from benchmarks.fidelity import ETA, REPLICA_CSV, REPLICA_ETA, RUNS_CSV, predictions, read, truth_runs
+from benchmarks.fidelity import DEFAULT_LAYOUT, ETA, LAYOUTS, REPLICA_CSV, RUNS_CSV, layout_budgets
+from benchmarks.grading import SearchReplay, Truth, read_runs
 from benchmarks.harness import machine_info
-from nas.extrapolate import RungPoint
-from nas.fidelity import fit_group
 from nas.pareto import FrontPoint, hypervolume, pareto_rows
-from nas.promotion import Candidate, should_promote
 from nas.study import make_sampler
-from workers.budget import LadderConfig
+from workers.train import OptimConfig
 
 log = logging.getLogger("ladder_efficiency")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PROPOSERS = ("random", "tpe")
-STRATEGIES = ("ladder", "replica", "rung0", "top_rung", "target")
+STRATEGIES = ("ladder", "replica", "replica_without_noise_rule", "rung0", "top_rung", "target")
 CHECKPOINTS = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)  # total compute in units of T
 GOAL = 0.95  # share of the true front's hypervolume
-COOLDOWN = LadderConfig().cooldown  # the fidelity table was built with the default ladder
+COOLDOWN = OptimConfig().cooldown  # the fidelity table was built with the default schedule
 
 
 @dataclass(frozen=True)
@@ -102,8 +96,9 @@ class Table:
     at_target: dict[int, float]  # seed 0's run at T: what a search at the target measures
     target: float
     ladder_compute: float  # median measured compute of a full ladder run (the cost model's check)
-    replica_loss: dict[int, tuple[float, ...]] | None = None  # seed-0 replica rungs (`fidelity.py build-replicas`)
-    replica_budgets: tuple[float, ...] = ()
+    ladder_rows: tuple[dict, ...] = ()  # every ladder run, both seeds (what `grading.SearchReplay` replays)
+    replica_rows: tuple[dict, ...] | None = None  # every replica run (`fidelity.py build-replicas`), both seeds
+    replica_budgets: tuple[float, ...] = ()  # the default layout's replica rungs
 
     @property
     def configs(self) -> list[int]:
@@ -115,7 +110,7 @@ class Table:
 
 
 def load(path: Path, replica_path: Path | None = None) -> Table:
-    rows = read(path)
+    rows = read_runs(path)
     ladder = [r for r in rows if r["kind"] == "ladder" and r["seed"] == 0]
     truth = {r["config"]: r for r in rows if r["kind"] == "truth" and r["seed"] == 0}
     budgets = tuple(sorted({r["budget_flops"] for r in ladder}))
@@ -124,36 +119,22 @@ def load(path: Path, replica_path: Path | None = None) -> Table:
         rung_loss[r["config"]][r["rung"]] = r["val_loss"]
     if any(not math.isfinite(v) for losses in rung_loss.values() for v in losses):
         raise SystemExit(f"{path}: a config lacks a finite seed-0 loss at some rung")
+    target = next(iter(truth.values()))["budget_flops"]
+    replica = read_runs(replica_path) if replica_path is not None and replica_path.exists() else None
     return Table(
         family={c: r["residual"] for c, r in truth.items()},
         flops={c: r["executed_flops_per_token"] for c, r in truth.items()},
         by_arch={(r["residual"], r["n_layers"], r["d_model"]): c for c, r in truth.items()},
         rung_loss={c: tuple(v) for c, v in rung_loss.items()},
         budgets=budgets,
-        truth={c: float(np.mean(v)) for c, v in truth_runs(rows).items()},
+        truth=Truth.of(rows).loss,
         at_target={c: r["val_loss"] for c, r in truth.items()},
-        target=next(iter(truth.values()))["budget_flops"],
+        target=target,
         ladder_compute=float(np.median([r["compute_flops"] for r in ladder])),
-        **(_replica_fields(replica_path, set(truth)) if replica_path is not None and replica_path.exists() else {}),
+        ladder_rows=tuple(r for r in rows if r["kind"] == "ladder"),
+        replica_rows=tuple(replica) if replica is not None else None,
+        replica_budgets=tuple(layout_budgets(target, *LAYOUTS[DEFAULT_LAYOUT])) if replica is not None else (),
     )
-
-
-def _replica_fields(path: Path, configs: set[int]) -> dict:
-    """The seed-0 replica rung losses of every config, and the replica rung budgets."""
-    rows = [r for r in read(path) if r["seed"] == 0]
-    budgets = tuple(sorted({r["budget_flops"] for r in rows}))
-    loss = {c: [math.inf] * len(budgets) for c in configs}
-    for r in rows:
-        loss[r["config"]][r["rung"]] = r["val_loss"]
-    if any(not math.isfinite(v) for losses in loss.values() for v in losses):
-        raise SystemExit(f"{path}: a config lacks a finite seed-0 replica loss at some rung")
-    return {"replica_loss": {c: tuple(v) for c, v in loss.items()}, "replica_budgets": budgets}
-
-
-@functools.cache
-def _predicted(points: frozenset[RungPoint], target: float) -> dict[int, float]:
-    """`fidelity.predictions`, cached: replays share prefixes and the fit ignores point order."""
-    return predictions(sorted(points, key=lambda p: (p.trial, p.flops)), target)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,48 +142,41 @@ def _predicted(points: frozenset[RungPoint], target: float) -> dict[int, float]:
 
 
 class Ladder:
-    """Sequential MO-ASHA on the rungs, as `fidelity.replay_promotion` but config by config.
+    """The search's own method config by config: its rung decider on a real store (`grading.SearchReplay`:
+    promotion with the noise margin, second seeds where asked), its answer at T after each config.
 
-    On the budget ladder (the config itself at each rung, one exponent per family) a run stopped at
-    rung r costs `Table.rung_cost(r)`; on the replica ladder (`replica=True`: each rung a separate
-    replica run, every rung on one exponent as `nas.fidelity.fit_group` groups them) it costs
-    C_0 + ... + C_r, and promotion uses the replica ladder's ratio `fidelity.REPLICA_ETA`."""
+    On the budget ladder (the config itself at each rung) a run stopped at rung r costs `Table.rung_cost(r)`;
+    on the replica ladder (`replica=True`, the search's default layout) each rung is its own run, and a rung
+    measured again costs that run once more. The front's repeats, which a search runs once at its end, are
+    not replayed here."""
 
-    def __init__(self, table: Table, replica: bool = False):
-        if replica and table.replica_loss is None:
+    def __init__(self, table: Table, replica: bool = False, noise_rule: bool = True):
+        if replica and table.replica_rows is None:
             raise SystemExit("the replica strategy needs --replica-runs (fidelity.py build-replicas)")
-        self.table, self.replica = table, replica
-        self.budgets = table.replica_budgets if replica else table.budgets
-        self.rung_loss = table.replica_loss if replica else table.rung_loss
-        self.eta = REPLICA_ETA if replica else ETA
-        self.arrived: list[int] = []  # trial id = arrival index
-        self.reached: dict[int, int] = {}  # config -> rungs trained
-        self.points: list[RungPoint] = []
-
-    def cost(self, rung: int) -> float:
-        return sum(self.budgets[: rung + 1]) if self.replica else self.table.rung_cost(rung)
+        rows = table.replica_rows if replica else table.ladder_rows
+        budgets = table.replica_budgets if replica else table.budgets
+        eta = LAYOUTS[DEFAULT_LAYOUT][1] if replica else ETA
+        self.budgets = budgets
+        self.search = SearchReplay(
+            rows, budgets, eta, table.target, replica=replica, cooldown=COOLDOWN, noise_rule=noise_rule
+        )
+        self._estimates: dict[int, float] = {}
 
     def add(self, config: int) -> tuple[float, float]:
-        t, trial = self.table, len(self.arrived)
-        self.arrived.append(config)
-        group = fit_group(t.family[config], self.replica)
-        for rung, budget in enumerate(self.budgets):
-            self.points.append(RungPoint(config, group, budget, self.rung_loss[config][rung], 0))
-            self.reached[config] = rung + 1
-            preds = _predicted(frozenset(p for p in self.points if p.flops <= budget), t.target)
-            if rung == len(self.budgets) - 1:
-                break
-            at_rung = [
-                Candidate(i, preds.get(c, math.inf), t.flops[c])
-                for i, c in enumerate(self.arrived)
-                if self.reached[c] > rung
-            ]
-            if not should_promote(trial, at_rung, self.eta):
-                break
-        return self.cost(self.reached[config] - 1), preds[config]
+        cost = self.search.propose(config)
+        answer = self.search.answer()
+        self._estimates = self.search.by_config({n: p.loss for n, p in answer.predictions.items()})
+        return cost, self._estimates[config]
 
     def estimates(self) -> dict[int, float]:
-        return _predicted(frozenset(self.points), self.table.target)
+        return self._estimates
+
+    @property
+    def reached(self) -> dict[int, int]:
+        return self.search.reached()
+
+    def close(self) -> None:
+        self.search.close()
 
 
 class SingleBudget:
@@ -221,8 +195,8 @@ class SingleBudget:
 
 
 def make_strategy(name: str, table: Table) -> Ladder | SingleBudget:
-    if name in ("ladder", "replica"):
-        return Ladder(table, replica=name == "replica")
+    if name in ("ladder", "replica", "replica_without_noise_rule"):
+        return Ladder(table, replica=name != "ladder", noise_rule=name != "replica_without_noise_rule")
     if name == "rung0":
         return SingleBudget({c: v[0] for c, v in table.rung_loss.items()}, table.budgets[0])
     if name == "top_rung":
@@ -300,6 +274,7 @@ def replay(table: Table, scorer: Scorer, proposer: str, strategy: str, seed: int
     out.update({m: [s[m] for s in scores] for m in Scorer.metrics})
     if isinstance(strat, Ladder):
         out["configs_per_rung"] = [sum(k > r for k in strat.reached.values()) for r in range(len(strat.budgets))]
+        strat.close()
     return out
 
 
@@ -482,7 +457,7 @@ def run(
     strategies: dict = {}
     for proposer in proposers:
         strategies[proposer] = {}
-        for strategy in (s for s in STRATEGIES if s != "replica" or table.replica_loss is not None):
+        for strategy in (s for s in STRATEGIES if not s.startswith("replica") or table.replica_rows is not None):
             runs = [replay(table, scorer, proposer, strategy, s, max_asks) for s in range(seeds)]
             strategies[proposer][strategy] = summarise(runs, table.target, grid)
             log.info("%s / %s: final %s", proposer, strategy, strategies[proposer][strategy]["final"])
@@ -524,7 +499,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=Path, default=RUNS_CSV)
     parser.add_argument("--replica-runs", type=Path, default=REPLICA_CSV, help="replica rows (the replica strategy)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ladder_efficiency.json")
-    parser.add_argument("--seeds", type=int, default=20, help="proposal orders 0..N-1 per proposer")
+    parser.add_argument("--seeds", type=int, default=10, help="proposal orders 0..N-1 per proposer")
     parser.add_argument("--proposers", default=",".join(PROPOSERS), help="comma-separated: random, tpe")
     parser.add_argument("--max-asks", type=int, default=240, help="TPE asks per search (repeats and gaps count)")
     args = parser.parse_args(argv)

@@ -340,8 +340,9 @@ def target_page(url: str, summaries: Sequence) -> None:
             st.subheader("Fidelity benchmark (make fidelity)")
             st.dataframe(fidelity_benchmark_frame(benchmark), hide_index=True, key="fidelity_benchmark")
             st.caption(
-                f"{benchmark['configs']} fixed configs ranked at T = {benchmark['target_flops']:.3g} FLOPs from a "
-                "ladder, against the same configs trained at T: how far a ranking at the target can be trusted"
+                f"fixed configs on {len(benchmark['headline'])} corpora ({', '.join(benchmark['headline'])}), "
+                f"searched on the default replica ladder ({benchmark['default_layout']}) and answered at T, against "
+                "the same configs trained at T: how far an answer at the target can be trusted"
             )
 
     live(render, _running(summaries, [name]))

@@ -216,6 +216,7 @@ class RungDecider:
     n_rungs: int
     optuna_study: str | None = None  # the study whose trials get the band as user attributes
     remeasure: bool = False  # a rung can be measured again with another seed (replica rungs: each its own run)
+    noise_rule: bool = True  # ties within twice the seed noise promoted / measured again (off: plain MO-ASHA)
 
     def __post_init__(self) -> None:
         self._store: Store | None = None
@@ -244,6 +245,8 @@ class RungDecider:
         candidates = self._candidates(rows, rung, answer, number, flops_per_token)
         if number in promotable(candidates, self.eta):
             return RungDecision(True, predicted)
+        if not self.noise_rule:
+            return self._final(number, rung, every)
         measured_twice = len({r.seed for r in rows if r.number == number and r.rung == rung}) >= 2
         again = self.remeasure and not measured_twice
         if tied_with_cut(number, candidates, self.eta):  # within the noise of the cut: a coin flip

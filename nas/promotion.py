@@ -105,8 +105,8 @@ def _check_unique(candidates: Sequence[Candidate]) -> None:
 def _check_eta(eta: float) -> None:
     if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
         raise TypeError(f"eta must be a real number, got {eta!r}")
-    if not eta >= 2:  # also rejects NaN
-        raise ValueError(f"eta must be >= 2, got {eta!r}")
+    if not eta > 1:  # also rejects NaN
+        raise ValueError(f"eta must be > 1, got {eta!r}")
 
 
 def nondominated_fronts(candidates: Iterable[Candidate]) -> list[list[Candidate]]:
@@ -175,7 +175,7 @@ def promotion_count(n: int, eta: float) -> int:
 
 def promotable(candidates: Iterable[Candidate], eta: float = 3) -> set[int]:
     """Trial ids of the best ceil(n / eta) of `candidates` in the order of `rank`, n = len(candidates).
-    ValueError if eta < 2 or a trial id repeats."""
+    ValueError if eta <= 1 or a trial id repeats."""
     cands = list(candidates)
     _check_unique(cands)
     k = promotion_count(len(cands), eta)

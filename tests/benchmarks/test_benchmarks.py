@@ -30,30 +30,33 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     runs, replicas, out = tmp_path / "runs.csv", tmp_path / "replicas.csv", tmp_path / "fidelity.json"
     run_script("-m", "benchmarks.fidelity", "build", "--smoke", "--runs", str(runs), timeout=600)
     run_script("-m", "benchmarks.fidelity", "build-replicas", "--smoke", "--replica-runs", str(replicas), timeout=600)
-    floored = tmp_path / "floored.csv"
-    floor = ["--min-width", "24", "--seeds", "0", "--processes", "1", "--replica-runs", str(floored)]
-    run_script("-m", "benchmarks.fidelity", "build-replicas", "--smoke", *floor, timeout=600)
-    tables = ["--runs", str(runs), "--replica-runs", str(replicas), "--floor-runs", str(floored)]
-    run_script("-m", "benchmarks.fidelity", "report", *tables, "--out", str(out))
-    summary = json.loads(out.read_text())["summary"]
-    by_floor = summary["replica_ladder_by_narrowest_width"]  # seed 0 of each table, its wall time beside
-    assert set(by_floor) == {"8", "24"} and by_floor["24"]["off_path_rungs"] > by_floor["8"]["off_path_rungs"]
-    assert all(f["wall_time_s_seed0"] >= f["wall_time_s_seed0_promoted"] > 0 for f in by_floor.values())
-    replica = summary["replica_ladder"]  # graded like the budget ladder, on the same truth
-    answer = replica["methods"]["answer (backtest's choice)"]
-    assert set(answer) == {"kendall_tau", "regret_nats", "regret_in_seed_noise", "true_best_in_predicted_top3"} | {
-        "hypervolume_ratio_nadir"
-    }
-    assert answer["regret_nats"] >= 0 and 0 < replica["compute_share"] <= 2 * replica["compute_share_every_rung_seed0"]
-    assert replica["rung_flops"] == pytest.approx([summary["target_flops"] * s for s in (0.025, 0.05, 0.1)])
-    assert replica["tokens_per_param_over_target"]["min"] > 0 and replica["backtest"]["chosen"] in ("fit", "top rung")
-    assert summary["configs"] == 3 and len(summary["rung_flops"]) == import_benchmark("fidelity").RUNGS
-    assert summary["truth_seeds_per_config"] == 2 and summary["tau_ceiling"] is not None
-    assert summary["target_flops"] == 10 * max(summary["rung_flops"])
-    assert set(summary["kendall_tau"]) >= {"prediction", "lowest_rung", "top_rung", "parameter_count"}
-    assert 0 < summary["ladder_compute_share_with_promotion"] <= summary["ladder_compute_share"]
-    assert summary["ladder_compute_share"] <= summary["ladder_compute_share_every_seed_of_every_config"] < 1
-    assert 0 <= summary["hypervolume_ratio"] <= 1 + 1e-9 and out.with_suffix(".png").stat().st_size > 10_000
+    run_script(
+        "-m", "benchmarks.fidelity", "report", "--runs", str(runs), "--replica-runs", str(replicas), "--out", str(out)
+    )
+    result = json.loads(out.read_text())
+    fidelity = import_benchmark("fidelity")
+    plays = result["corpora"]["plays"]
+    assert plays["configs"] == 3 and plays["truth"]["seeds_per_config"] == 2
+    assert set(plays["replica_ladder"]["layouts"]) == set(fidelity.LAYOUTS)
+    default = plays["replica_ladder"]["layouts"][fidelity.DEFAULT_LAYOUT]
+    answer = default["table_order"]
+    assert {"kendall_tau", "regret_in_seed_noise", "true_best_in_predicted_top3", "hypervolume_ratio_nadir"} <= set(
+        answer
+    )
+    assert (
+        answer["regret_nats"] >= 0
+        and 0 < answer["compute_share"]
+        and answer["predictor"] in ("top rung", "weighted fit")
+    )
+    assert default["rung_flops"] == pytest.approx(
+        fidelity.layout_budgets(plays["target_flops"], *fidelity.LAYOUTS[fidelity.DEFAULT_LAYOUT])
+    )
+    assert (
+        "without_the_noise_rule" in default
+        and plays["budget_ladder"]["as_a_search_runs_it"]["table_order"]["compute_share"] > 0
+    )
+    assert result["summary"]["headline"]["plays"]["kendall_tau"] == answer["kendall_tau"]
+    assert result["machine"]["cpu"] and out.with_suffix(".png").stat().st_size > 10_000
 
 
 def test_replica_wall_benchmark_times_both_ladders_and_the_width_floors(tmp_path):
@@ -68,26 +71,6 @@ def test_replica_wall_benchmark_times_both_ladders_and_the_width_floors(tmp_path
     summary = result["summary"]
     assert summary["flops_over_budget_ladder"]["replica_min_width_8"] > 1  # each rung its own run: no shared prefix
     assert set(result["step_ms_by_width"]) == {"8", "16"} and result["machine"]["cpu"]
-
-
-def test_the_fidelity_prediction_sees_what_a_search_holds_seed_0_and_the_front_repeated():
-    """Config 0 is cheapest and best at T: the only front member, so the only config whose second seed a
-    search pays for and fits."""
-    fidelity = import_benchmark("fidelity")
-    from nas.extrapolate import RungPoint
-
-    amplitude = {0: 1.0, 1: 1.5, 2: 2.0}
-    points = [
-        RungPoint(c, "cascaded", 1e10 * 2**r, 1.5 + amplitude[c] * (2**r) ** -0.3 + 0.01 * seed, seed)
-        for c in amplitude
-        for r in range(4)
-        for seed in (0, 1)
-    ]
-    view, repeated = fidelity.search_view(points, {0: 1e5, 1: 2e5, 2: 3e5}, 1e12)
-    assert repeated == {0}
-    assert sorted((p.trial, p.seed) for p in view) == sorted(
-        [(c, 0) for c in amplitude for _ in range(4)] + [(0, 1)] * 4
-    )
 
 
 def test_a_fidelity_build_resumes_with_only_the_jobs_its_table_lacks(tmp_path):

@@ -45,7 +45,8 @@ def write_table(path: Path, columns: list[str]) -> Path:
 
 
 def write_replica_table(path: Path, columns: list[str]) -> Path:
-    """The 9 configs' replica rungs at T/40, T/20, T/10 (both seeds), curves crossing as on the ladder."""
+    """The 9 configs' replica rungs at every share of T the real table holds (both seeds), curves crossing as on
+    the ladder."""
     rows = []
     for config, (family, (depth, width)) in enumerate(itertools.product(("cascaded", "nag", "ancre"), ARCHS)):
         fpt = 2.0e4 * depth * width / 32
@@ -54,7 +55,9 @@ def write_replica_table(path: Path, columns: list[str]) -> Path:
             rows.append(
                 dict(config=config, residual=family, n_layers=depth, d_model=width, mod_rate=0.0, params=1000)
                 | dict(executed_flops_per_token=fpt, kind="replica", seed=seed, rung=rung, budget_flops=budget)
-                | dict(tokens=1, val_loss=(1.0 + 0.02 * seed) * _loss(amp, budget) + 0.1 * (depth == 4) * (2 - rung))
+                | dict(
+                    tokens=1, val_loss=(1.0 + 0.02 * seed) * _loss(amp, budget) + 0.1 * (depth == 4) * (4 - rung) / 2
+                )
                 | dict(compute_flops=budget, wall_time_s=1.0, status="completed", replica_d_model=width // 2)
                 | dict(replica_params=250, tokens_per_param=20.0, target_tokens_per_param=20.0, on_path=True)
             )
@@ -65,7 +68,13 @@ def write_replica_table(path: Path, columns: list[str]) -> Path:
     return path
 
 
-REPLICA_RUNGS = (TARGET / 40, TARGET / 20, TARGET / 10)
+def _replica_rungs() -> tuple[float, ...]:
+    from benchmarks.fidelity import REPLICA_SHARES
+
+    return tuple(TARGET * share for share in sorted(REPLICA_SHARES))  # every budget the real table holds
+
+
+REPLICA_RUNGS = _replica_rungs()
 
 
 @pytest.fixture
@@ -76,27 +85,22 @@ def table(le, tmp_path):
     return le.load(runs, write_replica_table(tmp_path / "replicas.csv", REPLICA_COLUMNS))
 
 
-def test_the_replica_ladder_costs_its_rungs_and_promotes_as_the_fidelity_replay_does(le, table):
-    from benchmarks.fidelity import REPLICA_ETA, replay_promotion
-    from nas.extrapolate import RungPoint
-    from nas.fidelity import REPLICA_PATH
-
-    replica, spent = le.Ladder(table, replica=True), 0.0
-    for config in table.configs:  # table order, as replay_promotion replays it
-        spent += replica.add(config)[0]
-    assert spent == pytest.approx(sum(sum(REPLICA_RUNGS[:k]) for k in replica.reached.values()), rel=1e-12)
-    assert 1 in replica.reached.values() and len(REPLICA_RUNGS) in replica.reached.values()
-    points = [
-        RungPoint(c, REPLICA_PATH, b, loss, 0)
-        for c in table.configs
-        for b, loss in zip(table.replica_budgets, table.replica_loss[c], strict=True)
-    ]
-    assert replica.reached == replay_promotion(points, table.flops, table.target, eta=REPLICA_ETA)
-    assert {p.family for p in replica.points} == {REPLICA_PATH}  # one exponent along the path
+def test_the_replica_ladder_spends_exactly_the_runs_its_decider_had_trained(le, table):
+    """Each rung is its own run: the compute is that of every rung row the search stored (a rung measured again
+    with a second seed included); the first arrival climbs every rung; plain MO-ASHA measures nothing twice."""
+    for noise_rule in (True, False):
+        replica, spent = le.Ladder(table, replica=True, noise_rule=noise_rule), 0.0
+        for config in table.configs:
+            spent += replica.add(config)[0]
+        stored = replica.search.store.rungs("replay")
+        assert spent == pytest.approx(sum(r.training_flops for r in stored), rel=1e-12)
+        assert replica.reached[table.configs[0]] == len(table.replica_budgets)
+        assert {r.seed for r in stored} == ({0, 1000} if noise_rule else {0})  # the noise is measured first
+        replica.close()
 
 
 def test_the_ladder_spends_exactly_the_cost_of_the_rungs_each_config_reached(le, table):
-    ladder, spent = le.Ladder(table), 0.0
+    ladder, spent = le.Ladder(table, noise_rule=False), 0.0
     order = [4, 0, 7, 2, 8, 1, 3, 6, 5]
     for config in order:
         spent += ladder.add(config)[0]
@@ -124,25 +128,9 @@ def _rung_of(table, cost: float) -> int:
     return next(r for r in range(len(RUNGS)) if math.isclose(table.rung_cost(r), cost, rel_tol=1e-9))
 
 
-def test_the_ladder_promotes_as_the_fidelity_replay_does(le, table):
-    from benchmarks.fidelity import RUNS_CSV, replay_promotion
-    from nas.extrapolate import RungPoint
-
-    tables = [table] + ([le.load(RUNS_CSV)] if RUNS_CSV.exists() else [])
-    for t in tables:
-        ladder = le.Ladder(t)
-        for config in t.configs:  # table order, as replay_promotion replays it
-            ladder.add(config)
-        points = [
-            RungPoint(c, t.family[c], b, loss, 0)
-            for c in t.configs
-            for b, loss in zip(t.budgets, t.rung_loss[c], strict=True)
-        ]
-        assert ladder.reached == replay_promotion(points, t.flops, t.target)
-
-
-def test_scores_are_one_on_the_true_front_and_match_fidelity_hv_ratio(le, table):
-    from benchmarks.fidelity import hv_ratio
+def test_scores_are_one_on_the_true_front_and_match_the_grading_hv_ratio(le, table, tmp_path):
+    from benchmarks.fidelity import COLUMNS
+    from benchmarks.grading import Truth, hv_ratio, read_runs
 
     scorer = le.Scorer(table)
     true_front = le.front(table.truth, table.flops)
@@ -151,8 +139,9 @@ def test_scores_are_one_on_the_true_front_and_match_fidelity_hv_ratio(le, table)
     partial = scorer(true_front[:-1])
     assert partial["hv_ratio"] < 1 and partial["hv_ratio_nadir"] < partial["hv_ratio"]  # nadir: a stricter axis
     estimates = {c: v[0] for c, v in table.rung_loss.items()}  # rank by rung 0: a different front
-    chosen = scorer(le.front(estimates, table.flops))["hv_ratio"]
-    assert chosen == pytest.approx(hv_ratio(estimates, table.truth, table.flops), rel=1e-12) and chosen < 1
+    chosen = scorer(le.front(estimates, table.flops))["hv_ratio_nadir"]
+    truth = Truth.of(read_runs(write_table(tmp_path / "again.csv", COLUMNS)))
+    assert chosen == pytest.approx(hv_ratio(estimates, truth), rel=1e-12) and chosen < 1
     run = le.replay(table, scorer, "random", "target", seed=0, max_asks=100)
     assert run["hv_ratio"][-1] == 1.0 and run["regret"][-1] == 0.0
 
@@ -198,10 +187,31 @@ def test_the_script_writes_its_json_and_plot(le, tmp_path):
     assert set(result["summary"]) == {"random", "tpe"}
     assert result["strategies"]["random"]["target"]["final"]["compute_T_mean"] == 9.0  # all 9 trained at T
     for proposer in result["strategies"].values():
-        assert set(proposer) == {"ladder", "replica", "rung0", "top_rung", "target"}
+        assert set(proposer) == {"ladder", "replica", "replica_without_noise_rule", "rung0", "top_rung", "target"}
         target = proposer["target"]
         assert target["final"]["compute_T_mean"] <= 9.0  # TPE may run out of asks on repeats first
         assert target["hv_ratio_at_compute"]["0.5T"]["mean"] == 0.0  # nothing trained yet at half a T
         assert len(target["hv_ratio_compute_to_0.95_T"]["per_seed"]) == 2
     assert result["machine"]["cpu"] and result["table"]["configs"] == 9
     assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_a_replayed_search_repeats_its_front_with_the_second_seed(table):
+    """The search's repeats: each member of its front at T gets the table's second seed at every rung it reached
+    that lacks one, and pays for those runs."""
+    from benchmarks.grading import SearchReplay
+    from nas.fidelity import front_at_target
+
+    search = SearchReplay(table.replica_rows, table.replica_budgets, 3.0, table.target, noise_rule=False)
+    for config in table.configs:
+        search.propose(config)
+    before = search.spent
+    front = front_at_target(search.store.trials("replay"), search.answer().predictions)
+    spent = search.repeat_front()
+    rows = search.store.rungs("replay")
+    seed1 = {(r.number, r.rung) for r in rows if r.seed == 1}
+    reached = {n: k for n, k in enumerate(search.reached()[c] for c in search.arrivals)}
+    assert seed1 == {(row.number, r) for row in front for r in range(reached[row.number])}
+    assert spent == pytest.approx(sum(r.training_flops for r in rows if r.seed == 1), rel=1e-12)
+    assert search.spent == pytest.approx(before + spent)
+    search.close()

@@ -13,6 +13,7 @@ from nas.promotion import (
     crowding_distance,
     nondominated_fronts,
     promotable,
+    promotion_count,
     rank,
     should_promote,
     tied_with_cut,
@@ -212,7 +213,8 @@ def test_tie_breaking_is_deterministic():
 
 def test_invalid_input_is_rejected():
     table = FRONT + DOMINATED
-    for eta in (1, 1.5, 0, -3, math.nan):
+    assert promotion_count(3, 1.5) == 2 and promotion_count(4, 1.5) == 3  # a ratio below 2 promotes most
+    for eta in (1, 0.5, 0, -3, math.nan):
         with pytest.raises(ValueError):
             promotable(table, eta)
     with pytest.raises(ValueError):
