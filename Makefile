@@ -64,17 +64,15 @@ service: $(STAMP)
 load: $(STAMP)
 	$(PY) -m benchmarks.store_load --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
 
-# The fidelity benchmark: 24 configs on the budget ladder and on replica rungs (and, seed 0, replicas no
-# narrower than 32), graded against the same configs trained for real at T; builds only the rows its
-# tables lack, `report` alone re-reads them.
+# The fidelity benchmark on two corpora (the shipped plays, Python source): fixed configs on replica rungs at
+# every share of T a ladder may use and on the budget ladder, and trained for real at T, two seeds each; builds
+# only the rows its tables lack, `report` alone re-grades them (searches replayed through the rung decider).
 fidelity: $(STAMP)
-	$(PY) -m benchmarks.fidelity build --runs benchmarks/data/fidelity_runs.csv
-	$(PY) -m benchmarks.fidelity build-replicas --replica-runs benchmarks/data/fidelity_replica_runs.csv
-	$(PY) -m benchmarks.fidelity build-replicas --min-width 32 --seeds 0 \
-		--replica-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv
-	$(PY) -m benchmarks.fidelity report --runs benchmarks/data/fidelity_runs.csv \
-		--replica-runs benchmarks/data/fidelity_replica_runs.csv \
-		--floor-runs benchmarks/data/fidelity_replica_runs_min_width_32.csv --out benchmarks/results/fidelity.json \
+	for corpus in plays code; do \
+		$(PY) -m benchmarks.fidelity build --corpus $$corpus && \
+		$(PY) -m benchmarks.fidelity build-replicas --corpus $$corpus || exit 1; \
+	done
+	$(PY) -m benchmarks.fidelity report --out benchmarks/results/fidelity.json \
 		--dashboard-summary dashboard/fidelity_summary.json
 
 # A replica-ladder trial's wall time beside a budget-ladder trial's, at the search's default rungs
@@ -85,6 +83,8 @@ replica-wall: $(STAMP)
 ladder-efficiency: $(STAMP)
 	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
 		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/ladder_efficiency.json
+	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_code_runs.csv \
+		--replica-runs benchmarks/data/fidelity_code_replica_runs.csv --out benchmarks/results/ladder_efficiency_code.json
 
 # Mixture-of-Depths as published (block routing, 0.875 on every other block) vs dense and per-sublayer 0.25,
 # equal training compute, every family, two seeds

@@ -90,8 +90,8 @@ class Budget(BaseModel):
     )
     max_trial_seconds: float | None = Field(None, gt=0, description="wall-clock cap of one trial")
     max_search_seconds: float | None = Field(None, gt=0, description="wall-clock cap of the search")
-    rungs: int = Field(3, ge=1, le=8, description="budgets per trial: C, eta C, ... (1 = no ladder)")
-    eta: float = Field(3.0, ge=1.5, le=10, allow_inf_nan=False, description="budget ratio between rungs")
+    rungs: int = Field(2, ge=1, le=8, description="budgets per trial: C, eta C, ... (1 = no ladder)")
+    eta: float = Field(2.0, ge=1.5, le=10, allow_inf_nan=False, description="budget ratio between rungs")
     target_flops: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="training FLOPs of the planned pretraining run (T)"
     )

@@ -94,7 +94,11 @@ def search(
     trial_flops: float = typer.Option(
         ..., help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung."
     ),
-    trials: int | None = typer.Option(None, help="Number of trials (default 20 unless --search-flops)."),
+    trials: int | None = typer.Option(
+        None,
+        help="Trials to train (default 20 unless --search-flops); an infeasible proposal (unaffordable, or outside "
+        "the tokens-per-parameter range at T) is recorded and proposed again, up to 10 proposals per trial.",
+    ),
     search_flops: float | None = typer.Option(
         None, help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
     ),
@@ -127,9 +131,9 @@ def search(
     max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial."),
     max_search_seconds: float | None = typer.Option(None, help="Wall-clock limit for the whole search."),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
-    rungs: int = typer.Option(3, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget)."),
+    rungs: int = typer.Option(2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget)."),
     repeat_seeds: int = typer.Option(1, help="More seeds for each member of the front at the target (noise)."),
-    eta: float = typer.Option(3.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on."),
+    eta: float = typer.Option(2.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on."),
     target_flops: float | None = typer.Option(
         None,
         help="Training FLOPs of the pretraining run you plan: the budget the search answers for "

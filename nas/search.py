@@ -2,7 +2,8 @@
 the trials (`tune_runner.py`), the store keeps every result.
 
 - Infeasible configs are not trained: the define-by-run space marks them with an Optuna constraint
-  and the trainable returns at once with loss = inf.
+  and the trainable returns at once with loss = inf. They do not count towards the requested trials:
+  the search proposes again (in rounds of Tune), up to `PROPOSALS_PER_TRIAL` proposals per trial.
 - A trial whose process dies is recorded `retrying` with its reason and retried by Tune up to
   `retries` times (each attempt is a row); a NaN never reaches Optuna (it would leave the trial
   RUNNING forever).
@@ -14,6 +15,7 @@ the trials (`tune_runner.py`), the store keeps every result.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass, replace
 
 from workers.status import FINAL, TrialStatus
@@ -41,6 +43,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 INTERRUPTED_REASON = "the search driver stopped before this trial finished"
+PROPOSALS_PER_TRIAL = 10  # proposals (infeasible ones included) a search may make per requested trial
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,24 @@ class SearchReport:
 
 
 def finished_trial_numbers(store: Store, name: str) -> set[int]:
-    """Trials that count towards the requested number: those with a final status (`workers.status.FINAL`)."""
-    return {row.number for row in store.trials(name, statuses=FINAL)}
+    """Trials that count towards the requested number: those with a final status (`workers.status.FINAL`) but
+    infeasible. An infeasible proposal (one the budget cannot train, or that is implausible at the target) is
+    recorded without training, and the search proposes again, up to `PROPOSALS_PER_TRIAL` per requested trial."""
+    return {row.number for row in store.trials(name, statuses=FINAL - {TrialStatus.INFEASIBLE})}
+
+
+def _rounds(store: Store, name: str, requested: int, budget: Budget):
+    """How many trials each round of Tune is asked for: the trials still missing, while proposals remain
+    (`PROPOSALS_PER_TRIAL` x requested in all, infeasible ones included) and the search's time is not up; each
+    round is given the time left (as a copy of `budget`)."""
+    start = time.monotonic()
+    while True:
+        missing = requested - len(finished_trial_numbers(store, name))
+        room = PROPOSALS_PER_TRIAL * requested - len(store.trials(name))
+        left = None if budget.max_search_seconds is None else budget.max_search_seconds - (time.monotonic() - start)
+        if missing <= 0 or room <= 0 or (left is not None and left <= 0):
+            return
+        yield min(missing, room), budget.model_copy(update={"max_search_seconds": left})
 
 
 def launch_search(
@@ -121,21 +140,20 @@ def _run_remaining(
     space, settings = stored_space(row.space, budget), SearchSettings(**row.settings)
     if ray_address:
         settings = replace(settings, ray_address=ray_address)
-    missing = row.requested_trials - len(finished_trial_numbers(store, name))
     store.set_search_status(name, SearchStatus.RUNNING)
     try:
-        if missing > 0:
+        for missing, left in _rounds(store, name, row.requested_trials, budget):
             configure_ray_env()  # before Ray is imported, which happens only when a search really runs
             from .tune_runner import run_tuner
 
             extra = {} if trainable is None else {"trainable": trainable}
-            run_tuner(store, name, space, budget, settings, row.optuna_study_name, missing, show_progress, **extra)
+            run_tuner(store, name, space, left, settings, row.optuna_study_name, missing, show_progress, **extra)
             # Tune is done: an Optuna trial still RUNNING belongs to no trial (an ask retried after its
             # first commit had landed), and samplers should not wait on it.
             fail_stale_optuna_trials(optuna_storage(store.url), row.optuna_study_name)
         # A retry Tune never started (its time budget ran out) is not left pending for ever.
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
-        if len(finished_trial_numbers(store, name)) >= row.requested_trials:
+        if _done(store, name, row.requested_trials):
             repeat_front(store, name, space, budget, settings)
     except StoreOutage:
         # The store is down: nothing more can be written; `nas resume` replays the spool and goes on.
@@ -150,6 +168,17 @@ def _run_remaining(
         store.set_search_status(name, SearchStatus.INTERRUPTED)
         raise
     finished = len(finished_trial_numbers(store, name))
-    status = SearchStatus.COMPLETED if finished >= row.requested_trials else SearchStatus.INTERRUPTED
+    status = SearchStatus.COMPLETED if _done(store, name, row.requested_trials) else SearchStatus.INTERRUPTED
+    if status == SearchStatus.COMPLETED and finished < row.requested_trials:
+        log.warning(
+            "search %s: %d of %d trials trained: %d proposals were infeasible (nas status %s says why)",
+            name, finished, row.requested_trials, len(store.trials(name)) - finished, name,
+        )  # fmt: skip
     store.set_search_status(name, status)
     return SearchReport(name, row.requested_trials, finished, status)
+
+
+def _done(store: Store, name: str, requested: int) -> bool:
+    """Every requested trial trained, or every proposal the search may make made."""
+    proposed = store.trials(name, statuses=FINAL)
+    return len(finished_trial_numbers(store, name)) >= requested or len(proposed) >= PROPOSALS_PER_TRIAL * requested
