@@ -42,6 +42,7 @@ import numpy as np
 
 from benchmarks.grading import SearchReplay, Truth, bands_with, grade, read_runs, tau
 from benchmarks.harness import append_runs, machine_info, pending, write_json
+from nas.budget import Budget
 from nas.extrapolate import RungPoint, seed_noise
 from nas.fidelity import answer_at_target
 
@@ -80,14 +81,15 @@ COLUMNS = [
 # search's default), 3 at eta 2 (T/40, T/20, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
 REPLICA_SHARES = (1 / 90, 1 / 40, 1 / 30, 1 / 20, 1 / 10)
 REPLICA_TOP_SHARE = 0.1
-# The ladders replayed on the replica tables, and the one a search uses by default (`nas search --rungs --eta`)
+# The ladders replayed on the replica tables, and the one a search uses by default (`nas search --rungs --eta`;
+# the default must be among them)
 LAYOUTS = {
     "3 rungs, eta 3": (3, 3.0),
     "3 rungs, eta 2": (3, 2.0),
     "2 rungs, eta 2": (2, 2.0),
     "2 rungs, eta 3": (2, 3.0),
 }
-DEFAULT_LAYOUT = "3 rungs, eta 3"
+DEFAULT_LAYOUT = "{} rungs, eta {:g}".format(*(Budget.model_fields[k].default for k in ("rungs", "eta")))  # a search's
 ORDERS = 5  # arrival orders each search is replayed in: the table's, and 4 random permutations
 BAND_GAMMAS = (1.0, 0.5)  # conformity scalings whose coverage is measured (`nas.calibration.GAMMA`)
 GOALS = {

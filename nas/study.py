@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from search_spaces.residual_lm import config_error_message, flops_per_token
 
 from .budget import Budget, trial_is_feasible
+from .optuna_adapter import CACHED_STORAGE_CALLS, missing_calls
 from .settings import SAMPLERS
 from .space import SearchSpace, suggest, to_configs
 from .store import call_with_retries, retry_window, schema_lock
@@ -76,6 +77,11 @@ def optuna_storage(url: str) -> optuna.storages.RDBStorage:
     Optuna creates its tables on first use: under the store's schema lock, since two drivers doing
     it at once on a fresh database collide.
     """
+    if missing := missing_calls():
+        raise RuntimeError(
+            f"optuna {optuna.__version__} lacks RDBStorage.{', '.join(missing)}, which resnas retries while the "
+            "database is unreachable (nas/optuna_adapter.py): install the optuna version pyproject.toml names"
+        )
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     with schema_lock(url):
         return RetryingRDBStorage(url, engine_kwargs=kwargs)
@@ -110,23 +116,11 @@ def _retrying(name: str, call):
     return run
 
 
-# Every study wraps its RDB storage in Optuna's `_CachedStorage`, which calls these RDBStorage methods
-# directly rather than through the public API (asking a trial, setting its parameters, TPE's reads of
-# past trials): unretried, a database restart fails the search's next ask at once.
-CACHED_STORAGE_CALLS = (
-    "_create_new_trial",
-    "_set_trial_param",
-    "_get_best_trial_id",
-    "_get_trials",
-    "_get_stale_trial_ids",
-)
-
 for _name in dir(optuna.storages.BaseStorage):  # the storage API: every public method
     if not _name.startswith("_") and _name not in ("remove_session", "check_trial_is_updatable"):
         setattr(RetryingRDBStorage, _name, _retrying(_name, getattr(optuna.storages.RDBStorage, _name)))
-for _name in CACHED_STORAGE_CALLS:
-    if hasattr(optuna.storages.RDBStorage, _name):
-        setattr(RetryingRDBStorage, _name, _retrying(_name, getattr(optuna.storages.RDBStorage, _name)))
+for _name in set(CACHED_STORAGE_CALLS) - set(missing_calls()):  # the private calls: `nas.optuna_adapter`
+    setattr(RetryingRDBStorage, _name, _retrying(_name, getattr(optuna.storages.RDBStorage, _name)))
 
 
 def fail_stale_optuna_trials(storage: optuna.storages.RDBStorage, study_name: str) -> int:
@@ -136,8 +130,10 @@ def fail_stale_optuna_trials(storage: optuna.storages.RDBStorage, study_name: st
     except KeyError:
         return 0
     stale = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.RUNNING]
+    study_id = storage.get_study_id_from_name(study_name)
     for t in stale:
-        storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
     return len(stale)
 
 

@@ -27,6 +27,7 @@ from workers.ray_trainable import OBJECTIVES, RUNG_DONE, proxy_trainable
 from workers.replica import rung_budgets
 from workers.status import TrialStatus
 
+from . import tune_adapter
 from .budget import Budget
 from .early_stop import FlopBandStopper, TrialTimeLimit
 from .fidelity import RungDecider
@@ -219,25 +220,28 @@ class StoppableOptunaSearch(OptunaSearch):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         """Tell Optuna the trial's objectives (FAIL without them).  Ray's own version logs and drops a
         failed tell, which would leave the trial RUNNING and `nas resume` would fail it: here a tell
-        the storage refuses past its retry window is spooled instead (so this reads Ray's trial map)."""
+        the storage refuses past its retry window is spooled instead (so this reads Ray's trial map, through
+        `nas.tune_adapter`)."""
         if self.stop.requested and not has_final_record(result):
             result, error = None, True
-        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+        asked, told = tune_adapter.optuna_trials(self), tune_adapter.completed_trials(self)
+        if trial_id in told or trial_id not in asked:
             return super().on_trial_complete(trial_id, result, error)
         values = [result.get(m) for m in self.metric] if result else None
         if values is not None and (any(v is None for v in values) or result.get("trial_result/status") == "failed"):
             values = None  # a trial that crashed is FAIL in Optuna, as in the store
         state = optuna.trial.TrialState.COMPLETE if values is not None else optuna.trial.TrialState.FAIL
-        number = self._ot_trials[trial_id].number
+        number = asked[trial_id].number
         try:
-            self._ot_study.tell(self._ot_trials[trial_id], values, state=state)
+            tune_adapter.optuna_study(self).tell(asked[trial_id], values, state=state)
         except Exception as err:
             if not store_unreachable(err):
                 log.warning("optuna refused trial %d's result: %s", number, err)
             else:
-                self.spool.append({"op": "optuna_tell", "study": self._study_name, "number": number, "values": values})
+                spooled = {"op": "optuna_tell", "study": tune_adapter.study_name(self), "number": number}
+                self.spool.append({**spooled, "values": values})
                 self.stop.store_unreachable()
-        self._completed_trials.add(trial_id)
+        told.add(trial_id)
 
 
 class StopOnRequest(tune.Stopper):
