@@ -1,4 +1,4 @@
-"""Mixture-of-Depths as published versus the routing this project had, at equal training compute.
+"""Mixture-of-Depths as published (blocks routed at 0.875) vs per-sublayer routing at 0.25, at equal compute.
 
     python -m benchmarks.mod_published --out benchmarks/results/mod_published.json   # ~10 min here
     python -m benchmarks.mod_published --smoke --out /tmp/mod.json                   # every path, tiny

@@ -14,7 +14,7 @@ Writes results/tokenizers.json and results/tokenizers.png.
 2. Throughput: BPE training seconds and encoding speed (MB of text per second, `tokenizers`' parallel
    batch encoding on this machine's cores) on the shipped corpus.
 3. Memory: K processes at once each read a synthetic shard of 100M uint16 tokens in full, memory-mapped
-   (`workers.shards.open_stream`, as trials now read) or read into a private array (as `np.load` did):
+   (`workers.shards.open_stream`, as trials read) or read into a private array (`np.load`):
    each process's private memory (RssAnon) and proportional set size (Pss: shared pages split among the
    processes that map them), from /proc/self/smaps_rollup.
 """

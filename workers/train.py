@@ -141,7 +141,7 @@ def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
             (kind, lr_scale, decay, eps), {"params": [], "weight_decay": decay, "lr_scale": lr_scale, "eps": eps}
         )
         group["params"].append(p)
-    order = ("decay", "no_decay", "gate")  # the group order from before the parametrization option
+    order = ("decay", "no_decay", "gate")  # groups by kind: matrices, vectors and scalars, NAG gates
     ordered = [group for _, group in sorted(groups.items(), key=lambda item: order.index(item[0][0]))]
     fused = all(p.device.type in FUSED_ADAMW_DEVICES for p in model.parameters())
     return torch.optim.AdamW(

@@ -43,7 +43,7 @@ from torch import Tensor
 from ..nag_math import NORM_EPS, nag_gate, rotate
 from . import backend, jit, tl, triton
 
-__all__ = ["NORM_EPS", "nag_epilogue", "nag_epilogue_bytes", "nag_epilogue_reference", "nag_gate", "rotate"]
+__all__ = ["nag_epilogue", "nag_epilogue_bytes", "nag_epilogue_reference"]
 
 MAX_D = 65536  # a row must fit in one program's registers
 _TILE = 4096  # elements of a (rows, d) block per program
