@@ -91,7 +91,7 @@ LAYOUTS = {
 }
 DEFAULT_LAYOUT = "{} rungs, eta {:g}".format(*(Budget.model_fields[k].default for k in ("rungs", "eta")))  # a search's
 ORDERS = 5  # arrival orders each search is replayed in: the table's, and 4 random permutations
-BAND_GAMMAS = (1.0, 0.5)  # conformity scalings whose coverage is measured (`nas.calibration.GAMMA`)
+BAND_GAMMAS = (1.0, 0.75, 0.5)  # conformity scalings whose coverage is measured (`nas.calibration.GAMMA`)
 GOALS = {
     "kendall_tau": 0.8,
     "regret_in_seed_noise": 1.0,
@@ -391,10 +391,19 @@ def over_orders(rows, truth: Truth, budgets, eta: float, replica: bool = True, n
     orders = [configs] + [list(rng.permutation(configs)) for _ in range(ORDERS - 1)]
     runs = [replay(rows, truth, budgets, eta, [int(c) for c in order], replica, noise_rule) for order in orders]
     keys = ("kendall_tau", "regret_in_seed_noise", "hypervolume_ratio_nadir", "band_coverage", "compute_share")
-    mean = {k: float(np.mean([r[k] for r in runs if r[k] is not None])) for k in keys}
+    mean = {k: _mean([r[k] for r in runs]) for k in keys}
     mean["true_best_in_predicted_top3"] = float(np.mean([r["true_best_in_predicted_top3"] for r in runs]))
+    mean["band_coverage_by_gamma"] = {
+        g: _mean([r["band_coverage_by_gamma"][g] for r in runs]) for g in runs[0]["band_coverage_by_gamma"]
+    }
     mean["kendall_tau_min"] = float(min(r["kendall_tau"] for r in runs))
     return {"table_order": runs[0], f"mean_over_{ORDERS}_orders": mean}
+
+
+def _mean(values) -> float | None:
+    """The mean of the values that are not None (None if none is)."""
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
 
 
 def baselines(rows, truth: Truth, budgets) -> dict:

@@ -242,11 +242,6 @@ def seed_noise(points: Sequence[RungPoint]) -> float | None:
     return math.sqrt(sum(float(((v - v.mean()) ** 2).sum()) for v in reps) / sum(v.size - 1 for v in reps))
 
 
-def tied(a_loss: float, b_loss: float, noise: float | None) -> bool:
-    """True when two losses differ by less than 2 seed standard deviations (never when noise is None)."""
-    return noise is not None and abs(a_loss - b_loss) < 2.0 * noise
-
-
 def budget_key(flops: float) -> float:
     """A rung's budget to 9 significant digits, so that one rung read twice is one rung."""
     return float(f"{flops:.9g}")

@@ -94,6 +94,21 @@ class Answer:
     exponents: dict[str, float] = field(default_factory=dict)  # curve group -> its alpha
     curves: dict[int, tuple[float, float, float, str]] = field(default_factory=dict)  # trial -> (E, A, alpha, group)
     highest: dict[int, float] = field(default_factory=dict)  # trial -> the budget of its highest finite rung
+    target: float | None = None
+
+    def noise_at_target(self, trial: int) -> float | None:
+        """The seed noise of `trial`'s prediction at T: the study's seed noise at a rung, carried from its highest
+        rung to T by the curve's slope, (C / T)^alpha (None without repeated seeds)."""
+        if self.noise is None or trial not in self.highest or self.target is None:
+            return None
+        alpha = self.exponents.get(self.predictions[trial].group, 0.0) if trial in self.predictions else 0.0
+        return self.noise * (self.highest[trial] / self.target) ** alpha
+
+    def tied(self, a: int, b: int) -> bool:
+        """Whether two trials' predictions at T differ by less than twice the larger of their noises there."""
+        noises = [n for n in (self.noise_at_target(a), self.noise_at_target(b)) if n is not None]
+        gap = abs(self.predictions[a].loss - self.predictions[b].loss)
+        return bool(noises) and gap < 2.0 * max(noises)
 
 
 @dataclass(frozen=True)
@@ -168,7 +183,7 @@ def answer_at_target(rows: Sequence[RungRow], target: float) -> Answer:
     exponents = {label: g.alpha for label, g in fit.groups.items()} if fit else {}
     curves = {t: anchored.params(t) for t in anchored.trials} if anchored else {}
     highest = {t: max(r) for t, r in means.items() if r}
-    return Answer(out, check, calibration, reliability, seed_noise(points), exponents, curves, highest)
+    return Answer(out, check, calibration, reliability, seed_noise(points), exponents, curves, highest, target)
 
 
 def _repeated_rungs(rows: Sequence[RungRow]) -> int:

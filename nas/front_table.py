@@ -2,10 +2,10 @@
 
 `front_report` builds the table and the lines under it from the store's rows and the search's answer
 (`nas.fidelity.answer_at_target`): one row per trial with its architecture, the rungs it reached, its measured
-loss at its highest rung, its predicted loss at T with the calibrated band (or "uncalibrated"), the trials it is
-tied with (within twice the seed noise) and its FLOPs per token. The compact table reads in 120 columns;
-`wide` adds the learning rate, heads, the top replica, the held-out error, the seeds and what each prediction
-rests on.
+loss at its highest rung, its predicted loss at T with the calibrated band (or "uncalibrated"), the trials it
+is tied with (predictions within twice the seed noise carried to T, `Answer.tied`) and its FLOPs per token.
+The compact table reads in 120 columns; `wide` adds the learning rate, heads, the top replica, the held-out
+error, the seeds and what each prediction rests on.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from rich.table import Table
 from workers.status import TrialStatus
 
 from .budget import Budget
-from .extrapolate import tied
 from .fidelity import Answer, at_target, front_at_target
 from .pareto import hypervolume, reference_point
 
@@ -90,7 +89,7 @@ def front_report(
         f"T = {budget.target:.3g} training FLOPs" + ("; losses in bits/byte" if bpb else "")
     )
     noise = answer.noise if answer is not None else None
-    table = _table(title, shown, rows, rungs, predictions, noise, _bpb_per_nat(rows) if bpb else None, wide)
+    table = _table(title, shown, rows, rungs, answer, _bpb_per_nat(rows) if bpb else None, wide)
     lines = []
     if answer is not None and predictions:
         lines.append(f"{budget.ladder} ladder; {answer.backtest.describe()}")
@@ -103,12 +102,17 @@ def front_report(
         f"(loss {ref[0]:.4f} nats = ln {round(math.exp(ref[0]))}, executed FLOPs/token {ref[1]:.4g}); "
         f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
         f"{len(rows)} trial rows"
-        + (f"; seed noise {noise:.4f} nats: losses within {2 * noise:.4f} are tied" if noise else "")
+        + (
+            f"; seed noise {noise:.4f} nats at a rung: predictions within twice it (carried to T) are tied"
+            if noise
+            else ""
+        )
     )
     return table, lines
 
 
-def _table(title, shown, rows, rungs, predictions, noise, bpb_per_nat, wide: bool) -> Table:
+def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: bool) -> Table:
+    predictions = answer.predictions if answer is not None else {}
     measured = {r.number: r for r in rows}
     top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
     seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
@@ -116,7 +120,11 @@ def _table(title, shown, rows, rungs, predictions, noise, bpb_per_nat, wide: boo
     for r in shown:
         p = predictions.get(r.number)
         k = 1.0 if bpb_per_nat is None else bpb_per_nat.get(r.number, math.nan)
-        ties = [str(o.number) for o in shown if o.number != r.number and tied(r.val_loss, o.val_loss, noise)]
+        ties = [
+            str(o.number)
+            for o in shown
+            if o.number != r.number and answer is not None and answer.tied(r.number, o.number)
+        ]
         band = "-" if p is None else "uncalibrated" if p.low is None else f"{k * p.low:.4f}-{k * p.high:.4f}"
         cells = {
             "trial": str(r.number),

@@ -62,9 +62,9 @@ def finished_trial_numbers(store: Store, name: str) -> set[int]:
 
 
 def _rounds(store: Store, name: str, requested: int, budget: Budget):
-    """How many trials each round of Tune is asked for: the trials still missing, while proposals remain
-    (`PROPOSALS_PER_TRIAL` x requested in all, infeasible ones included) and the search's time is not up; each
-    round is given the time left (as a copy of `budget`)."""
+    """(trials still missing, proposals left, the budget with the time left) for each run of Tune: one normally,
+    whose searcher stops proposing once enough trials that train are proposed; another only if some failed
+    to start. Proposals: `PROPOSALS_PER_TRIAL` x requested in all, infeasible ones included."""
     start = time.monotonic()
     while True:
         missing = requested - len(finished_trial_numbers(store, name))
@@ -72,7 +72,7 @@ def _rounds(store: Store, name: str, requested: int, budget: Budget):
         left = None if budget.max_search_seconds is None else budget.max_search_seconds - (time.monotonic() - start)
         if missing <= 0 or room <= 0 or (left is not None and left <= 0):
             return
-        yield min(missing, room), budget.model_copy(update={"max_search_seconds": left})
+        yield min(missing, room), room, budget.model_copy(update={"max_search_seconds": left})
 
 
 def launch_search(
@@ -142,11 +142,11 @@ def _run_remaining(
         settings = replace(settings, ray_address=ray_address)
     store.set_search_status(name, SearchStatus.RUNNING)
     try:
-        for missing, left in _rounds(store, name, row.requested_trials, budget):
+        for missing, room, left in _rounds(store, name, row.requested_trials, budget):
             configure_ray_env()  # before Ray is imported, which happens only when a search really runs
             from .tune_runner import run_tuner
 
-            extra = {} if trainable is None else {"trainable": trainable}
+            extra = {"proposals": room} | ({} if trainable is None else {"trainable": trainable})
             run_tuner(store, name, space, left, settings, row.optuna_study_name, missing, show_progress, **extra)
             # Tune is done: an Optuna trial still RUNNING belongs to no trial (an ask retried after its
             # first commit had landed), and samplers should not wait on it.

@@ -109,7 +109,7 @@ class StoreCallback(tune.Callback):
         self.counts.done += 1
         if result.get("status") == TrialStatus.COMPLETED:
             self.counts.best = min(self.counts.best, float(result.get("target_loss", result["val_loss"])))
-        self._refresh(advance=1)
+        self._refresh(advance=0 if result.get("status") == TrialStatus.INFEASIBLE else 1)  # the bar counts trained
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         """The attempt's process died and Tune will start it again: `retrying` until then."""
@@ -199,23 +199,27 @@ def has_final_record(result: dict | None) -> bool:
 
 
 class StoppableOptunaSearch(OptunaSearch):
-    """Optuna's Tune searcher that proposes nothing once a stop is requested, and tells Optuna FAIL for
-    a trial the stop ended (samplers ignore it; `nas resume` runs a new trial in its place)."""
+    """Optuna's Tune searcher that proposes nothing once a stop is requested or `trained` trials that will train
+    have been proposed (infeasible proposals, which train nothing, do not count), and tells Optuna FAIL for a
+    trial the stop ended (samplers ignore it; `nas resume` runs a new trial in its place)."""
 
-    def __init__(self, *args, stop: StopRequest, spool: Spool, **kwargs):
+    def __init__(self, *args, stop: StopRequest, spool: Spool, trained: int | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.stop, self.spool = stop, spool
+        self.stop, self.spool, self.trained, self.proposed = stop, spool, trained, 0
 
     def suggest(self, trial_id: str):
-        if self.stop.requested:
+        if self.stop.requested or (self.trained is not None and self.proposed >= self.trained):
             return Searcher.FINISHED
         try:
-            return super().suggest(trial_id)
+            config = super().suggest(trial_id)
         except Exception as err:
             if not store_unreachable(err):
                 raise
             self.stop.store_unreachable()
             return Searcher.FINISHED
+        if isinstance(config, dict) and not config.get("infeasible_reason"):
+            self.proposed += 1
+        return config
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         """Tell Optuna the trial's objectives (FAIL without them).  Ray's own version logs and drops a
@@ -307,8 +311,10 @@ def run_tuner(
     n_trials: int,
     show_progress: bool = True,
     trainable=proxy_trainable,
+    proposals: int | None = None,
 ) -> Counts:
-    """Run `n_trials` more trials of search `name` and return the counts.
+    """Run `n_trials` more trials of search `name` that train, within `proposals` proposals in all (infeasible
+    ones included; `n_trials` by default), and return the counts.
 
     `trainable(params, context)` is the proxy trial; benchmarks swap in one that does no work.
     """
@@ -328,6 +334,7 @@ def run_tuner(
         sampler=make_sampler(settings.sampler, settings.seed),
         study_name=study_name,
         storage=optuna_storage(store.url),
+        trained=n_trials,
     )
     context = trial_context(store, name, space, budget, settings, study_name)
     trainable = tune.with_resources(tune.with_parameters(trainable, context=context), trial_resources(settings))
@@ -337,7 +344,7 @@ def run_tuner(
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=searcher,
-                num_samples=n_trials,
+                num_samples=max(n_trials, proposals or 0),
                 max_concurrent_trials=settings.workers,
                 reuse_actors=True,
                 time_budget_s=budget.max_search_seconds,

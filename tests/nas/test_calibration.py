@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from nas.calibration import Calibration, calibrate, coverage, min_scores
+from nas.calibration import GAMMA, Calibration, calibrate, coverage, min_scores
 
 Z80 = 1.2815515655446004  # the 90th percentile of N(0, 1): a central 80% interval is +/- Z80 sigma
 
@@ -46,7 +46,7 @@ def test_the_quantile_is_the_split_conformal_rank_and_few_scores_are_uncalibrate
     errors = [(e, 1.0, math.e) for e in (0.05, -0.01, 0.03, -0.02, 0.04)]  # distance ln(e / 1) = 1: scores = |e|
     cal = calibrate(errors)  # n = 5: the ceil(6 x 0.8) = 5th smallest
     assert cal.q == pytest.approx(0.05) and cal.n == 5 and cal.calibrated
-    assert cal.band(2.0, 1e9, 1e9 * math.e**2) == pytest.approx((1.9, 2.1))  # +/- q ln(T / C)
+    assert cal.band(2.0, 1e9, 1e9 * math.e**2) == pytest.approx((2.0 - 0.05 * 2**GAMMA, 2.0 + 0.05 * 2**GAMMA))
     few = calibrate(errors[:3])
     assert not few.calibrated and few.band(2.0, 1.0, 10.0) is None
     assert few.describe() == "bands uncalibrated: 3 trials with a held-out rung, 4 needed"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from nas.extrapolate import NONE, STUDY, RungPoint, fit_study, seed_noise, tied
+from nas.extrapolate import NONE, STUDY, RungPoint, fit_study, seed_noise
 
 C0 = 1e15
 RUNGS = [C0 * 3.0**r for r in range(4)]  # eta = 3
@@ -157,12 +157,6 @@ def test_seed_noise_pools_the_spread_between_seeds():
     assert seed_noise(many) == pytest.approx(0.03, rel=0.1)
     assert seed_noise([RungPoint(0, "nag", c, 3.0) for c in RUNGS]) is None
     assert seed_noise([]) is None
-
-
-def test_tied():
-    assert tied(3.00, 3.03, 0.02) and tied(3.03, 3.00, 0.02)
-    assert not tied(3.00, 3.05, 0.02)
-    assert not tied(3.00, 3.00, None)
 
 
 def test_non_finite_losses_are_ignored():

@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from nas.extrapolate import NONE
-from nas.fidelity import REMEASURE_SEED_OFFSET, RungDecider, at_target, predict_search
+from nas.fidelity import REMEASURE_SEED_OFFSET, RungDecider, answer_at_target, at_target, predict_search
 from nas.pareto import pareto_rows
 from nas.promotion import Candidate, promotable
 from nas.store import Store, default_url
@@ -207,3 +207,20 @@ def test_the_front_at_the_target_ranks_by_prediction_and_falls_back_to_measured_
     assert [(r.number, r.val_loss) for r in front_at_target(rows, predictions)] == [(2, 1.95), (1, 1.8)]
     assert [r.number for r in front_at_target(rows, {})] == [2, 0]  # no rungs: the measured front
     assert front_at_target(rows, {0: predictions[0]}) == [replace(rows[0], val_loss=1.9)]  # unpredicted: never on it
+
+
+def test_ties_at_the_target_are_judged_by_the_noise_carried_there(store):
+    """Predictions at T compress rung differences by the curve's slope (C / T)^alpha; the seed noise is carried
+    the same way, so two trials tied at their rung are tied at T and two apart at their rung stay apart."""
+    for n, a in enumerate([400.0, 404.0, 600.0, 800.0]):
+        start(store, n, "cascaded", 1e5)
+        for r in range(3):
+            for seed in (0, 1):
+                store.record_rung("s", n, seed, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3 + 0.004 * seed))
+    answer = answer_at_target(store.rungs("s"), TARGET)
+    assert answer.noise == pytest.approx(0.004 / 2**0.5, rel=1e-6)
+    slope = (1e10 * 9 / TARGET) ** answer.exponents[answer.predictions[0].group]
+    assert answer.noise_at_target(0) == pytest.approx(answer.noise * slope, rel=1e-9)
+    gap = answer.predictions[1].loss - answer.predictions[0].loss
+    assert 0 < gap < 2 * answer.noise_at_target(0) and answer.tied(0, 1)  # 4 C^-0.3 apart: within the noise
+    assert not answer.tied(0, 2) and not answer.tied(2, 3)
