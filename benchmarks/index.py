@@ -62,8 +62,7 @@ class Entry:
 
 CLAIM_MOD = ("summary", "loss_minus_full_depth")
 CPU_RATIOS = ("ratios",)
-FIDELITY_ANSWER = ("summary", "replica_ladder", "methods", "answer (backtest's choice)")
-FIDELITY_FLOOR_32 = ("summary", "replica_ladder_by_narrowest_width", "32", "methods")
+FIDELITY = ("summary", "headline")
 GPU_STEPS = ("stages", "kernel_steps", "result", "ratios")
 LADDER = ("summary", "random")
 MOD_GAP = ("summary",)
@@ -144,17 +143,18 @@ ENTRIES: dict[str, Entry] = {
         ),
     ),
     "fidelity.json": Entry(
-        question="Does the ranking the search predicts at the target budget match the ranking trained for real there?",
+        question="Does the answer a search gives at the target budget match the same configs trained for real there "
+        "(two corpora, as a search runs it)?",
         command="make fidelity",
         figures=(
-            Figure("replica ladder tau", (*FIDELITY_ANSWER, "kendall_tau"), "{:+.2f}"),
-            Figure("regret", (*FIDELITY_ANSWER, "regret_nats"), "{:.3f} nats"),
-            Figure("compute share", ("summary", "replica_ladder", "compute_share"), "{:.1%}"),
-            Figure(
-                "tau at width floor 32",
-                (*FIDELITY_FLOOR_32, "fit, promotion as a search runs it", "kendall_tau"),
-                "{:+.2f}",
-            ),
+            Figure("tau: plays", (*FIDELITY, "plays", "kendall_tau"), "{:+.2f}"),
+            Figure("code", (*FIDELITY, "code", "kendall_tau"), "{:+.2f}"),
+            Figure("top rung alone: plays", (*FIDELITY, "plays", "top_rung_alone_kendall_tau"), "{:+.2f}"),
+            Figure("code", (*FIDELITY, "code", "top_rung_alone_kendall_tau"), "{:+.2f}"),
+            Figure("80% band coverage: plays", (*FIDELITY, "plays", "band_coverage"), "{:.0%}"),
+            Figure("code", (*FIDELITY, "code", "band_coverage"), "{:.0%}"),
+            Figure("compute: plays", (*FIDELITY, "plays", "compute_share"), "{:.1%}"),
+            Figure("code", (*FIDELITY, "code", "compute_share"), "{:.1%}"),
         ),
     ),
     "gpu_kernels.json": Entry(
@@ -186,14 +186,24 @@ ENTRIES: dict[str, Entry] = {
         machine=("stages", "env", "result"),
     ),
     "ladder_efficiency.json": Entry(
-        question="At equal compute, which front at the target does a replica ladder, a budget ladder or a "
-        "target-budget search buy (random proposer)?",
+        question="At equal compute, which front at the target does a replica ladder (with and without the noise "
+        "rule), a budget ladder or a target-budget search buy (plays, random proposer)?",
         command="make ladder-efficiency",
         figures=(
             Figure("HV/HV* at 1T: replica", (*LADDER, "replica", "hv_ratio_nadir", "1T"), "{:.2f}"),
+            Figure("without noise rule", (*LADDER, "replica_without_noise_rule", "hv_ratio_nadir", "1T"), "{:.2f}"),
             Figure("budget ladder", (*LADDER, "ladder", "hv_ratio_nadir", "1T"), "{:.2f}"),
             Figure("target budget", (*LADDER, "target", "hv_ratio_nadir", "1T"), "{:.2f}"),
-            Figure("replica regret at 1T", (*LADDER, "replica", "regret", "1T"), "{:.3f} nats"),
+        ),
+    ),
+    "ladder_efficiency_code.json": Entry(
+        question="The same on the Python-source corpus?",
+        command="make ladder-efficiency",
+        figures=(
+            Figure("HV/HV* at 1T: replica", (*LADDER, "replica", "hv_ratio_nadir", "1T"), "{:.2f}"),
+            Figure("without noise rule", (*LADDER, "replica_without_noise_rule", "hv_ratio_nadir", "1T"), "{:.2f}"),
+            Figure("budget ladder", (*LADDER, "ladder", "hv_ratio_nadir", "1T"), "{:.2f}"),
+            Figure("target budget", (*LADDER, "target", "hv_ratio_nadir", "1T"), "{:.2f}"),
         ),
     ),
     "mod_published.json": Entry(

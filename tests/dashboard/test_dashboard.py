@@ -812,7 +812,7 @@ def test_app_target_page_shows_the_fidelity_benchmark_where_present(app, tmp_pat
     at = _goto(app, "Target budget")
     at.selectbox(key="target_search").set_value("exp1").run()
     (table,) = [d.value for d in at.dataframe if "figure" in d.value.columns]  # AppTest keeps no dataframe keys
-    assert table.set_index("figure").loc["Kendall tau: prediction at T", "value"] == "0.560"
+    assert table.set_index("figure").loc["Kendall tau: the answer at T, as a search runs it", "plays"] == "0.560"
     assert "Fidelity benchmark (make fidelity)" in [h.value for h in at.subheader]
     monkeypatch.setenv("RESNAS_FIDELITY_JSON", str(tmp_path / "absent.json"))
     at.run()

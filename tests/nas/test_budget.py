@@ -49,7 +49,7 @@ def space():
         ({"trial_flops": 2e12, "rungs": 9}, "--rungs: must be <= 8 (got 9)"),
         ({"trial_flops": 2e12, "eta": 1.0}, "--eta: must be >= 1.5 (got 1.0)"),
         ({"trial_flops": 2e12, "target_flops": -1.0}, "--target-flops: must be > 0"),
-        ({"trial_flops": 2e12, "target_flops": 1.8e13}, "--target-flops: 1.8e13 must be above the top rung 1.8e13"),
+        ({"trial_flops": 2e12, "target_flops": 4e12}, "--target-flops: 4e12 must be above the top rung 4e12"),
     ],
 )
 def test_bad_budgets_name_the_cli_option(kwargs, expected):
@@ -79,14 +79,14 @@ def test_number_of_trials():
 
 def test_ladder_and_target_defaults():
     b = Budget(trial_flops=2e12)
-    assert (b.rungs, b.eta, b.ladder_config.rungs, b.ladder_config.eta) == (3, 3.0, 3, 3.0)
-    assert b.top_rung_flops == pytest.approx(1.8e13)
-    assert b.target == pytest.approx(VALIDATED_TARGET_RATIO * 1.8e13) and b.ladder == "replica"
+    assert (b.rungs, b.eta, b.ladder_config.rungs, b.ladder_config.eta) == (2, 2.0, 2, 2.0)
+    assert b.top_rung_flops == pytest.approx(4e12)
+    assert b.target == pytest.approx(VALIDATED_TARGET_RATIO * 4e12) and b.ladder == "replica"
     assert b.beyond_validated is None and b.target_ratio == pytest.approx(10.0)
     assert Budget(trial_flops=2e12, rungs=1).top_rung_flops == 2e12
     assert Budget(trial_flops=2e12, rungs=2, eta=2, target_flops=5e12).target == 5e12
     far = Budget(trial_flops=2e12, target_flops=2e15)
-    assert far.beyond_validated.startswith("--target-flops 2e15 is 111x the top rung 1.8e13")
+    assert far.beyond_validated.startswith("--target-flops 2e15 is 500x the top rung 4e12")
     old = stored_budget({"trial_flops": 2e12, "trials": 4})  # stored before budget ladders and replicas
     assert old.rungs == 1 and old.ladder == "budget" and old.target == LEGACY_TARGET_RATIO * 2e12
     assert stored_budget(b.model_dump()) == b
@@ -140,15 +140,21 @@ def test_trial_is_feasible():
     assert trial_is_feasible(big, 1e10, 16) == reason  # a plain number works too
 
 
+LADDER3 = {"rungs": 3, "eta": 3.0}  # T = 90 x the lowest rung: the lowest replica is a ninth of the way up
+
+
 def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
     big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
     # one step of the config itself costs 3 F x 2048 tokens > 1e10; its narrowest replica (width 8) does not
-    assert trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget", min_tokens_per_param=None), 16) is not None
-    assert trial_is_feasible(big, Budget(trial_flops=1e10, min_tokens_per_param=None), 16) is None
-    reason = trial_is_feasible(big, Budget(trial_flops=1e7, min_tokens_per_param=None), 16)
+    assert (
+        trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget", min_tokens_per_param=None, **LADDER3), 16)
+        is not None
+    )
+    assert trial_is_feasible(big, Budget(trial_flops=1e10, min_tokens_per_param=None, **LADDER3), 16) is None
+    reason = trial_is_feasible(big, Budget(trial_flops=1e7, min_tokens_per_param=None, **LADDER3), 16)
     assert reason is not None and reason.startswith("the lowest rung's replica cannot afford one step")
     # a floor at the config's own width leaves the lowest rung the config itself: no cheaper than a budget ladder
-    floored = Budget(trial_flops=1e10, min_replica_width=192, min_tokens_per_param=None)
+    floored = Budget(trial_flops=1e10, min_replica_width=192, min_tokens_per_param=None, **LADDER3)
     assert trial_is_feasible(big, floored, 16) is not None and floored.min_replica_width == 192
     with pytest.raises(BudgetError, match=r"^--min-replica-width: must be >= 2 \(got 1\)$"):
         Budget(trial_flops=1e10, min_replica_width=1)

@@ -79,7 +79,7 @@ CASES = {
     "malformed Ray address": (["--ray-address", "not an address"], "--ray-address"),
     "budget not a number": (["--trial-flops", "abc"], "--trial-flops"),  # a click usage error, one line too
     "no rungs": (["--rungs", "0"], "--rungs"),
-    "target below the top rung": (["--target-flops", "1e11"], "--target-flops"),
+    "target below the top rung": (["--target-flops", "3e10"], "--target-flops"),
     "negative repeat seeds": (["--repeat-seeds", "-1"], "--repeat-seeds"),
     "unknown schedule": (["--schedule", "linear"], "--schedule"),
     "cooldown beyond half the run": (["--cooldown", "0.9"], "--cooldown"),

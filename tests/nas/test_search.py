@@ -66,6 +66,10 @@ def nas_args(
         url,
         "--ladder",
         ladder,
+        "--rungs",
+        "3",
+        "--eta",
+        "3",
         "--target-flops",
         f"{3 * 9 * float(flops):g}",
         "--min-tokens-per-param",
@@ -292,12 +296,15 @@ def test_two_searches_write_one_store_at_once(url, tmp_path, started):
 
 
 def test_configs_the_budget_cannot_pay_for_are_infeasible_not_run(sqlite_url, tmp_path):
-    run(nas_args("tight", sqlite_url, trials=6, flops="3e7", ladder="budget"), tmp_path)  # one step of the smallest
+    run(nas_args("tight", sqlite_url, trials=3, flops="3e7", ladder="budget"), tmp_path)  # one step of the smallest
     with Store(sqlite_url) as store:
         rows = store.trials("tight")
         study = optuna_study(sqlite_url, store, "tight")
     infeasible = [r for r in rows if r.status == "infeasible"]
     assert infeasible and all(r.val_loss == math.inf and "one training step" in r.failure_reason for r in infeasible)
+    # infeasible proposals do not count: the search proposed again until 3 trials trained (or ran out of proposals)
+    trained = [r for r in rows if r.status != "infeasible"]
+    assert len(trained) == 3 or len(rows) == 10 * 3
     assert all(not r.tokens_seen for r in infeasible)  # never trained
     flagged = {t.number for t in study.trials if t.system_attrs.get("constraints:infeasible", 0) > 0}
     assert flagged == {r.number for r in infeasible}
