@@ -678,7 +678,10 @@ def _print_front(store, name: str, only_front: bool = True, bpb: bool = False, w
     budget = stored_budget(store.get_search(name).budget)
     answer = answer_at_target(rungs, budget.target) if rungs else None
     table, lines = front_report(name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide)
-    console.print(table, width=WIDE if wide and not sys.stdout.isatty() else None)
+    if wide and not sys.stdout.isatty():  # rendered at WIDE columns, and not cropped to the console's 120
+        console.print(table, width=WIDE, crop=False)
+    else:
+        console.print(table)
     for line in lines:
         console.print(line)
 

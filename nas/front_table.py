@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rich.table import Table
+from rich.table import Column, Table
 
 from workers.status import TrialStatus
 
@@ -116,7 +116,8 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
     measured = {r.number: r for r in rows}
     top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
     seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
-    table = Table(*(WIDE_COLUMNS if wide else COMPACT_COLUMNS), title=title)
+    # headers never wrap (a reader scans them, and so do scripts); the cells below them may
+    table = Table(*(Column(c, min_width=len(c)) for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)), title=title)
     for r in shown:
         p = predictions.get(r.number)
         k = 1.0 if bpb_per_nat is None else bpb_per_nat.get(r.number, math.nan)
