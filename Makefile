@@ -25,7 +25,7 @@ demo: $(STAMP)
 		--space search_spaces/residual_lm/space_demo.yaml
 
 families: $(STAMP)
-	$(VENV)/bin/nas demo
+	$(VENV)/bin/nas families
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -19,7 +19,7 @@ Jobs run in 2 processes of 1 torch thread each; a killed build resumes with the 
 
 `report` replays a search on each table through the search's own rung decider (`benchmarks.grading.
 SearchReplay`: promotion with its noise margin, second seeds where the decider asks for them, the front's
-repeats, then `nas.fidelity.answer_at_target`), in the table's order and ORDERS - 1 random ones, and grades the
+repeats, then `nas.answer.answer_at_target`), in the table's order and ORDERS - 1 random ones, and grades the
 answer against the truth (`benchmarks.grading.grade`): Kendall tau-b, regret in truth seed-noise units, the
 true best in the predicted top 3, the hypervolume of the predicted front at true losses over the true front's,
 the compute over the truth's, and how often the 80% bands hold the truth (with the conformity scalings of
@@ -42,9 +42,9 @@ import numpy as np
 
 from benchmarks.grading import SearchReplay, Truth, bands_with, grade, read_runs, tau
 from benchmarks.harness import append_runs, machine_info, pending, write_json
+from nas.answer import answer_at_target
 from nas.budget import Budget
 from nas.extrapolate import RungPoint, seed_noise
-from nas.fidelity import answer_at_target
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -207,8 +207,8 @@ def run_job(job: Job) -> list[dict]:
     import torch
 
     from search_spaces.residual_lm import ArchConfig
-    from workers.budget import LadderConfig
     from workers.data import load_corpus
+    from workers.plans import LadderConfig
     from workers.train import OptimConfig, RunConfig
     from workers.trial import run_trial
 
@@ -290,7 +290,7 @@ def horizon_rule(space: Path | None) -> dict:
     completep space's 752,640 tokens (`make transfer`)."""
     if space is None:
         return {}
-    from nas.space.loading import load_space
+    from nas.spec.loading import load_space
 
     fixed = load_space(space).fixed
     return {k: fixed[k] for k in ("horizon_tokens", "horizon_exponents", "horizon_span") if k in fixed}

@@ -5,10 +5,10 @@
 - `Truth`: each config's loss at T (the mean of its seeds), the truth's seed noise, its compute and the noise
   ceiling of a ranking against it (`tau_ceiling`).
 - `SearchReplay`: a search replayed on a table, through the search's own rung decider
-  (`nas.fidelity.RungDecider`) on a real SQLite store: configs arrive in a given order, each climbs the rungs
+  (`nas.answer.RungDecider`) on a real SQLite store: configs arrive in a given order, each climbs the rungs
   the decider promotes it to, measures a rung again where the decider asks (the table's second seed), and at
   the end the front's members get their second seed (`nas search --repeat-seeds 1`). What it paid for is
-  counted; what it answers is `nas.fidelity.answer_at_target` over what it stored.
+  counted; what it answers is `nas.answer.answer_at_target` over what it stored.
 - `grade`: Kendall tau-b against the truth, regret (nats and truth seed-noise units), whether the true best is
   in the predicted top 3, the hypervolume of the predicted front scored at true losses over the true front's,
   and the coverage of the bands.
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import kendalltau
 
+from nas.answer import REMEASURE_SEED_OFFSET, Answer, RungDecider, answer_at_target, front_at_target
 from nas.calibration import calibrate, coverage
 from nas.extrapolate import RungPoint, budget_key, seed_noise
-from nas.fidelity import REMEASURE_SEED_OFFSET, Answer, RungDecider, answer_at_target, front_at_target
 from nas.pareto import FrontPoint, hypervolume, pareto_rows
 from nas.store import Store
 from workers.status import TrialStatus

@@ -22,9 +22,9 @@ Strategies, each spending compute per proposed config and keeping a front:
   `fidelity.ETA`): each config arrives as the next trial of a search replayed through its rung decider
   (`benchmarks.grading.SearchReplay`: MO-ASHA on (predicted loss at T, executed FLOPs/token), ties within
   twice the seed noise promoted), and the front after each arrival is the search's answer at T
-  (`nas.fidelity.answer_at_target`). TPE is told the config's prediction. A run stopped at rung r costs
+  (`nas.answer.answer_at_target`). TPE is told the config's prediction. A run stopped at rung r costs
   C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus the cooldown branches of the rungs below
-  (`workers.budget`; the JSON checks this against the table's measured compute of the full ladder).
+  (`workers.plans`; the JSON checks this against the table's measured compute of the full ladder).
 - `replica`: the same on the replica table (`fidelity.py build-replicas`) at the search's default layout
   (`fidelity.DEFAULT_LAYOUT`); each rung is its own run, so a rung the decider measures again with a
   second seed costs that run once more. `replica_without_noise_rule`: the same with the noise rule off

@@ -4,7 +4,7 @@
 
 Both ladders give a trial the rungs C, eta C, eta^2 C (the search's defaults: 3 rungs, eta 3) and the
 target T = 10 x the top rung (the search's default). The budget ladder trains the config itself once,
-to the top rung, with a cooldown branch at each rung below (`workers.budget`); the replica ladder
+to the top rung, with a cooldown branch at each rung below (`workers.plans`); the replica ladder
 trains one replica per rung (`workers.replica`), each its own run, with `min_width` the narrowest width
 it may use (the default `DEFAULT_MIN_WIDTH`, and wider floors: a rung whose on-path width is below the
 floor trains the floor width for fewer tokens, off the path). Every trial runs in this process on one
@@ -43,8 +43,8 @@ RUNG_FIELDS = ("rung", "budget_flops", "d_model", "steps", "train_seconds", "on_
 def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation: int) -> dict:
     """One budget-ladder trial and one replica trial per floor in `min_widths`, in rotated order."""
     from search_spaces.residual_lm import ArchConfig
-    from workers.budget import LadderConfig
     from workers.data import DataConfig, load_corpus
+    from workers.plans import LadderConfig
     from workers.replica import run_replica_trial, rung_budgets
     from workers.trial import run_trial
 

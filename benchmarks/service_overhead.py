@@ -46,7 +46,7 @@ from nas.budget import Budget
 from nas.ray_env import configure_ray_env, init_ray
 from nas.search import create_search
 from nas.settings import SearchSettings
-from nas.space import load_space
+from nas.spec import load_space
 from nas.store import Store
 from nas.study import DefineByRun, make_sampler, optuna_storage
 
@@ -225,7 +225,7 @@ def main() -> None:
             "trials": N_TRIALS,
             "trial_flops": TRIAL_FLOPS,
             "settings": asdict(settings),
-            "space": "nas.space.load_space() (shipped default)",
+            "space": "nas.spec.load_space() (shipped default)",
             "store": "SQLite file in a temp dir",
         },
     )

@@ -67,7 +67,7 @@ def drive(url: str, trials: int, resume: bool) -> int:
     from nas.ray_env import configure_ray_env
     from nas.search import launch_search, resume_search
     from nas.settings import SearchSettings
-    from nas.space import load_space
+    from nas.spec import load_space
     from nas.store import Store
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -39,7 +39,7 @@ from nas.budget import Budget
 from nas.ray_env import configure_ray_env, init_ray
 from nas.search import create_search
 from nas.settings import SearchSettings
-from nas.space import load_space
+from nas.spec import load_space
 from nas.store import Store
 from nas.study import optuna_storage
 from tests.postgres_server import LocalPostgres, create_database, drop_database, hide_password
@@ -184,7 +184,7 @@ def main() -> None:
             "trial_flops": TRIAL_FLOPS,
             "trainable": "service_overhead.noop",
             "store_writer": "the search driver's StoreCallback (one process; Optuna's storage beside it)",
-            "space": "nas.space.load_space() (shipped default)",
+            "space": "nas.spec.load_space() (shipped default)",
             "ray_num_cpus": args.concurrency,
         },
     }

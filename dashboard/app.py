@@ -4,7 +4,7 @@ width certificates, export.
     streamlit run dashboard/app.py --server.address 127.0.0.1 --server.headless true [-- --storage URL]
 
 The store URL: `--storage URL` after `--`, else $RESNAS_STORAGE, else sqlite:///resnas.db in
-the working directory (see `dashboard.data.storage_url`). The app only reads the store.
+the working directory (see `dashboard.reads.storage_url`). The app only reads the store.
 
 Everything runs from `main()` under the `__main__` guard: Streamlit runs this file as
 `__main__`, while a multiprocessing "spawn" child of a process that ran it (e.g. a test session
@@ -13,20 +13,20 @@ using Streamlit's AppTest) re-imports it as `__mp_main__` and must not run the a
 
 import streamlit as st
 
-from dashboard import data
+from dashboard import reads
 from dashboard.views import PAGES
 from nas.store import StoreError
 
 
 def main() -> None:
     st.set_page_config(page_title="resnas", layout="wide")
-    url = data.storage_url()
+    url = reads.storage_url()
     page = st.sidebar.radio("page", list(PAGES), key="page")
-    st.sidebar.caption(f"store: {data.display_url(url)}")
+    st.sidebar.caption(f"store: {reads.display_url(url)}")
     if st.sidebar.button("refresh now", key="refresh"):
         st.cache_data.clear()
     try:
-        summaries = data.list_searches(url)
+        summaries = reads.list_searches(url)
     except StoreError as err:
         st.error(str(err))
         return

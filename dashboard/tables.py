@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from nas.fidelity import Prediction, front_at_target
+from nas.answer import Prediction, front_at_target
 from nas.pareto import hypervolume, pareto_rows, reference_point
 
 from .cost import COUNTED, CostAxis, cost_ratios, seconds_per_token

@@ -1,4 +1,4 @@
-"""The dashboard's pages: each reads through `dashboard.data` (the store's read API) and draws its figures and tables.
+"""The dashboard's pages: each reads through `dashboard.reads` (the store's read API) and draws its figures and tables.
 
 Selections (searches, trial, filters) are widgets drawn once per script run; what they show is
 drawn by a `render` closure, which `live` turns into a fragment that Streamlit reruns every
@@ -16,19 +16,19 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from nas.answer import BAND_LEVEL
 from nas.backtest import Backtest
 from nas.budget import VALIDATED_TARGET_RATIO, Budget
 from nas.calibration import Calibration
 from nas.extrapolate import NONE
-from nas.fidelity import BAND_LEVEL
 from nas.pareto import pareto_rows, reference_point
 from nas.store import SearchStatus
 from nas.width_advice import WidthPoint, width_advice
 from workers.status import PENDING, TrialStatus
 
-from . import data
+from . import reads
+from .bundle import export_bundle
 from .cost import AXES, AXIS_HELP, COUNTED, CostAxis, unmeasured_note
-from .export import export_bundle
 from .front_figures import cost_ratio_figure, hypervolume_figure, pareto_figure
 from .style import format_number
 from .tables import fidelity_benchmark_frame, searches_frame, target_frame, trials_frame
@@ -64,8 +64,8 @@ def is_running(summary) -> bool:
 def live(render: Callable[[], None], running: bool) -> None:
     """Draw `render` once, or, while running, as a fragment rerun every REFRESH_S seconds (no page reload)."""
     if running:
-        st.caption(f"live: a search shown here is running; refreshing every {data.REFRESH_S:g} s")
-        st.fragment(run_every=data.REFRESH_S)(render)()
+        st.caption(f"live: a search shown here is running; refreshing every {reads.REFRESH_S:g} s")
+        st.fragment(run_every=reads.REFRESH_S)(render)()
     else:
         render()
 
@@ -104,9 +104,9 @@ def searches_page(url: str, summaries: Sequence) -> None:
     st.header("Searches")
 
     def render() -> None:
-        current = data.list_searches(url)
-        rows = {s.name: data.trials(url, s.name) for s in current}
-        frame = searches_frame(current, {s.name: data.get_search(url, s.name) for s in current}, rows)
+        current = reads.list_searches(url)
+        rows = {s.name: reads.trials(url, s.name) for s in current}
+        frame = searches_frame(current, {s.name: reads.get_search(url, s.name) for s in current}, rows)
         st.dataframe(
             frame,
             hide_index=True,
@@ -142,7 +142,7 @@ def pareto_page(url: str, summaries: Sequence) -> None:
         st.info("choose one or more searches")
         return
     rung = _pick_rung(url, chosen)
-    tokenizers = {name: data.tokenizer_spec(url, name) for name in chosen}
+    tokenizers = {name: reads.tokenizer_spec(url, name) for name in chosen}
     bpb = st.toggle(
         "loss in bits per byte (compares tokenizers)",
         value=len(set(tokenizers.values())) > 1,
@@ -152,12 +152,12 @@ def pareto_page(url: str, summaries: Sequence) -> None:
     )
 
     def render() -> None:
-        rows = {name: data.rows_at_rung(data.trials(url, name), data.rungs(url, name), rung) for name in chosen}
+        rows = {name: reads.rows_at_rung(reads.trials(url, name), reads.rungs(url, name), rung) for name in chosen}
         ref = reference_point([r for rs in rows.values() for r in rs])
         if not any(r.status == TrialStatus.COMPLETED for rs in rows.values() for r in rs):
             st.info("no completed trials yet: the front appears as trials complete")
         fig_col, hv_col = st.columns([3, 2])
-        shown = {name: [data.in_bits_per_byte(r) for r in rs] for name, rs in rows.items()} if bpb else rows
+        shown = {name: [reads.in_bits_per_byte(r) for r in rs] for name, rs in rows.items()} if bpb else rows
         fig_col.plotly_chart(
             pareto_figure(
                 shown,
@@ -198,21 +198,21 @@ def pareto_page(url: str, summaries: Sequence) -> None:
 
 def _pick_rung(url: str, names: Sequence[str]) -> int | None:
     """The ladder rung at which the measured fronts compare trials (rung 0 by default: every trial has it)."""
-    budgets = [b for b in (data.budget(url, n) for n in names) if isinstance(b, Budget)]
+    budgets = [b for b in (reads.budget(url, n) for n in names) if isinstance(b, Budget)]
     rungs = max((b.rungs for b in budgets), default=1)
     if rungs < 2:
-        return data.TOP_REACHED
-    labels = {**{f"rung {k}": k for k in range(rungs)}, "top rung each reached (mixes budgets)": data.TOP_REACHED}
+        return reads.TOP_REACHED
+    labels = {**{f"rung {k}": k for k in range(rungs)}, "top rung each reached (mixes budgets)": reads.TOP_REACHED}
     return labels[st.radio("measured at", list(labels), index=0, horizontal=True, key="pareto_rung")]
 
 
 def _rung_caption(url: str, names: Sequence[str], rung: int | None) -> str:
     """What the measured losses on this page are, and where the answer at the target is."""
     where = "the front at the search's target budget, predicted from the rungs, is on the Target budget page"
-    if rung is data.TOP_REACHED:
+    if rung is reads.TOP_REACHED:
         return f"each trial's loss at the top rung it reached: trials promoted further trained longer; {where}"
     text = f"each trial's loss measured at rung {rung} (trials that never reached it are left out); {where}"
-    if any(isinstance(b, Budget) and b.ladder == "replica" for b in (data.budget(url, n) for n in names)):
+    if any(isinstance(b, Budget) and b.ladder == "replica" for b in (reads.budget(url, n) for n in names)):
         text += (
             ". On a replica ladder a rung's loss is that of the trial's replica (a narrower copy at the target's "
             "tokens per parameter), so raw losses rank the replicas, not the configs"
@@ -300,21 +300,21 @@ def target_page(url: str, summaries: Sequence) -> None:
     st.header("Target budget")
     name = _pick_search(summaries, "target_search")
     axis = _pick_axis("target_axis")
-    stored = data.budget(url, name)
+    stored = reads.budget(url, name)
     target = _pick_target(stored) if isinstance(stored, Budget) and stored.rungs > 1 else None
 
     def render() -> None:
-        budget = data.budget(url, name)
-        rung_rows = data.rungs(url, name)
+        budget = reads.budget(url, name)
+        rung_rows = reads.rungs(url, name)
         if isinstance(budget, Budget) and target is not None:
             budget = budget.model_copy(update={"target_flops": target})
-        predictions = data.predictions(url, name, budget.target) if rung_rows and isinstance(budget, Budget) else {}
+        predictions = reads.predictions(url, name, budget.target) if rung_rows and isinstance(budget, Budget) else {}
         reason = no_target_reason(budget, rung_rows, predictions)
         if reason is not None:
             st.info(reason)
             return
-        rows = data.trials(url, name)
-        answer = data.answer(url, name, budget.target)
+        rows = reads.trials(url, name)
+        answer = reads.answer(url, name, budget.target)
         st.caption(ladder_caption(budget, answer.backtest, answer.calibration))
         if target is not None and isinstance(stored, Budget) and target != stored.target:
             st.caption(_moved_target_note(budget))
@@ -335,7 +335,7 @@ def target_page(url: str, summaries: Sequence) -> None:
             "for each trial with two or more rungs: its top rung predicted by a fit without that rung, minus the "
             "loss measured there (how well lower rungs foretell a higher one)"
         )
-        benchmark = data.fidelity_benchmark()
+        benchmark = reads.fidelity_benchmark()
         if benchmark is not None:
             st.subheader("Fidelity benchmark (make fidelity)")
             st.dataframe(fidelity_benchmark_frame(benchmark), hide_index=True, key="fidelity_benchmark")
@@ -354,7 +354,7 @@ def target_page(url: str, summaries: Sequence) -> None:
 def trial_page(url: str, summaries: Sequence) -> None:
     st.header("Trial detail")
     name = _pick_search(summaries, "detail_search")
-    rows = data.trials(url, name)
+    rows = reads.trials(url, name)
     if not rows:
         st.info("this search has no trials yet")
         return
@@ -362,7 +362,7 @@ def trial_page(url: str, summaries: Sequence) -> None:
     number = st.selectbox("trial", list(labels), format_func=labels.get, key="detail_trial")
 
     def render() -> None:
-        row = next((r for r in data.trials(url, name) if r.number == number), None)
+        row = next((r for r in reads.trials(url, name) if r.number == number), None)
         if row is None:
             st.warning(f"trial {number} is gone")
             return
@@ -395,18 +395,18 @@ def _trial_summary(row) -> None:
 
 def _trial_rungs(url: str, name: str, row) -> None:
     """The trial's rungs and fitted curve out to the target, or one line saying why there is none."""
-    rung_rows = data.rungs(url, name)
+    rung_rows = reads.rungs(url, name)
     mine = [r for r in rung_rows if r.number == row.number]
-    budget = data.budget(url, name)
+    budget = reads.budget(url, name)
     if not rung_rows or isinstance(budget, str):
         st.caption(no_target_reason(budget, rung_rows, {}))
         return
     if not mine:
         st.caption("no rung measured for this trial: no prediction at the target budget")
         return
-    predictions = data.predictions(url, name, budget.target)
+    predictions = reads.predictions(url, name, budget.target)
     p = predictions.get(row.number)
-    params = data.fit_params(url, name, budget.target).get(row.number)
+    params = reads.fit_params(url, name, budget.target).get(row.number)
     if p is None or params is None or p.group in (NONE, "-"):
         st.caption(
             f"measured at {len({r.rung for r in mine})} rung(s); "
@@ -436,10 +436,10 @@ def rung_frame(rungs) -> pd.DataFrame:
 
 
 def _trial_results(url: str, row) -> None:
-    curve = data.curve(url, row.id)
+    curve = reads.curve(url, row.id)
     if curve:
         st.plotly_chart(loss_curve_figure(curve))
-    diag = data.diagnostics(url, row.id) or {}
+    diag = reads.diagnostics(url, row.id) or {}
     panels = [
         (title, build)
         for title, present, build in (
@@ -452,7 +452,7 @@ def _trial_results(url: str, row) -> None:
     ]
     for tab, (_, build) in zip(st.tabs([title for title, _ in panels]) if panels else [], panels, strict=False):
         tab.plotly_chart(build())
-    cert = data.width(url, row.id)
+    cert = reads.width(url, row.id)
     if cert is not None:
         st.subheader("width certificate")
         st.dataframe(pd.DataFrame([cert]), hide_index=True, key=f"width_{row.id}")
@@ -469,7 +469,7 @@ def width_page(url: str, summaries: Sequence) -> None:
     chosen = st.multiselect("searches", names, default=names, key="width_searches")
 
     def render() -> None:
-        pairs = [pair for name in chosen for pair in data.widths(url, name)]
+        pairs = [pair for name in chosen for pair in reads.widths(url, name)]
         if not pairs:
             st.info("no width certificates among the completed trials of these searches")
             return
@@ -505,7 +505,7 @@ def _width_advice(pairs) -> str:
 def table_page(url: str, summaries: Sequence) -> None:
     st.header("Trial table")
     name = _pick_search(summaries, "table_search")
-    frame = trials_frame(data.trials(url, name))
+    frame = trials_frame(reads.trials(url, name))
     cols = st.columns(3)
     residual = cols[0].multiselect("residual", _options(frame, "residual"), key="table_residual")
     status = cols[1].multiselect("status", _options(frame, "status"), key="table_status")
@@ -515,7 +515,7 @@ def table_page(url: str, summaries: Sequence) -> None:
     descending = cols[1].toggle("descending", value=False, key="table_descending")
 
     def render() -> None:
-        table = trials_frame(data.trials(url, name))
+        table = trials_frame(reads.trials(url, name))
         for column, wanted in (("residual", residual), ("status", status), ("mod_rate", mod_rate)):
             if wanted:
                 table = table[table[column].isin(wanted)]
@@ -550,14 +550,14 @@ def _options(frame: pd.DataFrame, column: str) -> list:
 def export_page(url: str, summaries: Sequence) -> None:
     st.header("Export")
     name = _pick_search(summaries, "export_search")
-    rows = [r for r in data.trials(url, name) if r.status == TrialStatus.COMPLETED]
+    rows = [r for r in reads.trials(url, name) if r.status == TrialStatus.COMPLETED]
     front = [r.number for r in pareto_rows(rows)]
     numbers = st.multiselect(
         "trials (default: the Pareto front)", [r.number for r in rows], default=front, key=f"export_trials:{name}"
     )
     if st.button("build YAML bundle", key="export_build", disabled=not numbers):
         try:
-            st.session_state["export_bundle"] = (name, tuple(numbers), export_bundle(data.store(url), name, numbers))
+            st.session_state["export_bundle"] = (name, tuple(numbers), export_bundle(reads.store(url), name, numbers))
         except Exception as err:  # the exporter's own errors, shown rather than crashing the page
             st.error(f"export failed: {err}")
     built = st.session_state.get("export_bundle")

@@ -6,7 +6,7 @@ trial gets: the lowest rung of its budget ladder) and either `--trials` or `--se
 The ladder has `--rungs` budgets C, eta C, eta^2 C, ... (`--eta`, default 3); promoted trials climb
 it. `--ladder` says what a rung trains: `replica` (default) a width-shrunk replica of the trial's
 architecture at the target's tokens per parameter (`workers.replica`), `budget` the architecture itself
-on one warmup-stable-decay run (`workers.budget`). `--target-flops` T is the training compute the user
+on one warmup-stable-decay run (`workers.plans`). `--target-flops` T is the training compute the user
 plans to pretrain with, the budget the search answers for: its default is `VALIDATED_TARGET_RATIO` (10)
 x the top rung, the furthest `make fidelity` has checked a prediction (a search may ask for more and is
 told it is beyond that). Bad values raise `BudgetError` with one line naming the CLI option, e.g.
@@ -28,12 +28,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
-from workers.budget import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
+from workers.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
 from workers.replica import DEFAULT_MIN_WIDTH, plan_replica, target_path
 from workers.train import RunConfig
 
 from .messages import options_message
-from .space import IntParam, SearchSpace, describe, smallest_config
+from .spec import IntParam, SearchSpace, cheapest_of, describe
 
 __all__ = [
     "DEFAULT_MIN_TOKENS_PER_PARAM",
@@ -225,7 +225,7 @@ def check_budget_fits(space: SearchSpace, budget: Budget, batch_size: int | None
     `batch_size` defaults to the space's (`space_batch_size`). Returns the cheapest config's plan.
     """
     batch = batch_size if batch_size is not None else space_batch_size(space)
-    cheapest = smallest_config(space)
+    cheapest = cheapest_of(space)
     try:
         plan = plan_budget(cheapest, budget.trial_flops, batch)
     except InfeasibleBudget:

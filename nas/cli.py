@@ -435,7 +435,7 @@ def pretrain(
     import json
 
     from workers.data import DataConfig
-    from workers.exported import ExportError, load_exported
+    from workers.export_format import ExportError, load_exported
     from workers.pretrain import PretrainError
     from workers.pretrain import pretrain as run_pretraining
 
@@ -543,20 +543,20 @@ def dashboard_launch(storage: str | None, address: str, port: int) -> tuple[list
 
 
 @app.command()
-def demo(
+def families(
     steps: int = typer.Option(40, min=1, max=100_000, help="AdamW steps per variant."),
     batch: int = typer.Option(8, min=1, max=4096, help="Sequences per step."),
     seed: int = typer.Option(0, help="Seed for weights and batches."),
 ) -> None:
     """Build each residual family, print its parameters and FLOPs, and train it a few steps."""
-    from .demo import run_demo
+    from .families import run_families
 
-    run_demo(steps=steps, batch=batch, seed=seed)
+    run_families(steps=steps, batch=batch, seed=seed)
 
 
 def _validated_inputs(space, budget_options: dict):
     from .budget import Budget, BudgetError
-    from .space import SpaceError, load_space
+    from .spec import SpaceError, load_space
 
     try:
         budget = Budget(**budget_options)
@@ -609,7 +609,7 @@ def _with_schedule(space_spec, options: dict, ladder: str | None):
     from workers.train import OptimConfig
 
     from .messages import options_message
-    from .space import space_from_dict
+    from .spec import space_from_dict
 
     given = {k: v for k, v in options.items() if v is not None}
     try:
@@ -670,8 +670,8 @@ def _flops(x) -> str:
 def _print_front(store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False) -> None:
     """The front at the search's target budget (`nas.front_table`), then the predictor, the bands and the
     hypervolume at T."""
+    from .answer import answer_at_target
     from .budget import stored_budget
-    from .fidelity import answer_at_target
     from .front_table import front_report
 
     rows, rungs = store.trials(name), store.rungs(name)

@@ -1,6 +1,6 @@
 """Export a search's best trials as files that `nas pretrain` trains at full scale.
 
-One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.exported`), plus
+One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.export_format`), plus
 `index.json` listing them, and for a search with a tokenizer other than bytes, its
 `<search>-tokenizer.json`, which every file names and `nas pretrain` tokenises with.
 `export_configs` turns store rows into those files, and validates every chosen trial before it
@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from search_spaces.residual_lm import ArchConfig, config_error_message, flops_per_token
-from workers.exported import (
+from workers.export_format import (
     RUN_FIELDS_NOT_EXPORTED,
     ExportedConfig,
     ExportError,
@@ -32,8 +32,8 @@ from workers.exported import (
 from workers.status import TrialStatus
 from workers.train import OptimConfig, RunConfig
 
+from .answer import Prediction, front_at_target, predict_search
 from .budget import BudgetError, stored_budget
-from .fidelity import Prediction, front_at_target, predict_search
 from .store import Store, TrialRow
 from .version import code_version
 

@@ -1,7 +1,7 @@
 """The front at the target as a terminal table (`nas show`, and the end of `nas search` and `nas resume`).
 
 `front_report` builds the table and the lines under it from the store's rows and the search's answer
-(`nas.fidelity.answer_at_target`): one row per trial with its architecture, the rungs it reached, its measured
+(`nas.answer.answer_at_target`): one row per trial with its architecture, the rungs it reached, its measured
 loss at its highest rung, its predicted loss at T with the calibrated band (or "uncalibrated"), the trials it
 is tied with (predictions within twice the seed noise carried to T, `Answer.tied`) and its FLOPs per token.
 The compact table reads in 120 columns; `wide` adds the learning rate, heads, the top replica, the held-out
@@ -17,8 +17,8 @@ from rich.table import Column, Table
 
 from workers.status import TrialStatus
 
+from .answer import Answer, at_target, front_at_target
 from .budget import Budget
-from .fidelity import Answer, at_target, front_at_target
 from .pareto import hypervolume, reference_point
 
 __all__ = ["COMPACT_COLUMNS", "WIDE_COLUMNS", "format_flops", "format_loss", "front_report"]

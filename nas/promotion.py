@@ -36,7 +36,7 @@ Noise (PASHA, Bohdal et al., arXiv 2207.06940, treats configs within a noise mar
 may carry a `margin`, twice the seed noise of its predicted loss. A trial left below the cut is *tied with the
 cut* (`tied_with_cut`) when, its loss lowered by its margin, it would be promoted: which of the two a single
 seed put first is then a coin flip, and the search promotes both, or measures the rung again first
-(`nas.fidelity.RungDecider`).
+(`nas.answer.RungDecider`).
 
 Only numpy, moocore (non-dominated sorting) and the standard library are imported.
 """

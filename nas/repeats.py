@@ -1,6 +1,6 @@
 """Noise: each member of the front at the target is measured again with more seeds.
 
-After the search's trials, every trial on the front at the target (`nas.fidelity`) is trained again
+After the search's trials, every trial on the front at the target (`nas.answer`) is trained again
 with `repeat_seeds` more seeds (seed + 1, seed + 2, ...), on the same ladder (replicas or budget rungs)
 up to the rung it reached, with the configs it ran (the search's learning-rate schedule included), as
 Ray tasks of one CPU each. Their rungs are stored like any other (`Store.record_rung`, keyed by seed),
@@ -15,17 +15,17 @@ import logging
 from dataclasses import dataclass
 
 from search_spaces.residual_lm import ArchConfig
-from workers.budget import LadderConfig
+from workers.plans import LadderConfig
 from workers.replica import DEFAULT_MIN_WIDTH, run_replica_trial, rung_budgets
 from workers.status import TrialStatus
 from workers.train import OptimConfig, RunConfig
 from workers.trial import run_trial
 
+from .answer import front_at_target, predict_search
 from .budget import Budget
-from .fidelity import front_at_target, predict_search
 from .ray_env import init_ray
 from .settings import SearchSettings, data_config
-from .space import SearchSpace, to_configs
+from .spec import SearchSpace, to_configs
 from .store import Store
 
 __all__ = ["RepeatJob", "repeat_front", "repeat_jobs"]

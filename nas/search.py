@@ -25,7 +25,7 @@ from .interrupt import SearchInterrupted, StoreOutage
 from .ray_env import configure_ray_env
 from .repeats import repeat_front
 from .settings import SearchSettings
-from .space import SearchSpace, space_from_dict
+from .spec import SearchSpace, space_from_dict
 from .spool import Spool
 from .store import SearchStatus, Store
 from .study import fail_stale_optuna_trials, new_study_name, optuna_storage

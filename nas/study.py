@@ -2,7 +2,7 @@
 
 The Optuna study lives in the store's own database (Optuna's RDB storage), so optuna-dashboard
 can open it too. Both objectives are minimised: `target_loss` (the loss predicted at the search's
-target budget; nas.fidelity) and `executed_flops_per_token`.
+target budget; nas.answer) and `executed_flops_per_token`.
 Infeasible configs (an invalid head split, or a budget that cannot pay for one step) are marked
 with an Optuna constraint by `DefineByRun` and never trained.
 """
@@ -22,7 +22,7 @@ from search_spaces.residual_lm import config_error_message, flops_per_token
 from .budget import Budget, trial_is_feasible
 from .optuna_adapter import CACHED_STORAGE_CALLS, missing_calls
 from .settings import SAMPLERS
-from .space import SearchSpace, suggest, to_configs
+from .spec import SearchSpace, suggest, to_configs
 from .store import call_with_retries, retry_window, schema_lock
 
 __all__ = ["SAMPLERS", "DefineByRun", "fail_stale_optuna_trials", "make_sampler", "new_study_name", "optuna_storage"]

@@ -28,13 +28,13 @@ from workers.replica import rung_budgets
 from workers.status import TrialStatus
 
 from . import tune_adapter
+from .answer import RungDecider
 from .budget import Budget
 from .early_stop import FlopBandStopper, TrialTimeLimit
-from .fidelity import RungDecider
 from .interrupt import SearchInterrupted, StopRequest, StoreOutage, stop_signals
 from .ray_env import init_ray, ray_results_dir, trial_resources
 from .settings import SearchSettings, data_config
-from .space import SearchSpace, to_configs
+from .spec import SearchSpace, to_configs
 from .spool import Spool, store_unreachable
 from .store import Store, StoreError
 from .study import DefineByRun, make_sampler, optuna_storage

@@ -1,6 +1,5 @@
 """One proxy trial: data, iso-FLOP training, evaluation and the width certificate."""
 
-from .budget import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from .data import (
     DataConfig,
     TokenizedCorpus,
@@ -11,6 +10,7 @@ from .data import (
     shipped_corpus_path,
     validation_batches,
 )
+from .plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from .train import OptimConfig, RunConfig, train
 from .trial import TrialResult, run_trial
 from .width_probe import WidthCertificate, width_certificate

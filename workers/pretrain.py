@@ -62,9 +62,9 @@ from pydantic import ValidationError
 from search_spaces.residual_lm import ResidualLM, config_error_message, forward_flops_per_token, training_flops
 from search_spaces.residual_lm.ancre import AncreConnectivity
 
-from .budget import InfeasibleBudget, plan_budget
 from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus, validation_tokens_per_byte
-from .exported import ExportedConfig
+from .export_format import ExportedConfig
+from .plans import InfeasibleBudget, plan_budget
 from .status import TrialStatus
 from .strict_json import sanitise_json
 from .train import Report, RunConfig, train

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from .budget import LadderConfig
 from .data import DataConfig, load_corpus
+from .plans import LadderConfig
 from .replica import DEFAULT_MIN_WIDTH, MEASURE_AGAIN, run_replica_trial
 from .status import TrialStatus
 from .trial import run_trial
@@ -52,7 +52,7 @@ def proxy_trainable(params: dict, context: dict) -> None:
     `ladder` (LadderConfig fields, or None for a single budget) and `decide_rung`: a callable
     (number, seed, executed FLOPs per token, rung result) -> decision with `.promote` and
     `.predicted_loss` and `.measure_again`, which stores the rung and says whether the trial climbs on, or
-    measures the rung again with another seed (replica rungs only; nas.fidelity).
+    measures the rung again with another seed (replica rungs only; nas.answer).
     With `replica_rungs` (the rung budgets C_r, lowest first) and `target_flops`, each rung trains a
     replica of the sampled architecture on the target's path (`workers.replica`), all in this process."""
     from ray import tune

@@ -36,8 +36,8 @@ from search_spaces.residual_lm import (
 from search_spaces.residual_lm.config import ResidualFamily
 from search_spaces.residual_lm.parametrization import tensor_rules
 
-from .budget import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
 from .data import TokenizedCorpus, TrainBatches, validation_batches
+from .plans import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
 from .schedules import Schedule, ScheduleKind
 from .status import TrialStatus
 
@@ -279,7 +279,7 @@ def train(
     and validation batches go to the device the model is on after the hook.
 
     The learning rate follows `optim.schedule` (`workers.schedules`). With `ladder` the run is a budget
-    ladder (`workers.budget`, warmup-stable-decay only): `budget_flops` is the top rung, each lower rung
+    ladder (`workers.plans`, warmup-stable-decay only): `budget_flops` is the top rung, each lower rung
     is measured on a cooldown branch, and `on_rung(result)` is told every rung's result in order;
     returning False ends the run there (status completed, the rung's loss).
 

@@ -20,8 +20,8 @@ import torch
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, forward_flops_per_token
 
-from .budget import InfeasibleBudget, LadderConfig
 from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus, validation_tokens_per_byte
+from .plans import InfeasibleBudget, LadderConfig
 from .status import TrialStatus
 from .train import OnRung, OptimConfig, Report, RunConfig, TrainOutcome, train
 from .width_probe import width_certificate

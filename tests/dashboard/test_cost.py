@@ -14,7 +14,7 @@ from dashboard.cost import COUNTED, MEASURED, cost_ratios, seconds_per_token, un
 from dashboard.front_figures import cost_ratio_figure, pareto_figure
 from dashboard.tables import target_frame, trials_frame
 from dashboard.target_figures import target_front_figure
-from nas.fidelity import Prediction
+from nas.answer import Prediction
 from nas.pareto import pareto_rows
 from nas.store import TrialRow
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dashboard import data
+from dashboard import reads as data
 from dashboard.cost import MEASURED, seconds_per_token
 from dashboard.front_figures import hypervolume_figure, pareto_figure
 from dashboard.style import FAMILY_COLOURS, mod_symbol
@@ -27,7 +27,7 @@ from dashboard.trial_figures import (
     skip_rate_figure,
     width_figure,
 )
-from nas.fidelity import answer_at_target, at_target, predict_search
+from nas.answer import answer_at_target, at_target, predict_search
 from nas.pareto import hypervolume_curve, pareto_rows, reference_point
 from nas.store import Store, default_url
 from nas.width_advice import WidthPoint, width_advice
@@ -849,7 +849,7 @@ def test_app_trial_table_filters_sorts_and_exports(app):
 
 
 def test_app_export_page_and_the_store_is_never_written(app, seeded):
-    from dashboard.export import export_bundle
+    from dashboard.bundle import export_bundle
     from nas.export import export_file_name
 
     before = _dump(seeded)
@@ -877,7 +877,7 @@ def _dump(url: str) -> list[str]:
 def test_app_reports_a_missing_store_without_creating_it(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from dashboard.data import storage_url
+    from dashboard.reads import storage_url
 
     missing = tmp_path / "nothing.db"
     monkeypatch.setenv("RESNAS_STORAGE", f"sqlite:///{missing}")

@@ -17,7 +17,7 @@ from nas.budget import (
     stored_budget,
     trial_is_feasible,
 )
-from nas.space import load_space, smallest_config, space_from_dict
+from nas.spec import cheapest_of, load_space, space_from_dict
 from search_spaces.residual_lm import ArchConfig, flops_per_token
 
 
@@ -113,7 +113,7 @@ def test_check_budget_fits_accepts_the_default_budget(space):
 
 
 def test_check_budget_fits_boundary_is_one_step_of_the_cheapest_config(space):
-    cheapest = smallest_config(space)
+    cheapest = cheapest_of(space)
     one_step = 3 * flops_per_token(cheapest).executed * 16 * cheapest.seq_len
     unbounded = {"min_tokens_per_param": None}  # at so small a target no config sees 4 tokens per parameter
     assert check_budget_fits(space, Budget(trial_flops=one_step, **unbounded), 16).steps == 1
@@ -163,7 +163,7 @@ def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
 def test_configs_outside_the_tokens_per_parameter_range_at_the_target_are_not_trained():
     """D_T / N_T from the iso-FLOP token count at T (whole batches) over a real build's parameter count."""
     from search_spaces.residual_lm import build_model, count_parameters
-    from workers.budget import plan_budget
+    from workers.plans import plan_budget
 
     budget = Budget(trial_flops=1e11, min_tokens_per_param=4.0, max_tokens_per_param=100.0)
     for d, layers in [(64, 2), (64, 8), (192, 8), (32, 1)]:

@@ -5,8 +5,8 @@ import io
 
 from rich.console import Console
 
+from nas.answer import answer_at_target
 from nas.budget import Budget
-from nas.fidelity import answer_at_target
 from nas.front_table import COMPACT_COLUMNS, WIDE_COLUMNS, front_report
 from nas.store import Store, default_url
 

@@ -5,7 +5,7 @@ from nas.budget import Budget
 from nas.repeats import repeat_jobs
 from nas.search import stored_space
 from nas.settings import SearchSettings
-from nas.space import space_from_dict
+from nas.spec import space_from_dict
 from nas.store import Store, default_url
 
 SPACE = {

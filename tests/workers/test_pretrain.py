@@ -22,7 +22,7 @@ from nas.export import export_configs
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from workers.data import DataConfig, load_corpus
-from workers.exported import ExportedConfig, load_exported
+from workers.export_format import ExportedConfig, load_exported
 from workers.pretrain import Parallel, PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
 from workers.train import RunConfig, train
 from workers.trial import run_trial
@@ -262,7 +262,7 @@ def test_diverged_run_is_returned_not_raised(exported, data, tmp_path):
 
 WORKER = """
 import json, os, sys
-from workers.exported import load_exported
+from workers.export_format import load_exported
 from workers.pretrain import pretrain
 from workers.data import DataConfig
 src, cache, out = sys.argv[1:]

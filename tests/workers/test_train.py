@@ -5,8 +5,8 @@ import math
 import pytest
 
 from search_spaces.residual_lm import flavour, flops_per_token
-from workers.budget import InfeasibleBudget, plan_budget
 from workers.data import DataConfig, load_corpus
+from workers.plans import InfeasibleBudget, plan_budget
 from workers.schedules import cosine_learning_rate
 from workers.train import OptimConfig, RunConfig, train
 

@@ -1,4 +1,4 @@
-"""`nas demo`: build each residual family, print its size and FLOPs, train it a few steps.
+"""`nas families`: build each residual family, print its size and FLOPs, train it a few steps.
 
 A quick tour before a search: the families side by side at one size, trained with the same
 seed, the same batches and the same number of steps on the shipped corpus.
@@ -73,7 +73,7 @@ def train_briefly(cfg: ArchConfig, data: torch.Tensor, steps: int, batch: int, s
     )
 
 
-def run_demo(steps: int = 40, batch: int = 8, seed: int = 0, console: Console | None = None) -> list[DemoRow]:
+def run_families(steps: int = 40, batch: int = 8, seed: int = 0, console: Console | None = None) -> list[DemoRow]:
     """Train every demo variant for `steps` steps and print a comparison table."""
     console = console or Console()
     data = byte_tokens(read_shipped_texts())

@@ -11,8 +11,8 @@ from .spec import (
     IntParam,
     SearchSpace,
     SpaceError,
+    cheapest_of,
     describe,
-    smallest_config,
     space_error_message,
 )
 
@@ -29,7 +29,7 @@ __all__ = [
     "describe",
     "is_valid",
     "load_space",
-    "smallest_config",
+    "cheapest_of",
     "space_error_message",
     "space_from_dict",
     "suggest",

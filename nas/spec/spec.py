@@ -12,7 +12,7 @@ A space file (the shipped default is `search_spaces/residual_lm/space.yaml`; see
 
 Every knob name must be a field of `ArchConfig`, `OptimConfig` or `RunConfig`, and every bound,
 choice and fixed value must be one that field accepts; at least one combination must be a valid
-architecture (`smallest_config`, answered by the family itself). `space_error_message` turns any
+architecture (`cheapest_of`, answered by the family itself). `space_error_message` turns any
 problem into ONE line naming the field path (`params.ancre_tau.low: must be > 0 for a log scale
 (got 0.0)`).
 """
@@ -41,7 +41,7 @@ __all__ = [
     "SearchSpace",
     "SpaceError",
     "describe",
-    "smallest_config",
+    "cheapest_of",
     "space_error_message",
 ]
 
@@ -369,7 +369,7 @@ def _cheapest(space: SearchSpace) -> ArchConfig:
     return cheapest_config(fixed, candidates)
 
 
-def smallest_config(space: SearchSpace) -> ArchConfig:
+def cheapest_of(space: SearchSpace) -> ArchConfig:
     """The valid architecture of `space` with the fewest expected executed forward FLOPs per token
     (`search_spaces.residual_lm.cheapest_config`). Raises SpaceError if there is none (a validated
     SearchSpace always has one)."""

@@ -6,7 +6,7 @@ directory (`nas.store.default_url`). Reads are cached for `TTL_S` seconds, keyed
 arguments, so a page refresh every `REFRESH_S` seconds sees new trials. Nothing here writes: a
 SQLite file that does not exist is reported, not created.
 
-The predictions at a search's target budget (`nas.fidelity.predict_search`) and its loss-vs-compute
+The predictions at a search's target budget (`nas.answer.predict_search`) and its loss-vs-compute
 fit (`nas.extrapolate.fit_study`) are computed from the cached rungs and cached the same way.
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 import streamlit as st
 from sqlalchemy.engine import make_url
 
+from nas.answer import Answer, Prediction, answer_at_target
 from nas.backtest import Backtest
 from nas.budget import Budget, BudgetError, stored_budget
-from nas.fidelity import Answer, Prediction, answer_at_target
 from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
 from workers.status import TrialStatus
 
@@ -145,7 +145,7 @@ def budget(url: str, name: str) -> Budget | str:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def answer(url: str, name: str, target: float) -> Answer:
-    """The search's answer at `target` training FLOPs from all its rungs (`nas.fidelity.answer_at_target`)."""
+    """The search's answer at `target` training FLOPs from all its rungs (`nas.answer.answer_at_target`)."""
     return answer_at_target(rungs(url, name), target)
 
 

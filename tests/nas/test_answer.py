@@ -7,8 +7,8 @@ from dataclasses import replace
 import optuna
 import pytest
 
+from nas.answer import REMEASURE_SEED_OFFSET, RungDecider, answer_at_target, at_target, predict_search
 from nas.extrapolate import NONE
-from nas.fidelity import REMEASURE_SEED_OFFSET, RungDecider, answer_at_target, at_target, predict_search
 from nas.pareto import pareto_rows
 from nas.promotion import Candidate, promotable
 from nas.store import Store, default_url
@@ -113,7 +113,7 @@ def test_the_final_decision_writes_the_band_into_the_optuna_trial_once_bands_are
     closed = study.ask()
     study.tell(closed, [2.0, 1e5])
     start(store, closed.number, "cascaded", 1e5)
-    with caplog.at_level(logging.WARNING, logger="nas.fidelity"):
+    with caplog.at_level(logging.WARNING, logger="nas.answer"):
         assert decide(closed.number, 0, 1e5, rung(2, 1.6)).band is not None
         lost = RungDecider(store.url, "s", TARGET, eta=3, n_rungs=3, optuna_study="no-such-study")
         assert lost(4, 0, 1e5, rung(2, 1.6)).band is not None
@@ -193,7 +193,7 @@ def test_the_front_at_the_target_ranks_by_prediction_and_falls_back_to_measured_
     """Trial 1 is measured worse than 0 at equal cost but predicted better at T: it alone is the front at T."""
     from dataclasses import dataclass
 
-    from nas.fidelity import Prediction, front_at_target
+    from nas.answer import Prediction, front_at_target
 
     @dataclass(frozen=True)
     class Row:

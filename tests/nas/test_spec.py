@@ -9,16 +9,16 @@ import optuna
 import pytest
 from pydantic import ValidationError
 
-from nas.space import (
+from nas.spec import (
     CategoricalParam,
     FloatParam,
     IntParam,
     SearchSpace,
     SpaceError,
+    cheapest_of,
     default_space_path,
     is_valid,
     load_space,
-    smallest_config,
     space_from_dict,
     suggest,
     to_configs,
@@ -373,8 +373,8 @@ def brute_force_min(space: SearchSpace) -> float:
     return best
 
 
-def test_smallest_config_of_the_shipped_space(space):
-    cfg = smallest_config(space)
+def test_cheapest_of_of_the_shipped_space(space):
+    cfg = cheapest_of(space)
     assert (cfg.n_layers, cfg.d_model, cfg.mlp_ratio, cfg.residual, cfg.mod_rate, cfg.mod_every) == (
         2,
         64,
@@ -387,8 +387,8 @@ def test_smallest_config_of_the_shipped_space(space):
     assert executed(cfg) == brute_force_min(space)  # all 4032 grid points (ancre_tau is FLOP-free)
 
 
-def test_smallest_config_is_no_costlier_than_200_random_samples(space):
-    cheapest = executed(smallest_config(space))
+def test_cheapest_of_is_no_costlier_than_200_random_samples(space):
+    cheapest = executed(cheapest_of(space))
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     for _ in range(200):
         params = suggest(space, study.ask())
@@ -417,9 +417,9 @@ def test_smallest_config_is_no_costlier_than_200_random_samples(space):
         },
     ],
 )
-def test_smallest_config_matches_brute_force_on_other_spaces(params):
+def test_cheapest_of_matches_brute_force_on_other_spaces(params):
     space = space_from_dict({"fixed": {"seq_len": 32, "vocab_size": 64}, "params": params})
-    cfg = smallest_config(space)
+    cfg = cheapest_of(space)
     assert executed(cfg) == brute_force_min(space)
     assert is_valid(space, {k: getattr(cfg, k) for k in params}) is None
 
@@ -428,7 +428,7 @@ def test_fixed_knobs_are_used(space):
     spec = space.spec()
     spec["fixed"]["n_heads"] = 4
     spec["params"].pop("n_heads")
-    cfg = smallest_config(space_from_dict(spec))
+    cfg = cheapest_of(space_from_dict(spec))
     assert cfg.n_heads == 4 and cfg.d_model == 64 and cfg.seq_len == 128
 
 

@@ -1,7 +1,7 @@
 """Answering at the target budget: each trial's predicted loss at T from its rungs, and promotion between rungs.
 
 Every trial is measured on a ladder of rungs (replicas, `workers.replica`, or a budget ladder,
-`workers.budget`): the worker calls `RungDecider` (given to it by the search) at each rung. The decider
+`workers.plans`): the worker calls `RungDecider` (given to it by the search) at each rung. The decider
 
 1. stores the rung's result (`Store.record_rung`: written once, at once, so it survives a killed
    trial or driver),
