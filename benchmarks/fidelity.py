@@ -122,7 +122,7 @@ class Corpus:
     out: Path
 
     def data(self):
-        from workers.data import DataConfig
+        from workers.data_config import DataConfig
 
         return DataConfig(source=self.source if self.source == "shipped" else str(ROOT / self.source))
 

@@ -50,7 +50,8 @@ def run_one(job: tuple[str, str, int, float, bool]) -> dict:
     import torch
 
     from search_spaces.residual_lm import flavour, flops_per_token
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
+    from workers.data_config import DataConfig
     from workers.train import RunConfig
     from workers.trial import run_trial
 

@@ -27,7 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.harness import machine_info  # noqa: E402
 from search_spaces.residual_lm import flavour  # noqa: E402
-from workers.data import DataConfig, load_corpus  # noqa: E402
+from workers.data import load_corpus  # noqa: E402
+from workers.data_config import DataConfig  # noqa: E402
 from workers.trial import run_trial  # noqa: E402
 
 log = logging.getLogger("paper_claims")

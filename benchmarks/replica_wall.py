@@ -43,7 +43,8 @@ RUNG_FIELDS = ("rung", "budget_flops", "d_model", "steps", "train_seconds", "on_
 def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation: int) -> dict:
     """One budget-ladder trial and one replica trial per floor in `min_widths`, in rotated order."""
     from search_spaces.residual_lm import ArchConfig
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
+    from workers.data_config import DataConfig
     from workers.plans import LadderConfig
     from workers.replica import run_replica_trial, rung_budgets
     from workers.trial import run_trial

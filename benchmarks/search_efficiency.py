@@ -92,7 +92,8 @@ def run_point(knobs: dict, corpus, seed: int) -> dict:
 def build(out: Path, seed: int, threads: int) -> None:
     import torch
 
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
+    from workers.data_config import DataConfig
 
     torch.set_num_threads(threads)
     corpus = load_corpus(DataConfig())

@@ -94,7 +94,7 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
 
 def _throughput(cache: Path) -> list[dict]:
     """Seconds to train each BPE and encoding MB/s of each tokenizer on the shipped corpus."""
-    from workers.data import read_shipped_texts
+    from workers.documents import read_shipped_texts
     from workers.tokenizer import ByteTokenizer, HFTokenizer, train_bpe
 
     docs = read_shipped_texts()

@@ -100,7 +100,8 @@ def run_one(job: tuple) -> dict:
     import torch
 
     from search_spaces.residual_lm import flops_per_token
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
+    from workers.data_config import DataConfig
     from workers.plans import plan_budget
     from workers.train import OptimConfig, RunConfig
     from workers.trial import run_trial

@@ -434,7 +434,7 @@ def pretrain(
     learning-rate schedule as the search's runs."""
     import json
 
-    from workers.data import DataConfig
+    from workers.data_config import DataConfig
     from workers.export_format import ExportError, load_exported
     from workers.pretrain import PretrainError
     from workers.pretrain import pretrain as run_pretraining
@@ -583,7 +583,8 @@ def _validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
     """(corpus config fields, corpus summary), after loading the corpus once here (it is then cached
     for the trials), so a typo, a bad tokenizer or an unreachable source fails now, in one line,
     instead of in every trial."""
-    from workers.data import DataConfig, check_shard_source, load_corpus
+    from workers.data import check_shard_source, load_corpus
+    from workers.data_config import DataConfig
     from workers.shards import ShardError
     from workers.tokenizer import TokenizerError
 

@@ -75,7 +75,8 @@ def _tokenizer_json(search, record: dict) -> str | None:
     corpus now loads with another tokenizer."""
     if record["file"] is None:
         return None
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
+    from workers.data_config import DataConfig
 
     corpus = load_corpus(DataConfig(**((search.settings or {}).get("data") or {})))
     if corpus.tokenizer != record["identity"] or corpus.path is None:

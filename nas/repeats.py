@@ -48,7 +48,8 @@ def _measure_again(
     replicas, one run per rung, when `target_flops` is given; else its budget ladder)."""
     import torch
 
-    from workers.data import DataConfig, load_corpus
+    from workers.data import load_corpus
+    from workers.data_config import DataConfig
 
     torch.set_num_threads(1)
     corpus = load_corpus(DataConfig(**data))

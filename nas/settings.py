@@ -14,7 +14,7 @@ from typing import Literal, get_args
 from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass
 
-from workers.data import DataConfig
+from workers.data_config import DataConfig
 
 __all__ = ["SAMPLERS", "Sampler", "SearchSettings", "data_config"]
 

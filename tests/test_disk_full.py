@@ -18,7 +18,8 @@ from sqlalchemy import create_engine, text
 
 from nas.store import Store, StoreError
 from search_spaces.residual_lm import flavour, flops_per_token
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.train import RunConfig, train
 from workers.trial import run_trial
 

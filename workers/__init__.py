@@ -1,15 +1,9 @@
 """One proxy trial: data, iso-FLOP training, evaluation and the width certificate."""
 
-from .data import (
-    DataConfig,
-    TokenizedCorpus,
-    TrainBatches,
-    byte_tokens,
-    load_corpus,
-    read_shipped_texts,
-    shipped_corpus_path,
-    validation_batches,
-)
+from .batches import TrainBatches, validation_batches
+from .data import TokenizedCorpus, load_corpus
+from .data_config import DataConfig
+from .documents import byte_tokens, read_shipped_texts, shipped_corpus_path
 from .plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from .train import OptimConfig, RunConfig, train
 from .trial import TrialResult, run_trial

@@ -62,7 +62,9 @@ from pydantic import ValidationError
 from search_spaces.residual_lm import ResidualLM, config_error_message, forward_flops_per_token, training_flops
 from search_spaces.residual_lm.ancre import AncreConnectivity
 
-from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus, validation_tokens_per_byte
+from .batches import bits_per_byte, validation_tokens_per_byte
+from .data import TokenizedCorpus, load_corpus
+from .data_config import DataConfig
 from .export_format import ExportedConfig
 from .plans import InfeasibleBudget, plan_budget
 from .status import TrialStatus

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from .data import DataConfig, load_corpus
+from .data import load_corpus
+from .data_config import DataConfig
 from .plans import LadderConfig
 from .replica import DEFAULT_MIN_WIDTH, MEASURE_AGAIN, run_replica_trial
 from .status import TrialStatus

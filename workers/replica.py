@@ -36,7 +36,8 @@ import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flops_per_token, training_flops
 
-from .data import TokenizedCorpus, bits_per_byte, validation_tokens_per_byte
+from .batches import bits_per_byte, validation_tokens_per_byte
+from .data import TokenizedCorpus
 from .plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
 from .status import TrialStatus
 from .train import OptimConfig, Report, RunConfig

@@ -36,7 +36,8 @@ from search_spaces.residual_lm import (
 from search_spaces.residual_lm.config import ResidualFamily
 from search_spaces.residual_lm.parametrization import tensor_rules
 
-from .data import TokenizedCorpus, TrainBatches, validation_batches
+from .batches import TrainBatches, validation_batches
+from .data import TokenizedCorpus
 from .plans import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
 from .schedules import Schedule, ScheduleKind
 from .status import TrialStatus

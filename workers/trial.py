@@ -20,7 +20,9 @@ import torch
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, forward_flops_per_token
 
-from .data import DataConfig, TokenizedCorpus, bits_per_byte, load_corpus, validation_tokens_per_byte
+from .batches import bits_per_byte, validation_tokens_per_byte
+from .data import TokenizedCorpus, load_corpus
+from .data_config import DataConfig
 from .plans import InfeasibleBudget, LadderConfig
 from .status import TrialStatus
 from .train import OnRung, OptimConfig, Report, RunConfig, TrainOutcome, train

@@ -14,7 +14,8 @@ import yaml
 from nas.export import export_configs, export_file_name
 from nas.store import Store, StoreError, UnknownSearch
 from search_spaces.residual_lm import ArchConfig, flops_per_token
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.export_format import ExportedConfig, ExportError, load_exported
 from workers.train import OptimConfig, RunConfig
 from workers.trial import run_trial

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import flavour, tokens_for
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from workers.schedules import wsd_learning_rate
 from workers.train import OptimConfig, RunConfig, train

@@ -21,7 +21,8 @@ import workers.pretrain as pretrain_module
 from nas.export import export_configs
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.export_format import ExportedConfig, load_exported
 from workers.pretrain import Parallel, PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
 from workers.train import RunConfig, train
@@ -264,7 +265,7 @@ WORKER = """
 import json, os, sys
 from workers.export_format import load_exported
 from workers.pretrain import pretrain
-from workers.data import DataConfig
+from workers.data_config import DataConfig
 src, cache, out = sys.argv[1:]
 summary = pretrain(load_exported(src), tokens=8000, data=DataConfig(cache_dir=cache), out_dir=out,
                    run_overrides={"checkpoint_every": 5})

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flavour, flops_per_token
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.replica import (
     MEASURE_AGAIN,
     plan_replica,

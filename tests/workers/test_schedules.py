@@ -6,7 +6,8 @@ import math
 import pytest
 
 from search_spaces.residual_lm import ArchConfig, flavour
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.plans import LadderConfig
 from workers.replica import plan_replica, run_replica_trial
 from workers.train import OptimConfig, RunConfig, train

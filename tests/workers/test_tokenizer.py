@@ -16,16 +16,10 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
-from workers.data import (
-    DataConfig,
-    bits_per_byte,
-    corpus_fingerprint,
-    load_corpus,
-    read_shipped_texts,
-    split_documents,
-    validation_batches,
-    validation_tokens_per_byte,
-)
+from workers.batches import bits_per_byte, validation_batches, validation_tokens_per_byte
+from workers.data import corpus_fingerprint, load_corpus
+from workers.data_config import DataConfig
+from workers.documents import read_shipped_texts, split_documents
 from workers.shards import ShardError, read_meta, write_meta, write_stream
 from workers.tokenizer import HFTokenizer, TokenizerError, load_tokenizer, normalised_spec, train_bpe
 from workers.train import RunConfig, train
@@ -131,7 +125,8 @@ def test_shards_are_memory_mapped_not_copied_in_another_process(bpe_corpus, cach
     """A fresh process loads the cached corpus: its train tensor's memory lies inside a mapping of train.bin."""
     code = f"""
 import json, os
-from workers.data import DataConfig, load_corpus
+from workers.data_config import DataConfig
+from workers.data import load_corpus
 c = load_corpus(DataConfig(tokenizer="train:{VOCAB}", cache_dir={str(cache)!r}))
 ptr = c.train.data_ptr()
 target = os.path.realpath(str(c.path / "train.bin"))

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from search_spaces.residual_lm import flavour, flops_per_token
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.plans import InfeasibleBudget, plan_budget
 from workers.schedules import cosine_learning_rate
 from workers.train import OptimConfig, RunConfig, train

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from search_spaces.residual_lm import flavour
-from workers.data import DataConfig, load_corpus
+from workers.data import load_corpus
+from workers.data_config import DataConfig
 from workers.train import OptimConfig, RunConfig
 from workers.trial import run_trial
 
