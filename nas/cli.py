@@ -11,12 +11,21 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import typer
-from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from .cli_inputs import (
+    checked_search_inputs,
+    console,
+    fail,
+    join_ray_cluster,
+    storage_url,
+    validated_data,
+    with_schedule_override,
+)
+from .dashboard_launch import dashboard_launch
+from .front_table import format_flops, format_loss, print_front
 from .store import STORAGE_ENV
 
 
@@ -49,27 +58,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Architecture search over residual topologies and depth sparsity.",
 )
-console = Console(width=None if sys.stdout.isatty() else 120)  # the same tables in logs and pipes
-WIDE = 220  # `nas show --wide` prints every column at this width outside a terminal
 STORAGE_HELP = (
     f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
     "command line, else sqlite:///resnas.db in the working directory)."
 )
-
-
-def fail(message: str) -> None:
-    """Print a one-line error and exit with status 2."""
-    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
-    raise typer.Exit(2)
-
-
-def storage_url(storage: str | None) -> str:
-    """The store's URL: `--storage`, else $RESNAS_STORAGE, else the SQLite file resnas.db in the cwd."""
-    import os
-
-    from .store import default_url
-
-    return storage or os.environ.get(STORAGE_ENV) or default_url(Path.cwd())
 
 
 def open_store(storage: str | None):
@@ -174,7 +166,7 @@ def search(
     """Define a compute budget and a search space, and launch a search.
 
     The signature is long because typer declares one parameter per flag; the checks live in
-    `_checked_search_inputs`, so this body only launches.
+    `checked_search_inputs`, so this body only launches.
     """
     from .search import launch_search
     from .store import SearchExists, StoreError
@@ -206,18 +198,18 @@ def search(
         stop_grace=stop_grace,
         pad_vocab=pad_vocab,
     )
-    space_spec, budget, settings = _checked_search_inputs(
+    space_spec, budget, settings = checked_search_inputs(
         name, space, budget_options, settings_options, data, tokenizer, {"schedule": schedule, "cooldown": cooldown}
     )
     if ray_address:
-        _join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
+        join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     store = open_store(storage)
     try:
         with _stopped_by_signal(store, name):
             report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
     except (SearchExists, StoreError) as err:
         fail(f"{err}" + ("; use `nas resume`" if isinstance(err, SearchExists) else ""))
-    _print_front(store, report.name)
+    print_front(console, store, report.name)
 
 
 @contextmanager
@@ -246,42 +238,6 @@ def _stopped_by_signal(store, name: str):
         raise typer.Exit(stop.exit_code) from None
 
 
-def _checked_search_inputs(
-    name: str,
-    space: Path | None,
-    budget_options: dict,
-    settings_options: dict,
-    data: str,
-    tokenizer: str,
-    schedule_options: dict | None = None,
-):
-    """(space spec, budget, settings) of a new search, or a one-line `fail` naming the field.
-
-    The cheap checks run first; the corpus is loaded last (tokenised once, then cached for the
-    trials), the space's vocabulary is set from the tokenizer, then the budget is checked against
-    the space at its own batch size.
-    """
-    from dataclasses import replace
-
-    from .budget import BudgetError, check_budget_fits
-
-    space_spec, budget = _validated_inputs(space, budget_options)
-    space_spec = _with_schedule(space_spec, schedule_options or {}, budget.ladder if budget.rungs > 1 else None)
-    if budget.beyond_validated:
-        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
-    if not name.strip():
-        fail("--name: must be a non-empty name")
-    settings = _validated_settings({**settings_options, "ray_dir": _validated_ray_dir(settings_options["ray_dir"])})
-    data_fields, corpus = _validated_data(data, tokenizer)  # after the cheap checks: it loads the corpus
-    settings = replace(settings, data=data_fields, corpus=corpus)
-    space_spec = _with_vocabulary(space_spec, corpus["vocab_size"], settings.pad_vocab)
-    try:
-        check_budget_fits(space_spec, budget)
-    except BudgetError as err:
-        fail(str(err))
-    return space_spec, budget, settings
-
-
 @app.command()
 def resume(
     name: str = typer.Argument(..., help="The search to finish."),
@@ -299,7 +255,7 @@ def resume(
             report = resume_search(store, name, show_progress=progress, ray_address=ray_address)
     except StoreError as err:
         fail(str(err))
-    _print_front(store, report.name)
+    print_front(console, store, report.name)
 
 
 @app.command("list")
@@ -322,8 +278,8 @@ def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -
             str(s.failed),
             str(s.running),
             corpus.get("tokenizer_spec", "bytes"),
-            _loss(s.best_val_loss),
-            _loss(s.best_val_bpb),
+            format_loss(s.best_val_loss),
+            format_loss(s.best_val_bpb),
         )
     console.print(table)
     if len(tokenizers) > 1:
@@ -359,8 +315,8 @@ def status(
             str(r.n_layers or "-"),
             str(r.d_model or "-"),
             f"{r.mod_rate:g}" if r.mod_rate is not None else "-",
-            _loss(r.val_loss),
-            _flops(r.executed_flops_per_token),
+            format_loss(r.val_loss),
+            format_flops(r.executed_flops_per_token),
             (r.failure_reason or "")[:60],
         )
     console.print(table)
@@ -382,7 +338,7 @@ def show(
         store.get_search(name)
     except StoreError as err:
         fail(str(err))
-    _print_front(store, name, only_front=pareto, bpb=bpb, wide=wide)
+    print_front(console, store, name, only_front=pareto, bpb=bpb, wide=wide)
 
 
 @app.command()
@@ -445,8 +401,8 @@ def pretrain(
         exported = load_exported(file)
     except ExportError as err:
         fail(str(err))
-    exported = _with_schedule_override(exported, {"schedule": schedule, "cooldown": cooldown})
-    data_cfg = DataConfig(**_validated_data(data, tokenizer or exported.tokenizer_spec(file))[0])
+    exported = with_schedule_override(exported, {"schedule": schedule, "cooldown": cooldown})
+    data_cfg = DataConfig(**validated_data(data, tokenizer or exported.tokenizer_spec(file))[0])
     try:
         summary = run_pretraining(
             exported,
@@ -459,26 +415,6 @@ def pretrain(
     except (ExportError, PretrainError) as err:
         fail(str(err))
     console.print_json(json.dumps(summary, default=str))
-
-
-def _with_schedule_override(exported, options: dict):
-    """The export with the schedule options given (not None) in place of its own, said on the console: the
-    search measured its configs under the exported schedule, so a different one is the user's explicit choice."""
-    from workers.train import OptimConfig
-
-    from .messages import options_message
-
-    given = {k: v for k, v in options.items() if v is not None}
-    if not given:
-        return exported
-    try:
-        optim = OptimConfig(**{**exported.optim.model_dump(), **given})
-    except ValidationError as err:
-        fail(options_message(err))
-    was = ", ".join(f"{k} {getattr(exported.optim, k)}" for k in given)
-    now = ", ".join(f"{k} {v}" for k, v in given.items())
-    console.print(f"[yellow]schedule override:[/] {now} (the search measured this config under {was})")
-    return exported.model_copy(update={"optim": optim})
 
 
 @app.command()
@@ -500,48 +436,6 @@ def dashboard(
     os.execve(cmd[0], cmd, env)
 
 
-def dashboard_launch(storage: str | None, address: str, port: int) -> tuple[list[str], dict]:
-    """The Streamlit command line and environment that `nas dashboard` runs.
-
-    The store URL (`storage_url`: --storage, else $RESNAS_STORAGE, else resnas.db in the cwd) travels
-    in the environment, never in argv, so a password in it does not show in `ps`.
-    """
-    import importlib.util
-    import ipaddress
-    import os
-
-    try:
-        ipaddress.ip_address(address)
-    except ValueError:
-        fail(
-            f"--address: must be an IP address to listen on, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 "
-            f"(inside a container), not {address!r}"
-        )
-    if not 1 <= port <= 65535:
-        fail(f"--port: must be in 1..65535, not {port}")
-    spec = importlib.util.find_spec("dashboard")  # found, not imported: dashboard depends on nas, not back
-    if spec is None or spec.origin is None:
-        fail("the dashboard package is not installed")
-    app_path = Path(spec.origin).with_name("app.py")
-    env = {**os.environ, STORAGE_ENV: storage_url(storage)}
-    cmd = [
-        sys.executable,
-        "-m",
-        "streamlit",
-        "run",
-        str(app_path),
-        "--server.address",
-        address,
-        "--server.port",
-        str(port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
-    return cmd, env
-
-
 @app.command()
 def families(
     steps: int = typer.Option(40, min=1, max=100_000, help="AdamW steps per variant."),
@@ -552,139 +446,6 @@ def families(
     from .families import run_families
 
     run_families(steps=steps, batch=batch, seed=seed)
-
-
-def _validated_inputs(space, budget_options: dict):
-    from .budget import Budget, BudgetError
-    from .spec import SpaceError, load_space
-
-    try:
-        budget = Budget(**budget_options)
-    except BudgetError as err:
-        fail(str(err))
-    try:
-        return load_space(space), budget
-    except SpaceError as err:
-        fail(str(err))
-
-
-def _validated_settings(fields: dict):
-    """SearchSettings of the options, or a one-line error naming each bad option."""
-    from .messages import options_message
-    from .settings import SearchSettings
-
-    try:
-        return SearchSettings(**fields)
-    except ValidationError as err:
-        fail(options_message(err))
-
-
-def _validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
-    """(corpus config fields, corpus summary), after loading the corpus once here (it is then cached
-    for the trials), so a typo, a bad tokenizer or an unreachable source fails now, in one line,
-    instead of in every trial."""
-    from workers.data import check_shard_source, load_corpus
-    from workers.data_config import DataConfig
-    from workers.shards import ShardError
-    from workers.tokenizer import TokenizerError
-
-    try:
-        config = DataConfig(source=source, tokenizer=tokenizer)
-    except ValidationError as err:
-        first = err.errors()[0]
-        message = str(first["msg"]).removeprefix("Value error, ")
-        fail(message if message.startswith("--") else f"--{first['loc'][0]}: {message}")
-    try:
-        check_shard_source(config)
-        corpus = load_corpus(config)
-    except (TokenizerError, ShardError) as err:
-        fail(str(err))
-    except Exception as err:  # noqa: BLE001 - any loader failure is bad input here, reported in one line
-        fail(f"--data: cannot load {source!r}: {type(err).__name__}: {err}")
-    return config.model_dump(exclude_defaults=True), corpus.summary()
-
-
-def _with_schedule(space_spec, options: dict, ladder: str | None):
-    """The space with the search's learning-rate schedule fixed: the options given (not None) over the space's
-    own, over OptimConfig's defaults; stored with the search so that every run of it follows the same."""
-    from workers.train import OptimConfig
-
-    from .messages import options_message
-    from .spec import space_from_dict
-
-    given = {k: v for k, v in options.items() if v is not None}
-    try:
-        OptimConfig(**given)
-    except ValidationError as err:
-        fail(options_message(err))
-    fixed = {**space_spec.schedule_fields(), **space_spec.fixed, **given}
-    spec = space_from_dict({**space_spec.spec(), "fixed": fixed})
-    if ladder == "budget" and spec.fixed["schedule"] != "wsd":
-        fail(
-            f"--schedule {spec.fixed['schedule']}: a budget ladder branches each rung's cooldown off one "
-            "warmup-stable-decay run; use --schedule wsd, or --ladder replica"
-        )
-    return spec
-
-
-def _with_vocabulary(space_spec, vocab_size: int, pad_to: int):
-    """The space with `vocab_size` fixed at the tokenizer's vocabulary padded to a multiple of `pad_to`
-    (or the space's own fixed value, if larger)."""
-    if "vocab_size" in space_spec.params:
-        fail("--tokenizer: the space searches vocab_size; the vocabulary is the tokenizer's (pad it with --pad-vocab)")
-    padded = -(-vocab_size // pad_to) * pad_to
-    fixed = {**space_spec.fixed, "vocab_size": max(padded, space_spec.fixed.get("vocab_size", 0))}
-    return space_spec.model_copy(update={"fixed": fixed})
-
-
-def _join_ray_cluster(settings) -> None:
-    from .ray_env import init_ray
-
-    try:
-        init_ray(settings)
-    except Exception as err:  # noqa: BLE001 - a malformed or unreachable address is bad input
-        fail(f"--ray-address: cannot join the Ray cluster at {settings.ray_address!r}: {type(err).__name__}: {err}")
-
-
-def _validated_ray_dir(ray_dir: str | None) -> str | None:
-    """A URI (s3://...) as given; a local path made absolute (every node must see it at that path)."""
-    if not ray_dir or "://" in ray_dir:
-        return ray_dir
-    path = Path(ray_dir).expanduser().resolve()
-    if path.exists() and not path.is_dir():
-        fail(f"--ray-dir: must be a folder (or a URI), not the file {path}")
-    return str(path)
-
-
-def _loss(x) -> str:
-    from .front_table import format_loss
-
-    return format_loss(x)
-
-
-def _flops(x) -> str:
-    from .front_table import format_flops
-
-    return format_flops(x)
-
-
-def _print_front(store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False) -> None:
-    """The front at the search's target budget (`nas.front_table`), then the predictor, the bands and the
-    hypervolume at T."""
-    from .answer import answer_at_target
-    from .budget import stored_budget
-    from .front_table import front_report
-
-    rows, rungs = store.trials(name), store.rungs(name)
-    budget = stored_budget(store.get_search(name).budget)
-    answer = answer_at_target(rungs, budget.target) if rungs else None
-    table, lines = front_report(name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide)
-    if wide and not sys.stdout.isatty():  # rendered at WIDE columns, and not cropped to the console's 120
-        console.print(table, width=WIDE, crop=False)
-    else:
-        console.print(table)
-    for line in lines:
-        console.print(line)
 
 
 def main() -> None:

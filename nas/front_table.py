@@ -21,7 +21,7 @@ from .answer import Answer, at_target, front_at_target
 from .budget import Budget
 from .pareto import hypervolume, reference_point
 
-__all__ = ["COMPACT_COLUMNS", "WIDE_COLUMNS", "format_flops", "format_loss", "front_report"]
+__all__ = ["COMPACT_COLUMNS", "WIDE_COLUMNS", "format_flops", "format_loss", "front_report", "print_front"]
 
 COMPACT_COLUMNS = ("trial", "arch", "mod", "rungs", "top-rung loss", "loss at T", "80% band", "tied with", "FLOPs/tok")
 WIDE_COLUMNS = (
@@ -146,3 +146,25 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
         }
         table.add_row(*(cells[c] for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)))
     return table
+
+
+def print_front(
+    console, store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False, wide_width: int = 220
+) -> None:
+    """The front at the search's target budget on `console`, then the predictor, the bands and the hypervolume
+    at T. Outside a terminal `wide` renders at `wide_width` columns, uncropped."""
+    import sys
+
+    from .answer import answer_at_target
+    from .budget import stored_budget
+
+    rows, rungs = store.trials(name), store.rungs(name)
+    budget = stored_budget(store.get_search(name).budget)
+    answer = answer_at_target(rungs, budget.target) if rungs else None
+    table, lines = front_report(name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide)
+    if wide and not sys.stdout.isatty():  # not cropped to the console's 120 columns
+        console.print(table, width=wide_width, crop=False)
+    else:
+        console.print(table)
+    for line in lines:
+        console.print(line)
