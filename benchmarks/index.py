@@ -65,6 +65,12 @@ CPU_RATIOS = ("ratios",)
 FIDELITY = ("summary", "headline")
 GPU_STEPS = ("stages", "kernel_steps", "result", "ratios")
 LADDER = ("summary", "random")
+LADDER_FIGURES = (  # the same four strategies at 1T on each corpus
+    Figure("HV/HV* at 1T: replica", (*LADDER, "replica", "hv_ratio_nadir", "1T"), "{:.2f}"),
+    Figure("without noise rule", (*LADDER, "replica_without_noise_rule", "hv_ratio_nadir", "1T"), "{:.2f}"),
+    Figure("budget ladder", (*LADDER, "ladder", "hv_ratio_nadir", "1T"), "{:.2f}"),
+    Figure("target budget", (*LADDER, "target", "hv_ratio_nadir", "1T"), "{:.2f}"),
+)
 MOD_GAP = ("summary",)
 TRANSFER = ("summary",)
 
@@ -189,22 +195,12 @@ ENTRIES: dict[str, Entry] = {
         question="At equal compute, which front at the target does a replica ladder (with and without the noise "
         "rule), a budget ladder or a target-budget search buy (plays, random proposer)?",
         command="make ladder-efficiency",
-        figures=(
-            Figure("HV/HV* at 1T: replica", (*LADDER, "replica", "hv_ratio_nadir", "1T"), "{:.2f}"),
-            Figure("without noise rule", (*LADDER, "replica_without_noise_rule", "hv_ratio_nadir", "1T"), "{:.2f}"),
-            Figure("budget ladder", (*LADDER, "ladder", "hv_ratio_nadir", "1T"), "{:.2f}"),
-            Figure("target budget", (*LADDER, "target", "hv_ratio_nadir", "1T"), "{:.2f}"),
-        ),
+        figures=LADDER_FIGURES,
     ),
     "ladder_efficiency_code.json": Entry(
         question="The same on the Python-source corpus?",
         command="make ladder-efficiency",
-        figures=(
-            Figure("HV/HV* at 1T: replica", (*LADDER, "replica", "hv_ratio_nadir", "1T"), "{:.2f}"),
-            Figure("without noise rule", (*LADDER, "replica_without_noise_rule", "hv_ratio_nadir", "1T"), "{:.2f}"),
-            Figure("budget ladder", (*LADDER, "ladder", "hv_ratio_nadir", "1T"), "{:.2f}"),
-            Figure("target budget", (*LADDER, "target", "hv_ratio_nadir", "1T"), "{:.2f}"),
-        ),
+        figures=LADDER_FIGURES,
     ),
     "mod_published.json": Entry(
         question="Does Mixture-of-Depths as published (blocks routed at 0.875, every other block) beat dense at "
