@@ -13,13 +13,11 @@ report, checkpoint. A NaN or inf loss ends the run as `diverged`; it never raise
 from __future__ import annotations
 
 import copy
-import errno
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -37,6 +35,7 @@ from search_spaces.residual_lm.config import ResidualFamily
 from search_spaces.residual_lm.parametrization import tensor_rules
 
 from .batches import TrainBatches, validation_batches
+from .checkpoints import TrainState, load_checkpoint, save_checkpoint
 from .data import TokenizedCorpus
 from .plans import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
 from .schedules import Schedule, ScheduleKind
@@ -151,21 +150,6 @@ def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
 
 
 @dataclass
-class TrainState:
-    """Everything a run accumulates; saved in checkpoints (plain types and tensors only)."""
-
-    step: int = 0
-    tokens_seen: int = 0
-    training_flops: float = 0.0
-    train_loss: float = math.nan
-    val_loss: float = math.nan
-    curve: list[dict] = field(default_factory=list)
-    step_seconds: float = 0.0  # inside schedule/forward/backward/optimizer only
-    rungs: list[dict] = field(default_factory=list)  # one `RungResult` dict per rung measured (ladder runs)
-    branch_flops: float = 0.0  # training FLOPs spent in cooldown branches (ladder runs), beside the main run's
-
-
-@dataclass
 class TrainOutcome:
     status: TrialStatus  # completed, diverged or stopped
     model: ResidualLM
@@ -200,59 +184,6 @@ def evaluate(model: ResidualLM, batches: list, precision: Precision) -> float:
 
 def _checkpoint_path(run: RunConfig) -> Path | None:
     return Path(run.checkpoint_dir) / "last.pt" if run.checkpoint_dir else None
-
-
-def save_checkpoint(path: Path, cfg: ArchConfig, optim: OptimConfig, model, opt, batches, state: TrainState) -> None:
-    """Config as plain dicts, never pickled objects; written atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "arch": cfg.model_dump(),
-        "optim": optim.model_dump(),
-        "model": model.state_dict(),
-        "optimizer": opt.state_dict(),
-        "batches": batches.state_dict(),
-        "rng": torch.get_rng_state(),
-        "state": {k: v for k, v in vars(state).items()},
-    }
-    tmp = path.with_suffix(".tmp")
-    try:
-        torch.save(payload, tmp)
-    except (OSError, RuntimeError) as err:
-        tmp.unlink(missing_ok=True)  # the last complete checkpoint stays as it was
-        free = shutil.disk_usage(path.parent).free
-        # torch's zip writer reports a full disk as a RuntimeError that does not say so: the free space does
-        if (isinstance(err, OSError) and err.errno == errno.ENOSPC) or free < checkpoint_bytes(payload):
-            message = f"No space left on device writing checkpoint {path} ({free} bytes free)"
-            raise OSError(errno.ENOSPC, message) from err
-        raise
-    tmp.replace(path)
-
-
-def checkpoint_bytes(payload: dict) -> int:
-    """Bytes of the tensors in a checkpoint payload: about what writing it needs on disk."""
-    tensors = [*payload["model"].values(), *_tensors(payload["optimizer"])]
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
-
-
-def _tensors(tree) -> list:
-    if isinstance(tree, torch.Tensor):
-        return [tree]
-    if isinstance(tree, dict):
-        return [t for v in tree.values() for t in _tensors(v)]
-    if isinstance(tree, (list, tuple)):
-        return [t for v in tree for t in _tensors(v)]
-    return []
-
-
-def load_checkpoint(path: Path, cfg: ArchConfig, model, opt, batches) -> TrainState:
-    payload = torch.load(path, weights_only=True)
-    if payload["arch"] != cfg.model_dump():
-        raise ValueError(f"checkpoint {path}: architecture differs from the requested one")
-    model.load_state_dict(payload["model"])
-    opt.load_state_dict(payload["optimizer"])
-    batches.load_state_dict(payload["batches"])
-    torch.set_rng_state(payload["rng"])
-    return TrainState(**payload["state"])
 
 
 def _eval_steps(steps: int, evals: int) -> set[int]:

@@ -77,7 +77,8 @@ def test_the_train_step_adds_the_predictors_loss(corpus, with_aux):
     import torch
 
     from search_spaces.residual_lm import build_model
-    from workers.train import TrainState, _train_step, build_optimizer
+    from workers.checkpoints import TrainState
+    from workers.train import _train_step, build_optimizer
 
     cfg = flavour("debug", vocab_size=256, seq_len=32, mod_rate=0.5, mod_routing="predictor")
     model = build_model(cfg).train()
