@@ -74,13 +74,33 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
 
 
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
 def _on_sqlite_connect(dbapi_connection, _record) -> None:
     dbapi_connection.isolation_level = None  # the driver begins nothing; `_on_sqlite_begin` does
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000:.0f}")
     cursor.execute("PRAGMA foreign_keys = ON")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    _set_wal(cursor)
     cursor.close()
+
+
+def _set_wal(cursor) -> None:
+    """Put the database in WAL mode (it stays so, in the file). Switching a fresh file needs an exclusive lock,
+    and SQLite answers `database is locked` at once, without its busy handler, to every other process switching
+    it at the same moment: retried here, with backoff, for as long as the busy timeout."""
+    deadline, pause = time.monotonic() + SQLITE_BUSY_TIMEOUT_S, 0.01
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except Exception as err:  # sqlite3.OperationalError; the driver module is SQLAlchemy's to import
+            if ("locked" not in str(err) and "busy" not in str(err)) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
 
 
 def _on_sqlite_begin(connection) -> None:
