@@ -21,7 +21,7 @@ from .base import ResidualLM
 from .cascaded import PreNormBlock, rms_norm
 from .common import scaled
 from .config import ArchConfig
-from .ops.ancre_mix import ancre_mix
+from .fused import ancre_mix
 from .parametrization import logit_multiplier
 
 

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU, scaled
 from .config import ArchConfig
-from .ops.add_rmsnorm import add_rmsnorm
+from .fused import add_rmsnorm
 from .parametrization import branch_multiplier, logit_multiplier
 from .routing import Delta, LinearRouter, gather_tokens
 

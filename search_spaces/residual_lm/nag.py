@@ -34,8 +34,8 @@ from torch import Tensor, nn
 from .base import ResidualLM, make_router
 from .common import CausalSelfAttention, SwiGLU, scaled
 from .config import ArchConfig
+from .fused import nag_epilogue
 from .nag_math import NORM_EPS, nag_gate
-from .ops.nag_epilogue import nag_epilogue
 from .parametrization import nag_rotation_multiplier
 from .routing import DepthRouter, TokenSelection, gather_tokens
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..reference_ops import add_rmsnorm_reference
 from . import backend, interpreting, jit, tl, triton
 
 __all__ = ["add_rmsnorm", "add_rmsnorm_bytes", "add_rmsnorm_reference"]
@@ -33,16 +34,6 @@ _TILE = 4096  # elements of a (rows, d) block per program
 _MAX_ROWS = 16  # rows per block at most (small d)
 _PROGRAMS_PER_SM = 2  # backward: ~100 registers x 256 threads per block (ptxas, sm_90): 2 fit an SM
 _INTERPRETER_PROGRAMS = 2  # few programs under TRITON_INTERPRET: each loops over several blocks
-
-
-def add_rmsnorm_reference(x: Tensor, delta: Tensor | None, weight: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
-    """(z, h) in plain PyTorch, differentiable by autograd; the norm in at least fp32."""
-    _check(x, delta, weight)
-    z = x if delta is None else x + delta
-    compute = torch.promote_types(z.dtype, torch.float32)
-    zc = z.to(compute)
-    h = zc * torch.rsqrt(zc.square().mean(-1, keepdim=True) + eps) * weight.to(compute)
-    return z, h.to(z.dtype)
 
 
 def add_rmsnorm(x: Tensor, delta: Tensor | None, weight: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ..reference_ops import ancre_mix_reference
 from . import backend, jit, tl, triton
 
 __all__ = ["ancre_mix", "ancre_mix_bytes", "ancre_mix_reference"]
@@ -37,22 +38,11 @@ _BLOCK = 1024  # elements per program: 8 per thread at 4 warps, one 16-byte load
 _WARPS = 4
 
 
-def ancre_mix_reference(p: Tensor, states: Sequence[Tensor]) -> Tensor:
-    """sum_i p_i states_i in plain PyTorch, accumulated in at least fp32, differentiable by autograd."""
-    _check(p, states)
-    out_dtype = _out_dtype(states)
-    compute = torch.promote_types(out_dtype, torch.float32)
-    out = p[0].to(compute) * states[0].to(compute)
-    for p_i, state in zip(p[1:], states[1:], strict=False):  # _check made the lengths equal
-        out = torch.addcmul(out, p_i.to(compute), state.to(compute))  # out + p_i state, one pass
-    return out.to(out_dtype)
-
-
 def ancre_mix(p: Tensor, states: Sequence[Tensor]) -> Tensor:
     """sum_i p_i states_i for p (j,) and j states of one shape: the Triton kernels where `backend` says so."""
+    _check(p, states)
     if backend(p, *states) == "reference":
         return ancre_mix_reference(p, states)
-    _check(p, states)
     return _AncreMix.apply(p, *states)
 
 

@@ -40,22 +40,14 @@ import math
 import torch
 from torch import Tensor
 
-from ..nag_math import NORM_EPS, nag_gate, rotate
+from ..nag_math import NORM_EPS
+from ..reference_ops import nag_epilogue_reference
 from . import backend, jit, tl, triton
 
 __all__ = ["nag_epilogue", "nag_epilogue_bytes", "nag_epilogue_reference"]
 
 MAX_D = 65536  # a row must fit in one program's registers
 _TILE = 4096  # elements of a (rows, d) block per program
-
-
-def nag_epilogue_reference(
-    u: Tensor, f: Tensor, s: Tensor, pre: Tensor, mix_weights: Tensor, beta: Tensor, alpha: Tensor
-) -> tuple[Tensor, Tensor]:
-    """(u', s') in plain PyTorch: the gate, then `rotate`, differentiable by autograd."""
-    _check(u, f, s, pre, mix_weights, beta, alpha)
-    u_next, ds = rotate(u, f, alpha.reshape(()) * nag_gate(pre, mix_weights, beta))
-    return u_next.to(u.dtype), (s + ds).to(s.dtype)
 
 
 def nag_epilogue(
@@ -66,9 +58,9 @@ def nag_epilogue(
     The Triton kernels where `backend(...)` says so for all seven inputs (CUDA), the reference elsewhere
     (autograd through it; docs/design.md, "CPU step cost", says why it has no written-out backward).
     """
+    _check(u, f, s, pre, mix_weights, beta, alpha)
     if backend(u, f, s, pre, mix_weights, beta, alpha) == "reference":
         return nag_epilogue_reference(u, f, s, pre, mix_weights, beta, alpha)
-    _check(u, f, s, pre, mix_weights, beta, alpha)
     lead, d, c = u.shape[:-1], u.shape[-1], pre.shape[-1]
     u_next, s_next = _NagEpilogue.apply(
         u.reshape(-1, d),
