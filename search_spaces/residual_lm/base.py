@@ -16,8 +16,10 @@ from typing import Any, Literal, overload
 
 from torch import Tensor, nn
 
+from .common import CausalSelfAttention
 from .config import ArchConfig
 from .flops import SublayerKey, forward_flops
+from .kv_cache import KVCache
 from .parametrization import INIT_STD, TensorGrowth, init_std, tensor_rules
 from .routing import DepthRouter, LinearRouter
 
@@ -86,6 +88,24 @@ class ResidualLM(nn.Module):
 
     def forward(self, idx: Tensor) -> Tensor:
         return self.head(self.hidden(idx))
+
+    @contextlib.contextmanager
+    def decoding(self, cache: KVCache) -> Iterator[None]:
+        """Inside this block every forward continues the positions in `cache` and extends it: the logits
+        of `forward(next_tokens)` are those the full forward gives at those positions (`kv_cache`).
+        Needs evaluation mode (training moves the routers' thresholds) and causal routing."""
+        if self.training:
+            raise ValueError("decoding: call model.eval() first (training moves the routers' thresholds)")
+        if not self.cfg.eval_is_causal:
+            raise ValueError("decoding: mod_routing='topk' is not causal, so it cannot decode with a cache")
+        attentions = [m for m in self.modules() if isinstance(m, CausalSelfAttention)]
+        for i, attention in enumerate(attentions):
+            attention.kv = cache.layer(i)
+        try:
+            yield
+        finally:
+            for attention in attentions:
+                attention.kv = None
 
     def begin_forward(self, idx: Tensor) -> None:
         if idx.dim() != 2 or idx.shape[1] > self.cfg.seq_len:

@@ -4,7 +4,8 @@ Sublayers accept either a dense batch x: (B, T, d), or the executed tokens of a 
 sublayer x: (N, d) together with their `TokenSelection`. Attention then runs over the
 selected tokens only (keys and queries alike), with RoPE at their original positions.
 Each sublayer multiplies its output by `output_multiplier`: CompleteP's branch multiplier 1/m_L
-in the pre-norm families, 1 elsewhere (and skipped when 1).
+in the pre-norm families, 1 elsewhere (and skipped when 1). While an attention holds a `LayerKV`
+(`kv`, set by `ResidualLM.decoding`), its input continues the cached positions (`kv_cache`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ArchConfig
+from .kv_cache import LayerKV
 from .parametrization import attention_scale
 from .routing import TokenSelection
 
@@ -52,8 +54,11 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.out_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.register_buffer("freqs", rope_frequencies(cfg.seq_len, cfg.head_dim), persistent=False)
+        self.kv: LayerKV | None = None  # set while decoding with a cache
 
     def forward(self, x: Tensor, sel: TokenSelection | None = None) -> Tensor:
+        if self.kv is not None:
+            return scaled(self.out_proj(self._attend_cached(self.kv, x, sel)), self.output_multiplier)
         qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (B, T, 3, nh, hs) or (N, ...)
         if sel is None:
             return scaled(self.out_proj(self._attend(qkv, self.freqs[: x.shape[1]])), self.output_multiplier)
@@ -66,6 +71,35 @@ class CausalSelfAttention(nn.Module):
         freqs = self.freqs[positions].unflatten(0, (sel.batch, sel.max_count))  # (B, K, hs/2)
         y = self._attend(padded.unflatten(0, (sel.batch, sel.max_count)), freqs)  # (B, K, d)
         return scaled(self.out_proj(y.flatten(0, 1).index_select(0, sel.padded_index)), self.output_multiplier)
+
+    def _attend_cached(self, kv: LayerKV, x: Tensor, sel: TokenSelection | None) -> Tensor:
+        """Attention of the T new positions over the cache and themselves: (B, T, d), or (N, d) for `sel`'s
+        tokens. The new positions are appended to `kv` (all of them; valid where executed)."""
+        if sel is None:
+            qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (B, T, 3, nh, hs)
+            executed = torch.ones(qkv.shape[:2], dtype=torch.bool, device=x.device)
+        else:
+            batch, steps = sel.keep.shape
+            rows = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (N, 3, nh, hs)
+            qkv = (
+                rows.new_zeros(batch * steps, *rows.shape[1:])
+                .index_copy(0, sel.index, rows)
+                .unflatten(0, (batch, steps))
+            )
+            executed = sel.keep
+        start, steps = kv.length, qkv.shape[1]
+        if start + steps > self.freqs.shape[0]:
+            raise ValueError(f"decoding: position {start + steps} is past the model's seq_len {self.freqs.shape[0]}")
+        qk = apply_rope(qkv[:, :, :2], self.freqs[start : start + steps, None, None, :])
+        q, k = qk.transpose(1, 3).unbind(2)  # (B, nh, T, hs)
+        keys, values, valid = kv.append(k, qkv[:, :, 2].transpose(1, 2), executed)
+        position = torch.arange(start + steps, device=x.device)
+        query_position = position[start:, None]  # (T, 1)
+        mask = (position <= query_position) & valid[:, None, :]  # (B, T, S)
+        mask |= position == query_position  # a skipped query attends to itself (its output is dropped)
+        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None], scale=self.scale)
+        y = y.transpose(1, 2).flatten(2)  # (B, T, d)
+        return y if sel is None else y.flatten(0, 1).index_select(0, sel.index)
 
     def _attend(self, qkv: Tensor, freqs: Tensor) -> Tensor:
         """Causal attention of qkv: (B, T, 3, nh, hs), RoPE freqs (T or (B, T), hs/2) -> (B, T, d)."""
