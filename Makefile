@@ -4,14 +4,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer tokenizers soak compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench generation hf-perplexity precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer tokenizers soak compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: the CPU build on this machine; an unpinned resolve may pull a multi-GB CUDA wheel.
 	$(PY) -m pip install --quiet torch==2.13.0
-	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e ".[dev]"
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e ".[dev,hf]"
 	touch $@
 
 install: $(STAMP)
@@ -48,6 +48,12 @@ index: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m benchmarks.cpu_throughput --out benchmarks/results/cpu_throughput.json
 	$(PY) -m benchmarks.cpu_throughput --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
+
+generation: $(STAMP)
+	$(PY) -m benchmarks.generation --out benchmarks/results/generation.json
+
+hf-perplexity: $(STAMP)
+	$(PY) -m benchmarks.hf_perplexity --out benchmarks/results/hf_perplexity.json
 
 precision: $(STAMP)
 	$(PY) -m benchmarks.precision --out benchmarks/results/precision.json

@@ -163,6 +163,26 @@ ENTRIES: dict[str, Entry] = {
             Figure("code", (*FIDELITY, "code", "compute_share"), "{:.1%}"),
         ),
     ),
+    "generation.json": Entry(
+        section=SPEED,
+        question="Generation through Hugging Face's generate: how much does the KV cache buy, with and without MoD?",
+        command="make generation",
+        figures=(
+            Figure("cached: cascaded", ("families", "cascaded", "mod_0.0", "tokens_per_s", "cache"), "{:.0f} tok/s"),
+            Figure("speed-up: cascaded", ("families", "cascaded", "mod_0.0", "cache_speedup"), "{:.1f}x"),
+            Figure("NAG + MoD", ("families", "nag", "mod_0.5", "cache_speedup"), "{:.1f}x"),
+            Figure("ANCRe + MoD", ("families", "ancre", "mod_0.5", "cache_speedup"), "{:.1f}x"),
+        ),
+    ),
+    "hf_perplexity.json": Entry(
+        question="Does lm-evaluation-harness on the converted model measure nas pretrain's validation loss?",
+        command="make hf-perplexity",
+        figures=(
+            Figure("plays, NAG + MoD: pretrain", ("corpora", "plays", "nag", "pretrain_val_loss"), "{:.4f}"),
+            Figure("harness", ("corpora", "plays", "nag", "harness_nats_per_token"), "{:.4f} nats/token"),
+            Figure("largest gap, 2 corpora x 3 families", ("max_abs_gap_nats",), "{:.4f} nats"),
+        ),
+    ),
     "gpu_kernels.json": Entry(
         section=SPEED,
         question="Do the fused Triton kernels beat eager PyTorch, and how do whole training steps compare per "

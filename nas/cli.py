@@ -15,6 +15,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from .cli_hf import convert, evaluate, generate, write_hf_folder
 from .cli_inputs import (
     checked_search_inputs,
     console,
@@ -415,6 +416,13 @@ def pretrain(
     except (ExportError, PretrainError) as err:
         fail(str(err))
     console.print_json(json.dumps(summary, default=str))
+    if summary.get("status") == "completed":
+        write_hf_folder(Path(summary["out_dir"]))
+
+
+app.command()(convert)
+app.command()(generate)
+app.command()(evaluate)
 
 
 @app.command()

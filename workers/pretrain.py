@@ -24,8 +24,9 @@ Checkpoints go to `out_dir/last.pt` every `checkpoint_every` steps (`RunConfig`)
 `pretrain.json` recording what the run is (export, budget, seed, batch, precision, data, world
 size): a re-run with the same out_dir and settings resumes from the checkpoint and reproduces the
 uninterrupted run; different settings are refused with the differing keys named. A completed run
-writes `final.pt` (architecture, export and weights; `torch.load(weights_only=True)` reads it) and
-`summary.json`; re-running a completed run returns its summary without training again.
+writes `final.pt` (architecture, export and weights; `torch.load(weights_only=True)` reads it),
+`tokenizer.json` beside it for a BPE run, and `summary.json`; re-running a completed run returns its
+summary without training again.
 
 **Data parallel (`torchrun --nproc_per_node=N`)**: detected from `WORLD_SIZE` > 1 (with `RANK`,
 `LOCAL_RANK`). Supported: one process per GPU (NCCL) or per CPU process (gloo); every rank builds
@@ -49,6 +50,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -76,7 +78,7 @@ __all__ = ["P_FLOOR", "Parallel", "apply_export", "budget_for", "model_hook", "p
 P_FLOOR = 1e-12  # smallest coefficient a frozen logit can express (tau log 1e-12 is finite)
 CHECKPOINTS_PER_RUN = 20  # default checkpoint_every = steps / 20 ...
 MAX_CHECKPOINT_EVERY = 1000  # ... but at least every 1000 steps
-MANIFEST, SUMMARY, FINAL = "pretrain.json", "summary.json", "final.pt"
+MANIFEST, SUMMARY, FINAL, TOKENIZER = "pretrain.json", "summary.json", "final.pt", "tokenizer.json"
 # What a checkpoint is only valid for: resuming with any of these changed would not reproduce the run.
 MANIFEST_KEYS = ("export", "budget_flops", "seed", "batch_size", "precision", "data", "world_size")
 
@@ -229,6 +231,8 @@ def _pretrain(
             },
             out_dir / FINAL,
         )
+        if corpus.path is not None and (corpus.path / TOKENIZER).is_file():  # a BPE: the model's ids mean its tokens
+            shutil.copyfile(corpus.path / TOKENIZER, out_dir / TOKENIZER)
     _write_json(checkpoint_dir / SUMMARY, summary)  # every rank: a completed re-run returns at once
     return summary
 
