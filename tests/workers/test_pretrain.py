@@ -23,8 +23,9 @@ from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from workers.data import load_corpus
 from workers.data_config import DataConfig
+from workers.data_parallel import Parallel
 from workers.export_format import ExportedConfig, load_exported
-from workers.pretrain import Parallel, PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
+from workers.pretrain import PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
 from workers.train import RunConfig, train
 from workers.trial import run_trial
 
