@@ -1,0 +1,54 @@
+"""`nas search`'s options say what the typed configs say: each option that sets a field of `Budget`,
+`SearchSettings` or `DataConfig` has that field's default, so `nas search --help` and a search launched
+from Python (`launch_search` with the models' defaults) cannot drift apart. The fields' ranges are not
+restated by the CLI: the models check them (`checked_search_inputs`)."""
+
+import inspect
+
+from pydantic_core import PydanticUndefined
+
+from nas.budget import Budget
+from nas.cli import search
+from nas.settings import SearchSettings
+from workers.data_config import DataConfig
+from workers.train import OptimConfig
+
+MODELS = (Budget, SearchSettings, DataConfig)
+# Options named differently from the field they set.
+FIELD_OF = {"early_stop": (SearchSettings, "early_stopping"), "data": (DataConfig, "source")}
+# Options whose None means "what the search space says, else the field's default".
+FROM_THE_SPACE = {"schedule": (OptimConfig, "schedule"), "cooldown": (OptimConfig, "cooldown")}
+CLI_ONLY = {"name", "space", "storage", "progress"}  # nothing a config holds
+
+
+def model_fields(model) -> dict:
+    return getattr(model, "__pydantic_fields__", None) or model.model_fields
+
+
+def field_for(option: str):
+    if option in FIELD_OF:
+        model, name = FIELD_OF[option]
+        return model_fields(model)[name]
+    found = [model_fields(m)[option] for m in MODELS if option in model_fields(m)]
+    assert len(found) <= 1, f"--{option} names a field of several models"
+    return found[0] if found else None
+
+
+def test_every_search_option_has_its_fields_default():
+    options = inspect.signature(search).parameters
+    checked = set()
+    for name, param in options.items():
+        cli_default = param.default.default
+        assert param.default.help, f"--{name} has no help text"
+        if name in CLI_ONLY:
+            continue
+        if name in FROM_THE_SPACE:
+            model, field = FROM_THE_SPACE[name]
+            assert cli_default is None and model_fields(model)[field].default is not None
+            continue
+        field = field_for(name)
+        assert field is not None, f"--{name} sets no field of {[m.__name__ for m in MODELS]}: add it to CLI_ONLY"
+        expected = ... if field.default is PydanticUndefined else field.default
+        assert cli_default == expected, f"--{name}: the CLI's default {cli_default!r}, the model's {expected!r}"
+        checked.add(name)
+    assert {"trial_flops", "rungs", "eta", "workers", "sampler", "stop_grace", "tokenizer", "data"} <= checked
