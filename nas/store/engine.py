@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import sqlite3
 import time
 import weakref
 from collections.abc import Callable
@@ -96,11 +97,19 @@ def _set_wal(cursor) -> None:
             if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 cursor.execute("PRAGMA journal_mode = WAL")
             return
-        except Exception as err:  # sqlite3.OperationalError; the driver module is SQLAlchemy's to import
-            if ("locked" not in str(err) and "busy" not in str(err)) or time.monotonic() > deadline:
+        except sqlite3.OperationalError as err:  # the stdlib driver SQLAlchemy's sqlite dialect uses
+            if not _busy(err) or time.monotonic() > deadline:
                 raise
             time.sleep(pause)
             pause = min(2 * pause, 0.5)
+
+
+def _busy(err: sqlite3.OperationalError) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (by code from Python 3.11, by SQLite's message before)."""
+    name = getattr(err, "sqlite_errorname", None)
+    if name is not None:
+        return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
+    return "locked" in str(err) or "busy" in str(err)
 
 
 def _on_sqlite_begin(connection) -> None:
