@@ -71,6 +71,7 @@ A reading reproduces Fig. 2 / 3(d) when, for every K and every tau, its ANCRe ru
       0:3 and 2:3; the fast layouts of Fig. 2(c) have no shortcut into node K).
 (iii) holds in reading B by construction; where its p concentrates on nodes 1..K-1
 is reported beside the verdict, since the paper's text does not state it.
+One file: one experiment, whose three readings are checked against one figure of the paper.
 """
 
 from __future__ import annotations

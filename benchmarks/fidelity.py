@@ -27,6 +27,7 @@ the compute over the truth's, and how often the 80% bands hold the truth (with t
 the truth's seed-vs-seed tau and the noise ceiling. `--smoke` builds every path at tiny size.
 
 `build --space FILE` trains under that space's horizon rule (`OptimConfig.horizon_tokens`), if it has one.
+The grading lives in `benchmarks.grading`; this file builds the tables, reports and plots them.
 """
 
 from __future__ import annotations

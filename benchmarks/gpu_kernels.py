@@ -22,6 +22,7 @@ and ANCRe steps within 5% of cascaded; MoD 0.25 at <= 0.85x the rate-0 step.
 `--smoke` uses tiny shapes and one repeat: it checks that every path runs (the CI test does this
 on CPU through Triton's interpreter); its timings mean nothing. `--reference-only` skips the Triton
 path, which is how the CPU numbers (the reference path's overhead per family) are measured.
+One script for the three kernels: they are measured side by side, in one run, on the lent GPU.
 """
 
 from __future__ import annotations

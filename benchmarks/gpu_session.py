@@ -43,6 +43,8 @@ TRITON_INTERPRET=1 the Triton paths run in Triton's interpreter, without it only
 paths run. Its timings mean nothing.
 
     TRITON_INTERPRET=1 python -m benchmarks.gpu_session --smoke --out /tmp/gpu_session.json
+
+One file because a lent GPU session runs one prepared script, start to end, within its minutes.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ and a boolean "yes" or "no". An entry whose file is absent adds no row, and a se
 heading.
 
 The table sits in benchmarks/README.md between `<!-- index:start -->` and `<!-- index:end -->`; the
-text outside the markers is left as it is.
+text outside the markers is left as it is. Most of this file is `ENTRIES`, the table's data.
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ is <= B (hypervolume 0, regret undefined, before the first); once it has propose
 curve stays flat. Reported per (proposer, strategy), over seeds: mean and std of each score at
 B = 0.1 ... 8 x T, the compute from which each seed's ratio stays >= 95% of the true hypervolume to
 the end (a front can lose members; the same for the mean curve), the final scores and compute; the
-PNG plots the mean (+- std) of each score against total compute.
+PNG plots the mean (+- std) of each score against total compute. The grading it shares with the
+fidelity benchmark is `benchmarks.grading`; what stays here is this experiment's replay and report.
 """
 
 from __future__ import annotations

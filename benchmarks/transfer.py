@@ -42,7 +42,7 @@ and from the rule's table, the drift and losses above again for `completep_horiz
 rule: a rate is the base rate; completep's own rows stand for a family whose beta is 0). The rule's runs read
 a different validation set from the iso-FLOP table's (`RULE_ROWS_NOTE`), so the replay leaves them out.
 From the seed table: each seed's best rates and drift, the seeds' ratio per shape, and both from the seeds'
-mean loss.
+mean loss. Five checks of one question (does the learning rate transfer?) over one table of runs.
 """
 
 from __future__ import annotations

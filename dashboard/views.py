@@ -4,7 +4,8 @@ Selections (searches, trial, filters) are widgets drawn once per script run; wha
 drawn by a `render` closure, which `live` turns into a fragment that Streamlit reruns every
 `REFRESH_S` seconds while the search is running, so the page updates without reloading.
 (This module is not named `pages`: Streamlit would take a `pages/` folder beside app.py for
-its own multipage navigation.)
+its own multipage navigation.) One file because the pages share their widgets' keys and the
+session state; each page is one function, the figures and tables they draw live elsewhere.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The `nas` command line: one small function per command, whose docstring is its help.
 
 Bad input ends with a one-line `error: ...` naming the field, exit code 2, and nothing written.
+Its length is typer's: one parameter per flag (`search` alone declares 31); the checks live in
+`cli_inputs`, the Hugging Face commands in `cli_hf`.
 """
 
 from __future__ import annotations

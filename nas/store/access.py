@@ -9,7 +9,8 @@ PostgreSQL runs its default READ COMMITTED transactions: each search's trials ar
 driver and its rungs by the workers (`record_rung`, insert-once), and unique constraints (search
 name; search and trial number; rung keys) turn any other race into an error. On SQLite, writes
 begin with `BEGIN IMMEDIATE`. `Store.url` is the URL to connect with and may hold a password;
-print `display_url`.
+print `display_url`. One class in one file: every statement that touches the tables is here, so
+the transactions and the races they guard against read in one place.
 """
 
 from __future__ import annotations
