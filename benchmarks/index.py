@@ -6,7 +6,8 @@
 
 The table has one row per `benchmarks/results/*.json`, sorted by file name within its section (`SECTIONS`:
 speed and service, then experiments): the question its benchmark answers, the command that writes it, the
-file, the machine of its machine record, and its headline figures. What a row says lives in `ENTRIES`, one
+file, the machine of its machine record, its run time (`run_seconds` there; "not recorded" in results
+written before the harness stamped it) and its headline figures. What a row says lives in `ENTRIES`, one
 `Entry` per result file: its section, the question, the command, and each figure as a label, a key path
 into the JSON and a `str.format` template. A file without an entry gets a row saying "no headline figures
 yet" in a last section, `UNINDEXED`; a key path the JSON lacks prints "missing"; a JSON null prints "n/a"
@@ -32,6 +33,7 @@ RESULTS = HERE / "results"
 README = HERE / "README.md"
 START, END = "<!-- index:start -->", "<!-- index:end -->"
 MISSING = "missing"
+NOT_RECORDED = "not recorded"
 NO_FIGURES = "no headline figures yet"
 SPEED, EXPERIMENTS = "Speed and service", "Experiments"
 SECTIONS = (SPEED, EXPERIMENTS)
@@ -405,6 +407,17 @@ def machine_text(record: Any) -> str:
     return ", ".join(parts)
 
 
+def run_time_text(data: Any, entry: Entry | None) -> str:
+    """'447 s' or '12 min' from the machine record's `run_seconds` (`harness.write_json`); 'not recorded' before."""
+    try:
+        seconds = lookup(data, (*(entry.machine if entry else ("machine",)), "run_seconds"))
+    except KeyError:
+        return NOT_RECORDED
+    if not isinstance(seconds, (int, float)):
+        return NOT_RECORDED
+    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 60:.0f} min"
+
+
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -422,11 +435,14 @@ def row(name: str, data: Any, entry: Entry | None) -> str:
     else:
         figures = "; ".join(figure_text(data, f) for f in entry.figures)
     question, command = (entry.question, f"`{entry.command}`") if entry else ("", "")
-    cells = [question, command, f"[{name}](results/{name})", machine, figures]
+    cells = [question, command, f"[{name}](results/{name})", machine, run_time_text(data, entry), figures]
     return "| " + " | ".join(cell(c) for c in cells) + " |"
 
 
-HEADER = ["| Question | Command | Result | Machine | Headline figures |", "| --- | --- | --- | --- | --- |"]
+HEADER = [
+    "| Question | Command | Result | Machine | Run time | Headline figures |",
+    "| --- | --- | --- | --- | --- | --- |",
+]
 
 
 def render_table(results: Path, entries: Mapping[str, Entry] | None = None) -> str:

@@ -32,7 +32,7 @@ def entries(index):
 def results(tmp_path):
     folder = tmp_path / "results"
     folder.mkdir()
-    alpha = {"machine": {"cpu": "Test CPU", "threads": 2, "torch": "9.9"}}
+    alpha = {"machine": {"cpu": "Test CPU", "threads": 2, "torch": "9.9", "run_seconds": 1234.5}}
     alpha["summary"] = {"tau": 0.4567, "shares": [0.1, 0.25], "ok": True, "none": None}
     (folder / "alpha.json").write_text(json.dumps(alpha))
     (folder / "beta.json").write_text(json.dumps({"machine": {"cpu": "Other CPU", "threads": 1}, "value": 3}))
@@ -41,9 +41,9 @@ def results(tmp_path):
 
 ALPHA_ROW = (
     "| Is alpha \\| fast? | `make alpha` | [alpha.json](results/alpha.json) | Test CPU, 2 threads, torch 9.9 | "
-    "tau +0.46; share 25.0%; ok yes; none n/a; gone missing |"
+    "21 min | tau +0.46; share 25.0%; ok yes; none n/a; gone missing |"
 )
-BETA_ROW = "|  |  | [beta.json](results/beta.json) | Other CPU, 1 thread | no headline figures yet |"
+BETA_ROW = "|  |  | [beta.json](results/beta.json) | Other CPU, 1 thread | not recorded | no headline figures yet |"
 
 
 def test_committed_readme_table_is_up_to_date(index, capsys):
@@ -61,7 +61,7 @@ def test_every_figure_of_a_committed_result_resolves(index):
 
 def body_rows(text: str) -> list[str]:
     """The table rows of `text`, each section's heading, header and separator left out."""
-    header = ("| Question | Command | Result | Machine | Headline figures |", "| --- | --- | --- | --- | --- |")
+    header = tuple(import_benchmark("index").HEADER)
     return [line for line in text.splitlines() if line.startswith("| ") and line not in header]
 
 
@@ -70,8 +70,7 @@ def test_rows_missing_paths_and_unknown_files(index, entries, results):
     assert lines[2:6] == [
         "### Experiments",
         "",
-        "| Question | Command | Result | Machine | Headline figures |",
-        "| --- | --- | --- | --- | --- |",
+        *index.HEADER,
     ]
     assert body_rows("\n".join(lines)) == [ALPHA_ROW, BETA_ROW]
     assert lines[lines.index(BETA_ROW) - 4] == f"### {index.UNINDEXED}"  # no entry: the last section
@@ -93,8 +92,10 @@ def test_invalid_json_and_missing_machine_do_not_break_the_table(index, entries,
     (results / "broken.json").write_text("{not json")
     (results / "alpha.json").write_text(json.dumps({"summary": {"tau": 1}}))
     rows = body_rows(index.render_table(results, entries))
-    assert rows[0].endswith("| missing | tau +1.00; share missing; ok missing; none missing; gone missing |")
-    assert rows[2] == "|  |  | [broken.json](results/broken.json) | missing | not valid JSON |"
+    assert rows[0].endswith(
+        "| missing | not recorded | tau +1.00; share missing; ok missing; none missing; gone missing |"
+    )
+    assert rows[2] == "|  |  | [broken.json](results/broken.json) | missing | not recorded | not valid JSON |"
 
 
 def test_write_then_check_and_check_fails_after_a_figure_changes(index, entries, results, monkeypatch, capsys):
@@ -133,3 +134,17 @@ def test_a_readme_without_markers_fails_with_its_name(index, results, tmp_path, 
     assert index.main(["--check", "--results", str(results), "--readme", str(readme)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "NOTES.md" in err and "<!-- index:start -->" in err
+
+
+def test_a_written_result_carries_its_run_time_and_the_table_shows_it(index, tmp_path):
+    from benchmarks.harness import write_json
+
+    write_json(tmp_path / "results" / "gamma.json", {"machine": {"cpu": "X"}, "value": 1})
+    record = json.loads((tmp_path / "results" / "gamma.json").read_text())["machine"]
+    assert record["run_seconds"] > 0  # since the harness was imported, earlier in this session
+    row = body_rows(index.render_table(tmp_path / "results", {}))[0]
+    assert row.split(" | ")[4] == index.run_time_text(
+        json.loads((tmp_path / "results" / "gamma.json").read_text()), None
+    )
+    assert index.run_time_text({"machine": {"run_seconds": 59.6}}, None) == "60 s"
+    assert index.run_time_text({"machine": {"run_seconds": 3600}}, None) == "60 min"
