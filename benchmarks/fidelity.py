@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.grading import SearchReplay, Truth, bands_with, grade, read_runs, tau
-from benchmarks.harness import append_runs, machine_info, pending, write_json
+from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, write_json
 from nas.answer import answer_at_target
 from nas.budget import Budget
 from nas.extrapolate import RungPoint, seed_noise
@@ -50,7 +50,6 @@ from nas.extrapolate import RungPoint, seed_noise
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RUNS_CSV = HERE / "data" / "fidelity_runs.csv"
-FAMILIES = ("cascaded", "nag", "ancre")
 WIDTHS, DEPTHS, MOD_RATES = (32, 64, 96), (2, 4, 6), (0.0, 0.25, 0.5)
 FIXED = dict(vocab_size=256, seq_len=64, n_heads=2, mod_every=2)
 # 4 rungs at ratio 2 (C0 .. 8 C0, the span of 3 rungs at ratio 3): the held-out check (fit the lower rungs,

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmarks.harness import BATCH, SIZE, elapsed_s, synchronize, time_interleaved, write_json
+from benchmarks.harness import BATCH, FAMILIES, SIZE, elapsed_s, synchronize, time_interleaved, write_json
 from benchmarks.harness import machine_info as cpu_machine_info
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, triton, use_backend
@@ -270,7 +270,7 @@ def _with_backend(name: str, fn: Callable, args):
 
 FAMILY_VARIANTS = {
     f"{fam}{suffix}": dict(residual=fam, **knobs)
-    for fam in ("cascaded", "nag", "ancre")
+    for fam in FAMILIES
     for suffix, knobs in (("", {}), ("_mod0.25", dict(mod_rate=0.25, mod_every=1)))
 }
 
@@ -329,7 +329,7 @@ def step_ratios(rows: dict, backends: list[str]) -> dict:
         for fam in ("nag", "ancre"):
             if f"{fam}/{b}" in step and f"cascaded/{b}" in step:
                 ratios[f"{fam}_vs_cascaded_step_time/{b}"] = step[f"{fam}/{b}"] / step[f"cascaded/{b}"]
-        for fam in ("cascaded", "nag", "ancre"):
+        for fam in FAMILIES:
             if f"{fam}_mod0.25/{b}" in step and f"{fam}/{b}" in step:
                 ratios[f"{fam}_mod0.25_vs_dense_step_time/{b}"] = step[f"{fam}_mod0.25/{b}"] / step[f"{fam}/{b}"]
     if "triton" in backends and "reference" in backends:

@@ -16,7 +16,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import machine_info, write_json
+from benchmarks.harness import FAMILIES, machine_info, write_json
 from search_spaces.residual_lm import ArchConfig
 from workers.data import load_corpus
 from workers.data_config import DataConfig
@@ -29,7 +29,6 @@ from workers.tokenizer import ByteTokenizer
 log = logging.getLogger("hf_perplexity")
 
 CORPORA = {"plays": "shipped", "code": str(Path(__file__).parent / "data" / "python_stdlib.jsonl.gz")}
-FAMILIES = ("cascaded", "nag", "ancre")
 STEPS, BATCH, SEQ_LEN = 400, 8, 64
 
 

@@ -34,9 +34,8 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness import machine_info, write_json
+from benchmarks.harness import FAMILIES, machine_info, write_json
 
-FAMILIES = ("cascaded", "nag", "ancre")
 SETTINGS = {
     "dense": dict(mod_rate=0.0),
     "sublayer_0.25": dict(mod_rate=0.25, mod_every=2, mod_granularity="sublayer"),

@@ -25,7 +25,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.harness import machine_info  # noqa: E402
+from benchmarks.harness import FAMILIES, machine_info  # noqa: E402
 from search_spaces.residual_lm import flavour  # noqa: E402
 from workers.data import load_corpus  # noqa: E402
 from workers.data_config import DataConfig  # noqa: E402
@@ -34,7 +34,7 @@ from workers.trial import run_trial  # noqa: E402
 log = logging.getLogger("paper_claims")
 BASE = "bench"  # the default proxy trial's flavour (d 128, 4 layers, 4 heads, seq 128); knobs override it
 SWEEPS = {
-    "depth": [dict(residual=fam, n_layers=L) for L in (2, 4, 8, 16) for fam in ("cascaded", "nag", "ancre")],
+    "depth": [dict(residual=fam, n_layers=L) for L in (2, 4, 8, 16) for fam in FAMILIES],
     "mod": [dict(residual="nag", n_layers=8, mod_rate=r, mod_every=1) for r in (0.0, 0.125, 0.25, 0.5)],
     "width": [dict(residual="cascaded", d_model=d) for d in (32, 64, 128, 256)],
 }
@@ -91,7 +91,7 @@ def summarise_width(rows: list[dict]) -> dict:
 def plot(name: str, rows: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     if name == "depth":
-        for fam in ("cascaded", "nag", "ancre"):
+        for fam in FAMILIES:
             pts = sorted((r["knobs"]["n_layers"], r["val_loss"]) for r in rows if r["knobs"]["residual"] == fam)
             axes[0].plot(*zip(*pts, strict=True), marker="o", label=fam)
             toks = sorted((r["knobs"]["n_layers"], r["tokens_seen"]) for r in rows if r["knobs"]["residual"] == fam)

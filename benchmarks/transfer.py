@@ -57,11 +57,10 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import append_runs, machine_info, pending, write_json
+from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, write_json
 from nas.pareto import FrontPoint
 from workers.status import TrialStatus
 
-FAMILIES = ("cascaded", "nag", "ancre")
 PARAMETRIZATIONS = ("standard", "completep")
 RULE = "completep_horizon"  # the report's label for the horizon rule check's rows: completep + the horizon rule
 REPORTED = (*PARAMETRIZATIONS, RULE)
