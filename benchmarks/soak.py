@@ -25,7 +25,6 @@ warnings in the drivers' logs; and the wall time.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
 import random
@@ -42,14 +41,6 @@ from benchmarks.harness import machine_info, write_json
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "soak.json"
 NAME = "soak"
-
-
-def _postgres_module():
-    """tests/postgres_server.py (the tests' private-server helper), loaded by path: tests is no package."""
-    spec = importlib.util.spec_from_file_location("postgres_server", HERE.parent / "tests" / "postgres_server.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sleepy_noop(params: dict, context: dict) -> None:
@@ -143,9 +134,9 @@ def soak(trials: int, trial_seconds: float, seed: int, log_dir: Path | None = No
 
     from nas.store import Store
     from nas.study import optuna_storage
+    from tests import postgres_server as pg  # the tests' private-server helper, as store_load uses it
     from workers.status import FINAL
 
-    pg = _postgres_module()
     rng = random.Random(seed)
     kills: list[float] = []
     with tempfile.TemporaryDirectory(prefix="resnas-soak-") as tmp_name:
