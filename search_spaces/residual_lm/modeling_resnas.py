@@ -11,6 +11,7 @@ not supported (the cache does not reorder).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -23,6 +24,10 @@ from .config import ArchConfig
 from .configuration_resnas import ResnasConfig
 from .kv_cache import KVCache
 from .model import build_model
+
+# The name Hugging Face's outputs and generation loop give the cache: `cache` from transformers 5.24,
+# `past_key_values` before. The model takes either and answers under the installed one.
+CACHE_NAME = "cache" if "cache" in {f.name for f in dataclasses.fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
 class ResnasForCausalLM(PreTrainedModel, GenerationMixin):
@@ -57,14 +62,17 @@ class ResnasForCausalLM(PreTrainedModel, GenerationMixin):
         past_key_values: KVCache | None = None,
         use_cache: bool | None = None,
         labels: torch.LongTensor | None = None,
+        cache: KVCache | None = None,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
-        """Logits (B, T, V) of `input_ids` (B, T), continuing `past_key_values` when given; with `labels`,
+        """Logits (B, T, V) of `input_ids` (B, T), continuing the `KVCache` when given (`cache`, named
+        `past_key_values` before transformers 5.24); with `labels`,
         the mean next-token cross-entropy (labels -100 ignored), as Hugging Face's causal LMs compute it."""
         if attention_mask is not None and bool((attention_mask.diff(dim=1) > 0).any()):
             raise ValueError("attention_mask: only right padding is supported (pad after the tokens)")
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        cache = past_key_values if past_key_values is not None else KVCache() if use_cache else None
+        cache = cache if cache is not None else past_key_values
+        cache = cache if cache is not None else KVCache() if use_cache else None
         if cache is not None and (self.training or not self.model.cfg.eval_is_causal):
             cache = None  # no cache: training, or routing that is not causal
         if cache is None:
@@ -76,23 +84,16 @@ class ResnasForCausalLM(PreTrainedModel, GenerationMixin):
         if labels is not None:
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
         # Hugging Face types the field as its own Cache; generate only hands it back to prepare_inputs_for_generation.
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=cache)  # type: ignore[arg-type]
+        returned: dict[str, Any] = {CACHE_NAME: cache}
+        return CausalLMOutputWithPast(loss=loss, logits=logits, **returned)
 
-    def prepare_inputs_for_generation(
-        self,
-        input_ids: torch.LongTensor,
-        next_sequence_length: int | None = None,
-        past_key_values: Any = None,
-        attention_mask: Any = None,
-        inputs_embeds: torch.Tensor | None = None,
-        is_first_iteration: bool | None = False,
-        **kwargs: Any,
-    ) -> dict[str, Any]:
-        """The tokens the cache has not seen (all of them without a cache)."""
-        cache = past_key_values if isinstance(past_key_values, KVCache) else None
+    def prepare_inputs_for_generation(self, input_ids: torch.LongTensor, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The tokens the cache has not seen (all of them without a cache); generate passes the rest by name."""
+        given = kwargs.get("cache", kwargs.get("past_key_values"))
+        cache = given if isinstance(given, KVCache) else None
         return {
             "input_ids": input_ids[:, cache.length :] if cache is not None else input_ids,
-            "past_key_values": cache,
-            "attention_mask": attention_mask,
+            CACHE_NAME: cache,
+            "attention_mask": kwargs.get("attention_mask"),
             "use_cache": kwargs.get("use_cache"),
         }

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from nas.cli import app
 from search_spaces.residual_lm import ArchConfig, build_model
 from search_spaces.residual_lm.configuration_resnas import ResnasConfig
-from search_spaces.residual_lm.modeling_resnas import ResnasForCausalLM
+from search_spaces.residual_lm.modeling_resnas import CACHE_NAME, ResnasForCausalLM
 from workers.data import load_corpus
 from workers.data_config import DataConfig
 from workers.export_format import ExportedConfig
@@ -145,7 +145,7 @@ def test_topk_routing_generates_without_a_cache():
     arch = ArchConfig(vocab_size=256, seq_len=48, n_layers=2, d_model=32, n_heads=2, mod_rate=0.5, mod_routing="topk")
     model = ResnasForCausalLM(ResnasConfig(arch=arch.model_dump())).eval()
     out = model(torch.ones(1, 5, dtype=torch.long), use_cache=True)
-    assert out.past_key_values is None  # topk ranks each token against later ones: no cache is possible
+    assert getattr(out, CACHE_NAME) is None  # topk ranks each token against later ones: no cache is possible
     prompt = torch.ones(1, 5, dtype=torch.long)
     a = model.generate(prompt, max_new_tokens=10, do_sample=False, use_cache=True, pad_token_id=0)
     b = model.generate(prompt, max_new_tokens=10, do_sample=False, use_cache=False, pad_token_id=0)
