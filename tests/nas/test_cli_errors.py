@@ -209,28 +209,3 @@ def test_the_console_script_rejects_bad_input_in_one_line_and_leaves_the_store_u
     assert done.stderr.strip().splitlines() == ["error: --workers: must be >= 1 (got 0)"], done.stderr
     assert db.read_bytes() == before
     assert [s.name for s in Store(f"sqlite:///{db}").list_searches()] == ["kept"]
-
-
-def test_the_search_commands_defaults_are_the_budgets_and_settings_own():
-    """Each `nas search` option that is a field of Budget or SearchSettings defaults to that field's default."""
-    import dataclasses
-
-    import typer.main
-
-    from nas.budget import Budget
-
-    command = typer.main.get_command(app).commands["search"]
-    defaults = {p.name: p.default for p in command.params}
-    settings = {f.name: f.default for f in dataclasses.fields(SearchSettings)}
-    checked = 0
-    for name, field in Budget.model_fields.items():
-        if name in defaults and not field.is_required():
-            expected = field.default if name != "min_tokens_per_param" else field.default or 0.0
-            assert defaults[name] == expected, name
-            checked += 1
-    for name, default in settings.items():
-        value = getattr(default, "default", default)  # a pydantic Field's default
-        if name in defaults and value is not None and value is not dataclasses.MISSING:
-            assert defaults[name] == value, name
-            checked += 1
-    assert checked >= 10
