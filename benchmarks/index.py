@@ -2,7 +2,8 @@
 
     python -m benchmarks.index            # print the table
     python -m benchmarks.index --write    # rewrite the table in benchmarks/README.md
-    python -m benchmarks.index --check    # exit 1, naming the file, if that table is not what --write writes
+    python -m benchmarks.index --check    # exit 1, naming the file, if that table is not what --write writes,
+                                          # or a doc points at a make target or result file that is not there
 
 The table has one row per `benchmarks/results/*.json`, sorted by file name within its section (`SECTIONS`:
 speed and service, then experiments): the question its benchmark answers, the command that writes it, the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,6 +33,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE / "README.md"
+ROOT = HERE.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), README]
+MAKEFILE = ROOT / "Makefile"
 START, END = "<!-- index:start -->", "<!-- index:end -->"
 MISSING = "missing"
 NOT_RECORDED = "not recorded"
@@ -485,6 +490,21 @@ def shown(path: Path) -> str:
         return str(path)
 
 
+def stale_doc_references(docs: list[Path], makefile: Path, results: Path) -> list[str]:
+    """Each `make TARGET` a doc names that the Makefile lacks, and each `results/NAME.json` that is not there:
+    the docs point at the figures instead of retelling them, so a pointer must lead somewhere."""
+    targets = set(re.findall(r"^([A-Za-z0-9_.-]+):", makefile.read_text(), flags=re.MULTILINE))
+    problems = []
+    for doc in docs:
+        text = doc.read_text()
+        for target in sorted(set(re.findall(r"`make ([A-Za-z0-9_.-]+)", text)) - targets):
+            problems.append(f"{shown(doc)}: names `make {target}`, which {shown(makefile)} does not define")
+        for name in sorted(set(re.findall(r"results/([A-Za-z0-9_.-]+\.json)", text))):
+            if not (results / name).is_file():
+                problems.append(f"{shown(doc)}: names results/{name}, which does not exist")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     mode = parser.add_mutually_exclusive_group()
@@ -492,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="exit 1 if the README's table is out of date")
     parser.add_argument("--results", type=Path, default=RESULTS, help="folder of result JSONs")
     parser.add_argument("--readme", type=Path, default=README, help="Markdown file holding the table")
+    parser.add_argument("--docs", type=Path, nargs="*", default=DOCS, help="Markdown files --check reads for pointers")
+    parser.add_argument("--makefile", type=Path, default=MAKEFILE, help="the Makefile whose targets docs name")
     args = parser.parse_args(argv)
 
     table = render_table(args.results)
@@ -505,13 +527,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{shown(args.readme)}: {getattr(err, 'strerror', None) or err}", file=sys.stderr)
         return 1
     if args.check:
+        problems = stale_doc_references(args.docs, args.makefile, RESULTS)  # the docs point at the committed results
         if updated != current:
-            print(
-                f"{shown(args.readme)}: the benchmarks table is out of date; run python -m benchmarks.index --write",
-                file=sys.stderr,
+            problems.insert(
+                0, f"{shown(args.readme)}: the benchmarks table is out of date; run python -m benchmarks.index --write"
             )
-            return 1
-        return 0
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
     args.readme.write_text(updated)
     return 0
 

@@ -148,3 +148,13 @@ def test_a_written_result_carries_its_run_time_and_the_table_shows_it(index, tmp
     )
     assert index.run_time_text({"machine": {"run_seconds": 59.6}}, None) == "60 s"
     assert index.run_time_text({"machine": {"run_seconds": 3600}}, None) == "60 min"
+
+
+def test_check_fails_on_a_doc_pointing_at_a_missing_target_or_result(index, results, tmp_path):
+    (tmp_path / "Makefile").write_text("alpha: x\n\tpython -m alpha\nbeta:\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("Run `make alpha`, then `make gamma`; see results/alpha.json and results/zeta.json.")
+    problems = index.stale_doc_references([doc], tmp_path / "Makefile", results)
+    assert len(problems) == 2
+    assert "`make gamma`" in problems[0] and "results/zeta.json" in problems[1]
+    assert index.stale_doc_references(index.DOCS, index.MAKEFILE, index.RESULTS) == []  # the real docs
