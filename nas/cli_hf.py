@@ -15,13 +15,14 @@ RUN_DIR_HELP = "A completed `nas pretrain` run folder (with final.pt), or a Hugg
 
 
 def write_hf_folder(run_dir: Path) -> None:
-    """After `nas pretrain`: the run's Hugging Face folder in run_dir/hf, or one line saying what it needs."""
+    """After `nas pretrain`: the run's Hugging Face folder in run_dir/hf, or one line saying what it needs.
+    Said on stderr: `nas pretrain`'s stdout is its summary, one JSON document."""
     from workers.hf_export import HF_FOLDER, HFExportError, convert
 
     try:
-        console.print(f"Hugging Face folder: {convert(run_dir, run_dir / HF_FOLDER)}")
+        typer.echo(f"Hugging Face folder: {convert(run_dir, run_dir / HF_FOLDER)}", err=True)
     except HFExportError as err:
-        console.print(f"no Hugging Face folder written: {err}")
+        typer.echo(f"no Hugging Face folder written: {err}", err=True)
 
 
 def convert(

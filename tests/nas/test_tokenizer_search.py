@@ -125,5 +125,10 @@ def test_a_bpe_search_exports_its_tokenizer_and_pretrain_refuses_another(tmp_pat
     assert not (tmp_path / "run1" / "summary.json").exists()
     done = nas("pretrain", yaml_file, "--tokens", "4000", "--out", str(tmp_path / "run2"))
     assert done.exit_code == 0, done.stderr
-    summary = json.loads(done.stdout)
+    summary = json.loads(done.stdout)  # stdout is the summary alone; the Hugging Face folder is said on stderr
     assert summary["status"] == "completed" and math.isfinite(summary["val_bpb"])
+    hf = tmp_path / "run2" / "hf"  # written by pretrain, with the search's BPE (kept beside final.pt)
+    assert f"Hugging Face folder: {hf}" in done.stderr
+    kept = json.loads((tmp_path / "run2" / "tokenizer.json").read_text())
+    assert kept == json.loads((out / "bpe-tokenizer.json").read_text())
+    assert json.loads((hf / "tokenizer.json").read_text())["model"]["vocab"] == kept["model"]["vocab"]
