@@ -37,6 +37,8 @@ def convert(
 
     if tokenizer is not None and not tokenizer.is_file():
         fail(f"--tokenizer: {tokenizer} is not a file")
+    if out.exists() and not out.is_dir():
+        fail(f"OUT: must be a folder (created if missing), not the file {out}")
     try:
         console.print(str(convert_run(run_dir, out, tokenizer)))
     except HFExportError as err:
@@ -78,6 +80,8 @@ def evaluate(
     from workers.hf_export import HFExportError, require_extra
     from workers.hf_generate import hf_folder
 
+    if not text.is_file():
+        fail(f"--text: {text} is not a file")
     try:
         require_extra("transformers", "safetensors", "lm_eval")  # before anything is converted
         folder = hf_folder(run_dir)

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .export_format import ExportedConfig
+from .pretrain import FINAL, TOKENIZER
 from .tokenizer import HFTokenizer
 
 __all__ = ["HF_FOLDER", "HFExportError", "REFERENCE_FUSED", "convert", "model_code", "require_extra"]
@@ -96,7 +97,7 @@ def convert(run_dir: Path, out: Path, tokenizer_file: Path | None = None) -> Pat
     from search_spaces.residual_lm.configuration_resnas import ResnasConfig
     from search_spaces.residual_lm.modeling_resnas import ResnasForCausalLM
 
-    final = Path(run_dir) / "final.pt"
+    final = Path(run_dir) / FINAL
     if not final.is_file():
         raise HFExportError(f"RUN_DIR: {run_dir} has no final.pt (not a completed nas pretrain run)")
     saved = torch.load(final, weights_only=True, map_location="cpu")
@@ -124,12 +125,13 @@ def convert(run_dir: Path, out: Path, tokenizer_file: Path | None = None) -> Pat
 
 def _run_tokenizer(run_dir: Path, exported: ExportedConfig) -> Path | None:
     """The run's tokenizer.json, or None for a `bytes` run."""
-    if (run_dir / "tokenizer.json").is_file():
-        return run_dir / "tokenizer.json"
+    if (run_dir / TOKENIZER).is_file():
+        return run_dir / TOKENIZER
     if exported.tokenizer.identity == "bytes":
         return None
     raise HFExportError(
-        f"RUN_DIR: {run_dir} has no tokenizer.json for its tokenizer {exported.tokenizer.spec}: pass --tokenizer FILE"
+        f"RUN_DIR: {run_dir} has no tokenizer.json for its tokenizer {exported.tokenizer.spec}: "
+        "give one with nas convert --tokenizer FILE"
     )
 
 

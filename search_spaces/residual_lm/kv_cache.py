@@ -48,12 +48,6 @@ class LayerKV:
             self.valid = torch.cat([self.valid, valid], dim=1)
         return self.keys, self.values, self.valid
 
-    def reorder(self, beam_idx: Tensor) -> None:
-        """Keep the batch rows `beam_idx` (beam search)."""
-        if self.keys is not None and self.values is not None and self.valid is not None:
-            self.keys, self.values = self.keys[beam_idx], self.values[beam_idx]
-            self.valid = self.valid[beam_idx]
-
 
 @dataclass
 class KVCache:
@@ -73,7 +67,3 @@ class KVCache:
     def get_seq_length(self) -> int:
         """`length`, under the name Hugging Face's generation loop asks for."""
         return self.length
-
-    def reorder(self, beam_idx: Tensor) -> None:
-        for layer in self.layers:
-            layer.reorder(beam_idx)

@@ -179,6 +179,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and "has no final.pt" in result.output and len(result.output.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+    result = runner.invoke(app, ["evaluate", str(tmp_path), "--text", str(tmp_path / "none.txt")])
+    assert result.exit_code == 2 and result.output.strip() == f"error: --text: {tmp_path / 'none.txt'} is not a file"
+    (tmp_path / "a-file").write_text("x")
+    result = runner.invoke(app, ["convert", str(tmp_path), str(tmp_path / "a-file")])
+    assert result.exit_code == 2 and "OUT: must be a folder" in result.output
+    assert not (tmp_path / "hf").exists() and (tmp_path / "a-file").read_text() == "x"  # nothing written
     script = "import sys; sys.modules['lm_eval'] = None\nfrom nas.cli import main\nmain()"
     args = ["evaluate", str(tmp_path), "--text", __file__]
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300)
