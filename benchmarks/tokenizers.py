@@ -140,6 +140,7 @@ def _reader(path: str, n_tokens: int, mapped: bool, barrier, queue) -> None:
 
     from workers.shards import open_stream
 
+    barrier.wait()  # every process has imported what it needs: no library mapped later moves this one's Pss
     before = _smaps_rollup()
     if mapped:
         stream = open_stream(Path(path), "uint16", n_tokens)
