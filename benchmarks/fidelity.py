@@ -156,10 +156,27 @@ class Job:
         return self.budget * share
 
 
+# Matched-cost contrasts, appended to every corpus's grid: each shape in every family (family at equal shape), and
+# shapes paired at near-equal parameters or executed FLOPs per token (within 15%): 8x32 / 2x64 / 4x48 and 4x64 with
+# blocks routed at 0.875 on every other block (238k-271k FLOPs per token; 8x32 and 2x64 at 123k / 127k parameters);
+# 12x32 / 3x64 / 8x48 with blocks routed at 0.5 (340k-388k; 12x32 and 3x64 at 177k / 175k parameters). At T they
+# see 6-20 tokens per parameter. (n_layers, d_model, mod_rate, mod_granularity)
+CONTRAST_SHAPES = (
+    (8, 32, 0.0, "sublayer"),
+    (2, 64, 0.0, "sublayer"),
+    (4, 48, 0.0, "sublayer"),
+    (4, 64, 0.875, "block"),
+    (12, 32, 0.0, "sublayer"),
+    (3, 64, 0.0, "sublayer"),
+    (8, 48, 0.5, "block"),
+)
+
+
 def configs(smoke: bool, corpus: str = "plays") -> list[dict]:
     """The configs of a corpus. Plays: every family x width x depth but the largest (96 x 6), the MoD rate in a
     Latin square over width and depth, so it is confounded with neither (24 configs). Code: every family at
-    five (width, depth, MoD rate) points that cover the same grid (15 configs). Smoke: 3 tiny ones."""
+    five (width, depth, MoD rate) points that cover the same grid (15 configs). Both then add every family at each
+    of `CONTRAST_SHAPES` (21 configs). Smoke: 3 tiny ones."""
     if corpus == "code":
         shapes = [(32, 2, 0.25), (32, 6, 0.0), (64, 4, 0.5), (64, 6, 0.25), (96, 2, 0.0)]
         grid = [(f, w, d, m) for f in FAMILIES for w, d, m in shapes]
@@ -170,6 +187,11 @@ def configs(smoke: bool, corpus: str = "plays") -> list[dict]:
             if (w, d) != (96, 6)
         ]
     chosen = [dict(residual=f, d_model=w, n_layers=d, mod_rate=m, **FIXED) for f, w, d, m in grid]
+    chosen += [
+        dict(residual=f, d_model=w, n_layers=d, mod_rate=m, **FIXED, mod_granularity=g)
+        for d, w, m, g in CONTRAST_SHAPES
+        for f in FAMILIES
+    ]
     if smoke:
         return [dict(c, d_model=32, n_layers=2) for c in chosen[:3]]
     return chosen
