@@ -7,11 +7,11 @@
 Two corpora (`CORPORA`), of different kinds: the shipped plays (24 configs: every family x widths 32/64/96 x
 depths 2/4/6 less the largest, MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) and Python
 source code (`benchmarks.code_corpus`; 15 configs: every family at five shapes covering the same grid). Every
-run uses `workers.trial.run_trial` exactly as a search's worker does, at lr 3e-3 and the search's default
+run uses `workers.trial.run.run_trial` exactly as a search's worker does, at lr 3e-3 and the search's default
 learning-rate schedule (warmup-stable-decay, cooldown 0.2), with two seeds:
 
 - truth: each config trained at T = 1.8e12 training FLOPs; the truth is the mean of its two seeds;
-- replica rows (`build-replicas`): each config's replica (`workers.replica`) at every budget share of T in
+- replica rows (`build-replicas`): each config's replica (`workers.trial.replica`) at every budget share of T in
   `REPLICA_SHARES`, each its own run, so any ladder among them can be replayed (`LAYOUTS`);
 - budget ladder rows: the config itself on a 4-rung ladder (T/80 .. T/10, eta 2) with cooldown branches.
 
@@ -19,7 +19,7 @@ Jobs run in 2 processes of 1 torch thread each; a killed build resumes with the 
 
 `report` replays a search on each table through the search's own rung decider (`benchmarks.grading.
 SearchReplay`: promotion with its noise margin, second seeds where the decider asks for them, the front's
-repeats, then `nas.answer.answer_at_target`), in the table's order and ORDERS - 1 random ones, and grades the
+repeats, then `nas.answer.target.answer_at_target`), in the table's order and ORDERS - 1 random ones, and grades the
 answer against the truth (`benchmarks.grading.grade`): Kendall tau-b, regret in truth seed-noise units, the
 true best in the predicted top 3, the hypervolume of the predicted front at true losses over the true front's,
 the compute over the truth's, and how often the 80% bands hold the truth (with the conformity scalings of
@@ -43,9 +43,9 @@ import numpy as np
 
 from benchmarks.grading import SearchReplay, Truth, bands_with, grade, read_runs, tau
 from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, write_json
-from nas.answer import answer_at_target
-from nas.budget import Budget
-from nas.extrapolate import RungPoint, seed_noise
+from nas.answer.extrapolate import RungPoint, seed_noise
+from nas.answer.target import answer_at_target
+from nas.space.budget import Budget
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -76,7 +76,7 @@ COLUMNS = [
     "wall_time_s",
     "status",
 ]
-# Replica rungs (`workers.replica`) are built at every budget share of T below, each its own run, so that
+# Replica rungs (`workers.trial.replica`) are built at every budget share of T below, each its own run, so that
 # the report can replay any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10: a
 # search's default), 3 at eta 2 (T/40, T/20, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
 REPLICA_SHARES = (1 / 90, 1 / 40, 1 / 30, 1 / 20, 1 / 10)
@@ -91,7 +91,7 @@ LAYOUTS = {
 }
 DEFAULT_LAYOUT = "{} rungs, eta {:g}".format(*(Budget.model_fields[k].default for k in ("rungs", "eta")))  # a search's
 ORDERS = 5  # arrival orders each search is replayed in: the table's, and 4 random permutations
-BAND_GAMMAS = (1.0, 0.75, 0.5)  # conformity scalings whose coverage is measured (`nas.calibration.GAMMA`)
+BAND_GAMMAS = (1.0, 0.75, 0.5)  # conformity scalings whose coverage is measured (`nas.answer.calibration.GAMMA`)
 GOALS = {
     "kendall_tau": 0.8,
     "regret_in_seed_noise": 1.0,
@@ -122,7 +122,7 @@ class Corpus:
     out: Path
 
     def data(self):
-        from workers.data_config import DataConfig
+        from workers.data.config import DataConfig
 
         return DataConfig(source=self.source if self.source == "shipped" else str(ROOT / self.source))
 
@@ -147,7 +147,7 @@ class Job:
     seed: int
     budget: float  # the top rung's, or the truth's (a replica job's target)
     rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
-    min_width: int = 8  # replica jobs: the narrowest replica width (`workers.replica.DEFAULT_MIN_WIDTH`)
+    min_width: int = 8  # replica jobs: the narrowest replica width (`workers.trial.replica.DEFAULT_MIN_WIDTH`)
     corpus: str = "plays"
 
     @property
@@ -229,10 +229,10 @@ def run_job(job: Job) -> list[dict]:
     import torch
 
     from search_spaces.residual_lm import ArchConfig
-    from workers.data import load_corpus
-    from workers.plans import LadderConfig
-    from workers.train import OptimConfig, RunConfig
-    from workers.trial import run_trial
+    from workers.data.corpus import load_corpus
+    from workers.training.plans import LadderConfig
+    from workers.training.train import OptimConfig, RunConfig
+    from workers.trial.run import run_trial
 
     torch.set_num_threads(1)
     cfg = ArchConfig(**job.arch)
@@ -276,9 +276,9 @@ def job_fields(job: Job, cfg, status: str) -> dict:
 
 def run_replica_job(job: Job, cfg) -> list[dict]:
     """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`)."""
-    from workers.data import load_corpus
-    from workers.replica import run_replica_trial
-    from workers.train import OptimConfig, RunConfig
+    from workers.data.corpus import load_corpus
+    from workers.training.train import OptimConfig, RunConfig
+    from workers.trial.replica import run_replica_trial
 
     result = run_replica_trial(
         cfg,
@@ -312,7 +312,7 @@ def horizon_rule(space: Path | None) -> dict:
     completep space's 752,640 tokens (`make transfer`)."""
     if space is None:
         return {}
-    from nas.spec.loading import load_space
+    from nas.space.loading import load_space
 
     fixed = load_space(space).fixed
     return {k: fixed[k] for k in ("horizon_tokens", "horizon_exponents", "horizon_span") if k in fixed}
@@ -338,7 +338,7 @@ def layout_budgets(target: float, rungs: int, eta: float) -> list[float]:
 
 def rung_rows(rows: Sequence[dict], budgets: Sequence[float], seeds: Sequence[int]) -> list:
     """The table's runs at `budgets` and `seeds` as the store's rung rows (trial number = config)."""
-    from nas.extrapolate import budget_key
+    from nas.answer.extrapolate import budget_key
     from nas.store import RungRow
 
     keys = {budget_key(b): r for r, b in enumerate(sorted(budgets))}
@@ -360,7 +360,7 @@ def rung_rows(rows: Sequence[dict], budgets: Sequence[float], seeds: Sequence[in
 
 
 def losses_at(rows: Sequence[dict], budget: float, seed: int = 0) -> dict[int, float]:
-    from nas.extrapolate import budget_key
+    from nas.answer.extrapolate import budget_key
 
     return {
         r["config"]: r["val_loss"]

@@ -87,7 +87,7 @@ from benchmarks.harness import FAMILIES, MOD_RATES, PROXY_BUDGET, VARIANTS
 from search_spaces.residual_lm import flavour
 from search_spaces.residual_lm.ops import interpreting
 from workers import DataConfig, RunConfig, TrialResult, load_corpus, run_trial
-from workers.data import VOCAB_SIZE
+from workers.data.corpus import VOCAB_SIZE
 
 log = logging.getLogger("gpu_session")
 

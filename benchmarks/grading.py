@@ -5,10 +5,10 @@
 - `Truth`: each config's loss at T (the mean of its seeds), the truth's seed noise, its compute and the noise
   ceiling of a ranking against it (`tau_ceiling`).
 - `SearchReplay`: a search replayed on a table, through the search's own rung decider
-  (`nas.answer.RungDecider`) on a real SQLite store: configs arrive in a given order, each climbs the rungs
+  (`nas.search.rung_gate.StoreRungGate`) on a real SQLite store: configs arrive in a given order, each climbs the rungs
   the decider promotes it to, measures a rung again where the decider asks (the table's second seed), and at
   the end the front's members get their second seed (`nas search --repeat-seeds 1`). What it paid for is
-  counted; what it answers is `nas.answer.answer_at_target` over what it stored.
+  counted; what it answers is `nas.answer.target.answer_at_target` over what it stored.
 - `grade`: Kendall tau-b against the truth, regret (nats and truth seed-noise units), whether the true best is
   in the predicted top 3, the hypervolume of the predicted front scored at true losses over the true front's,
   and the coverage of the bands.
@@ -26,10 +26,12 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import kendalltau
 
-from nas.answer import REMEASURE_SEED_OFFSET, Answer, RungDecider, answer_at_target, front_at_target
-from nas.calibration import calibrate, coverage
-from nas.extrapolate import RungPoint, budget_key, seed_noise
-from nas.pareto import FrontPoint, hypervolume, pareto_rows
+from nas.answer.calibration import calibrate, coverage
+from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
+from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
+from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, Ladder
+from nas.answer.target import Answer, answer_at_target, front_at_target
+from nas.search.rung_gate import StoreRungGate
 from nas.store import Store
 from workers.status import TrialStatus
 
@@ -178,7 +180,7 @@ def grade(
 
 
 def bands_with(answer: Answer, target: float, gamma: float) -> dict[int, tuple[float, float] | None]:
-    """The answer's bands calibrated again with the conformity scaling d^`gamma` (`nas.calibration`)."""
+    """The answer's bands calibrated again with the conformity scaling d^`gamma` (`nas.answer.calibration`)."""
     chosen = answer.backtest.chosen
     calibration = calibrate(
         [(h.error(chosen), h.from_flops, h.to_flops) for h in answer.backtest.held_out], gamma=gamma
@@ -204,7 +206,7 @@ class SearchReplay:
     target: float
     replica: bool = True
     cooldown: float = 0.2
-    noise_rule: bool = True  # `RungDecider.noise_rule`: off replays plain MO-ASHA
+    noise_rule: bool = True  # `Ladder.noise_rule`: off replays plain MO-ASHA
     spent: float = 0.0
     arrivals: list[int] = field(default_factory=list)
 
@@ -214,15 +216,8 @@ class SearchReplay:
         self.store.create_search(
             "replay", requested_trials=1, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
         )
-        self.decide = RungDecider(
-            self.store.url,
-            "replay",
-            self.target,
-            self.eta,
-            len(self.budgets),
-            remeasure=self.replica,
-            noise_rule=self.noise_rule,
-        )
+        ladder = Ladder(self.target, self.eta, len(self.budgets), remeasure=self.replica, noise_rule=self.noise_rule)
+        self.decide = StoreRungGate(self.store.url, "replay", ladder)
         self._by = {(r["config"], r["seed"], budget_key(r["budget_flops"])): r for r in self.rows}
         self._reached: dict[int, int] = {}
 
@@ -255,9 +250,7 @@ class SearchReplay:
         number, first = len(self.arrivals), self._by[(config, 0, budget_key(self.budgets[0]))]
         self.arrivals.append(config)
         flops = first["executed_flops_per_token"]
-        trial_id = self.store.start_trial(
-            "replay", number=number, config={"residual": first["residual"], "optuna_number": number}
-        )
+        trial_id = self.store.start_trial("replay", number=number, config={"residual": first["residual"]})
         spent, rung = 0.0, 0
         while True:
             decision = self.decide(number, 0, flops, self._result(config, 0, rung))

@@ -89,7 +89,7 @@ def make_step(
 ) -> Callable[[], None]:
     """One training step (forward, cross-entropy, backward, [clip,] optimiser) on a cycle of 4 random batches.
 
-    The optimiser defaults to torch's AdamW at lr 1e-3, fused (as `workers.train.build_optimizer` uses
+    The optimiser defaults to torch's AdamW at lr 1e-3, fused (as `workers.training.train.build_optimizer` uses
     it) unless `fused_optimizer` is False; `clip_norm` clips the gradient norm before the step.
     """
     opt = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True if fused_optimizer else None)

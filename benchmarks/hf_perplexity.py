@@ -18,13 +18,13 @@ from pathlib import Path
 
 from benchmarks.harness import FAMILIES, machine_info, write_json
 from search_spaces.residual_lm import ArchConfig
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.export_format import ExportedConfig
-from workers.hf_evaluate import evaluate
-from workers.hf_export import SEPARATOR_TEXT, convert
-from workers.pretrain import pretrain
-from workers.tokenizer import ByteTokenizer
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.data.tokenizer import ByteTokenizer
+from workers.pretrain.export_format import ExportedConfig
+from workers.pretrain.run import pretrain
+from workers.release.convert import SEPARATOR_TEXT, convert
+from workers.release.evaluate import evaluate
 
 log = logging.getLogger("hf_perplexity")
 

@@ -11,7 +11,7 @@ are what a search measures; seed 1 stands for a rung measured again; the truth i
 runs at T.
 
 Proposers. `random`: a uniform permutation of the 24 configs (seed s), shared by every strategy of
-seed s, so strategies are compared on the same orders. `tpe`: `nas.study.make_sampler("tpe", s)`
+seed s, so strategies are compared on the same orders. `tpe`: `nas.search.study.make_sampler("tpe", s)`
 over categorical (residual, n_layers, d_model), told (loss, executed FLOPs/token) after each config,
 the loss being what the strategy knows (below); a combination the table lacks (d_model 96 with 6
 layers) is told FAIL at no cost, and a repeat is told its earlier values at no cost (a real search
@@ -22,13 +22,13 @@ Strategies, each spending compute per proposed config and keeping a front:
   `fidelity.ETA`): each config arrives as the next trial of a search replayed through its rung decider
   (`benchmarks.grading.SearchReplay`: MO-ASHA on (predicted loss at T, executed FLOPs/token), ties within
   twice the seed noise promoted), and the front after each arrival is the search's answer at T
-  (`nas.answer.answer_at_target`). TPE is told the config's prediction. A run stopped at rung r costs
+  (`nas.answer.target.answer_at_target`). TPE is told the config's prediction. A run stopped at rung r costs
   C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus the cooldown branches of the rungs below
-  (`workers.plans`; the JSON checks this against the table's measured compute of the full ladder).
+  (`workers.training.plans`; the JSON checks this against the table's measured compute of the full ladder).
 - `replica`: the same on the replica table (`fidelity.py build-replicas`) at the search's default layout
   (`fidelity.DEFAULT_LAYOUT`); each rung is its own run, so a rung the decider measures again with a
   second seed costs that run once more. `replica_without_noise_rule`: the same with the noise rule off
-  (`RungDecider.noise_rule`: plain MO-ASHA, no ties, no second seeds), to show what the rule buys at
+  (`Ladder.noise_rule`: plain MO-ASHA, no ties, no second seeds), to show what the rule buys at
   equal compute.
 - `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, the top rung or T), costing
   that budget; the front by the loss measured there. `target` is plain search at the target
@@ -70,9 +70,9 @@ import optuna
 from benchmarks.fidelity import DEFAULT_LAYOUT, ETA, LAYOUTS, REPLICA_CSV, RUNS_CSV, layout_budgets
 from benchmarks.grading import SearchReplay, Truth, read_runs
 from benchmarks.harness import machine_info
-from nas.pareto import FrontPoint, hypervolume, pareto_rows
-from nas.study import make_sampler
-from workers.train import OptimConfig
+from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
+from nas.search.study import make_sampler
+from workers.training.train import OptimConfig
 
 log = logging.getLogger("ladder_efficiency")
 HERE = Path(__file__).resolve().parent
@@ -285,7 +285,7 @@ def front(estimates: dict[int, float], flops: dict[int, float]) -> list[int]:
 
 
 def _row(config: int, loss: float, flops: float) -> FrontPoint:
-    """What `nas.pareto` reads of a trial."""
+    """What `nas.answer.pareto` reads of a trial."""
     return FrontPoint(number=config, val_loss=loss, executed_flops_per_token=flops)
 
 

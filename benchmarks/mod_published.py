@@ -5,7 +5,7 @@
 
 For each residual family, at 8 layers of the `bench` flavour (d 128, 4 heads, seq 128) and one
 training budget (default 2e12 FLOPs: the default proxy trial), three settings are trained with
-`workers.trial.run_trial` (iso-FLOP: a setting that executes fewer FLOPs per token trains on more
+`workers.trial.run.run_trial` (iso-FLOP: a setting that executes fewer FLOPs per token trains on more
 tokens), with the same optimiser settings and held-out set, for two seeds:
 
 - dense: no routing;
@@ -49,10 +49,10 @@ def run_one(job: tuple[str, str, int, float, bool]) -> dict:
     import torch
 
     from search_spaces.residual_lm import flavour, flops_per_token
-    from workers.data import load_corpus
-    from workers.data_config import DataConfig
-    from workers.train import RunConfig
-    from workers.trial import run_trial
+    from workers.data.config import DataConfig
+    from workers.data.corpus import load_corpus
+    from workers.training.train import RunConfig
+    from workers.trial.run import run_trial
 
     torch.set_num_threads(1)
     family, setting, seed, budget, smoke = job

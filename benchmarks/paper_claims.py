@@ -27,9 +27,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks.harness import FAMILIES, machine_info  # noqa: E402
 from search_spaces.residual_lm import flavour  # noqa: E402
-from workers.data import load_corpus  # noqa: E402
-from workers.data_config import DataConfig  # noqa: E402
-from workers.trial import run_trial  # noqa: E402
+from workers.data.config import DataConfig  # noqa: E402
+from workers.data.corpus import load_corpus  # noqa: E402
+from workers.trial.run import run_trial  # noqa: E402
 
 log = logging.getLogger("paper_claims")
 BASE = "bench"  # the default proxy trial's flavour (d 128, 4 layers, 4 heads, seq 128); knobs override it

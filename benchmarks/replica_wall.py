@@ -4,8 +4,8 @@
 
 Both ladders give a trial the rungs C, eta C, eta^2 C (the search's defaults: 3 rungs, eta 3) and the
 target T = 10 x the top rung (the search's default). The budget ladder trains the config itself once,
-to the top rung, with a cooldown branch at each rung below (`workers.plans`); the replica ladder
-trains one replica per rung (`workers.replica`), each its own run, with `min_width` the narrowest width
+to the top rung, with a cooldown branch at each rung below (`workers.training.plans`); the replica ladder
+trains one replica per rung (`workers.trial.replica`), each its own run, with `min_width` the narrowest width
 it may use (the default `DEFAULT_MIN_WIDTH`, and wider floors: a rung whose on-path width is below the
 floor trains the floor width for fewer tokens, off the path). Every trial runs in this process on one
 thread, as a search's worker runs it, with the search's RunConfig and the width probe on; the trials of
@@ -43,11 +43,11 @@ RUNG_FIELDS = ("rung", "budget_flops", "d_model", "steps", "train_seconds", "on_
 def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation: int) -> dict:
     """One budget-ladder trial and one replica trial per floor in `min_widths`, in rotated order."""
     from search_spaces.residual_lm import ArchConfig
-    from workers.data import load_corpus
-    from workers.data_config import DataConfig
-    from workers.plans import LadderConfig
-    from workers.replica import run_replica_trial, rung_budgets
-    from workers.trial import run_trial
+    from workers.data.config import DataConfig
+    from workers.data.corpus import load_corpus
+    from workers.training.plans import LadderConfig
+    from workers.trial.replica import run_replica_trial, rung_budgets
+    from workers.trial.run import run_trial
 
     cfg, corpus = ArchConfig(**arch, **FIXED), load_corpus(DataConfig())
     ladder = LadderConfig(rungs=RUNGS, eta=ETA)
@@ -80,7 +80,7 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
 def step_floor(widths: tuple[int, ...], batch: int, repeats: int = 20) -> dict[int, float]:
     """Median ms of one training step (forward, backward, clip, AdamW) of a 4-layer cascaded model per width."""
     from search_spaces.residual_lm import ArchConfig, build_model
-    from workers.train import OptimConfig, build_optimizer
+    from workers.training.train import OptimConfig, build_optimizer
 
     out = {}
     for width in widths:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import torch
 
-    from workers.train import RunConfig
+    from workers.training.train import RunConfig
 
     torch.set_num_threads(1)
     configs, trial_flops = (CONFIGS[:1], 3e9) if args.smoke else (CONFIGS, TRIAL_FLOPS)

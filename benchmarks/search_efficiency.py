@@ -5,7 +5,7 @@ Both samplers search a FIXED table of real proxy results, replayed so a replay c
     python -m benchmarks.search_efficiency build     # real proxy trials -> benchmarks/data/proxy_grid.csv
     python -m benchmarks.search_efficiency replay --out benchmarks/results/search_efficiency.json
 
-`build` runs one `workers.trial.run_trial` per grid point, in-process and one after another:
+`build` runs one `workers.trial.run.run_trial` per grid point, in-process and one after another:
 residual {cascaded, nag, ancre} x n_layers {2, 4} x d_model {64, 128} x mod_rate {0, 0.25} x
 lr {1e-3, 4e-3} (48 configs; vocab 256, seq 128, 4 heads, mod_every 1, `RunConfig()` defaults,
 seed 0, no width probe, 1 torch thread) at 1e11 training FLOPs each. One thread because the
@@ -15,8 +15,8 @@ machine is shared: next to another busy process, torch's 2 threads ran the 2-lay
 `replay` (the default) runs, for seeds 0..9, an Optuna study with both objectives minimised
 (val_loss, executed FLOPs/token) whose objective samples the five knobs with `suggest_categorical`
 over the grid values and looks the result up in the CSV, for 30 trials, once with
-`nas.study.make_sampler("tpe", seed)` and once with `make_sampler("random", seed)`. After each
-trial it computes the hypervolume of the completed points so far with `nas.pareto` (moocore,
+`nas.search.study.make_sampler("tpe", seed)` and once with `make_sampler("random", seed)`. After each
+trial it computes the hypervolume of the completed points so far with `nas.answer.pareto` (moocore,
 points beyond the reference count for nothing), reference = (ln 256, 1.1 x the grid's largest
 executed FLOPs/token), and compares with the hypervolume of the whole grid (the best reachable).
 Writes mean and std per trial for both samplers, the final mean as a share of the grid's HV, the
@@ -40,8 +40,8 @@ import numpy as np
 import optuna
 
 from benchmarks.harness import machine_info, write_json
-from nas.pareto import FrontPoint, hypervolume, hypervolume_curve, reference_point
-from nas.study import make_sampler
+from nas.answer.pareto import FrontPoint, hypervolume, hypervolume_curve, reference_point
+from nas.search.study import make_sampler
 
 log = logging.getLogger("search_efficiency")
 HERE = Path(__file__).resolve().parent
@@ -71,8 +71,8 @@ def grid_points() -> list[dict]:
 def run_point(knobs: dict, corpus, seed: int) -> dict:
     """One real proxy trial of a grid point, as a CSV row."""
     from search_spaces.residual_lm import ArchConfig
-    from workers.train import OptimConfig, RunConfig
-    from workers.trial import run_trial
+    from workers.training.train import OptimConfig, RunConfig
+    from workers.trial.run import run_trial
 
     arch = {k: v for k, v in knobs.items() if k != "lr"}
     cfg = ArchConfig(**FIXED_ARCH, **arch)
@@ -92,8 +92,8 @@ def run_point(knobs: dict, corpus, seed: int) -> dict:
 def build(out: Path, seed: int, threads: int) -> None:
     import torch
 
-    from workers.data import load_corpus
-    from workers.data_config import DataConfig
+    from workers.data.config import DataConfig
+    from workers.data.corpus import load_corpus
 
     torch.set_num_threads(threads)
     corpus = load_corpus(DataConfig())
@@ -126,13 +126,13 @@ def build(out: Path, seed: int, threads: int) -> None:
 
 @dataclass(frozen=True)
 class GridPoint(FrontPoint):
-    """A grid point's proxy trial as `nas.pareto` reads it (`number`: its row in the CSV), with its knobs."""
+    """A grid point's proxy trial as `nas.answer.pareto` reads it (`number`: its row in the CSV), with its knobs."""
 
     knobs: dict = field(default_factory=dict)
 
 
 def load_grid(path: Path) -> dict[tuple, GridPoint]:
-    """The CSV as rows with the attributes `nas.pareto` reads, keyed by the five knob values."""
+    """The CSV as rows with the attributes `nas.answer.pareto` reads, keyed by the five knob values."""
     table = {}
     with path.open() as f:
         for number, raw in enumerate(csv.DictReader(f)):
@@ -211,7 +211,7 @@ def shared_prefix(runs: dict) -> int:
 
 def grid_facts(table: dict, ref: tuple) -> dict:
     rows = list(table.values())
-    from nas.pareto import pareto_rows
+    from nas.answer.pareto import pareto_rows
 
     front = pareto_rows(rows)
     return {

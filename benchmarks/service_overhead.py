@@ -1,14 +1,14 @@
-"""What the search service itself costs: a 16-trial search of a trainable that does no work.
+"""What the search service itself costs: a 16-trial search of a worker that does no work.
 
 One run measures, side by side:
-- the service on its default local setup: a local Ray started by the run (`nas.ray_env.init_ray`,
+- the service on its default local setup: a local Ray started by the run (`nas.search.ray_env.init_ray`,
   timed on its own), Ray Tune + OptunaSearch with the TPE sampler (multivariate, seed 0), 2 workers,
   the shipped default space, `Budget(trial_flops=2e12, trials=16)`, and the resnas SQLite store
-  with the Optuna study in the same file. The trainable (`noop`) only reports a result;
+  with the Optuna study in the same file. The worker (`noop`) trains nothing and returns a result;
 - Optuna's ask/tell called directly in one process for 16 trials of the same no-op objective,
-  the same define-by-run sampling (`nas.study.DefineByRun`: same knobs, same constraint) and
+  the same define-by-run sampling (`nas.search.study.DefineByRun`: same knobs, same constraint) and
   the same sampler settings, with (a) in-memory storage and (b) RDB storage on a SQLite file
-  (`nas.study.optuna_storage`), which separates Optuna's storage cost from Ray/Tune's;
+  (`nas.search.study.optuna_storage`), which separates Optuna's storage cost from Ray/Tune's;
 - the store's write latency: `Store.start_trial` and `Store.finish_trial` over 50 trials (median,
   p99), for the record a no-op trial writes and for one with a 40-point curve and diagnostics.
 
@@ -42,39 +42,37 @@ from pathlib import Path
 import optuna
 
 from benchmarks.harness import machine_info, quantiles_ms, write_json
-from nas.budget import Budget
-from nas.ray_env import configure_ray_env, init_ray
-from nas.search import create_search
-from nas.settings import SearchSettings
-from nas.spec import load_space
+from nas.search.launch import create_search
+from nas.search.ray_env import configure_ray_env, init_ray
+from nas.search.settings import SearchSettings
+from nas.search.study import DefineByRun, make_sampler, optuna_storage
+from nas.space import load_space
+from nas.space.budget import Budget
 from nas.store import Store
-from nas.study import DefineByRun, make_sampler, optuna_storage
+from workers.trial.contract import TICKET_KEY
 
 log = logging.getLogger("service_overhead")
 N_TRIALS = 16
 TRIAL_FLOPS = 2e12
 
 
-def noop_values(params: dict) -> tuple[float, float]:
-    """The no-op objective: a deterministic loss from the LR, and the sampled executed FLOPs/token."""
+def noop_values(params: dict, executed_flops_per_token: float = 1.0) -> tuple[float, float]:
+    """The no-op objective: a deterministic loss from the LR, and the config's executed FLOPs/token."""
     v = 2.0 + (math.log10(params["lr"]) + 2.5) ** 2
-    f = params.get("executed_flops_per_token", 1.0)
+    f = executed_flops_per_token
     return v, (f if math.isfinite(f) else 1.0)
 
 
-def noop(params: dict, context: dict) -> None:
-    """A Ray Tune trainable with `proxy_trainable`'s signature that reports one result and stops."""
-    from ray import tune
+def noop(request, report=None, on_rung_done=None):
+    """A worker (`nas.search.trainable.Worker`) that trains nothing: a completed outcome with the no-op loss."""
+    from workers.status import TrialStatus
+    from workers.trial.contract import TrialOutcome
+    from workers.trial.run import TrialResult
 
-    v, f = noop_values(params)
-    tune.report(
-        {
-            "target_loss": v,
-            "executed_flops_per_token": f,
-            "status": "completed",
-            "trial_result": {"status": "completed", "val_loss": v, "target_loss": v, "executed_flops_per_token": f},
-        }
-    )
+    v, f = noop_values({"lr": request.optim.lr}, request.ticket.executed_flops_per_token)
+    result = TrialResult.untrained(TrialStatus.COMPLETED, "", f, time.perf_counter())
+    result.failure_reason, result.val_loss, result.executed_flops_per_token = None, v, f
+    return TrialOutcome(request.ticket.number, result, v)
 
 
 def direct_ask_tell(space, budget: Budget, storage, seed: int = 0) -> dict:
@@ -91,7 +89,7 @@ def direct_ask_tell(space, budget: Budget, storage, seed: int = 0) -> dict:
     for _ in range(N_TRIALS):
         trial = study.ask()
         extra = define(trial)
-        study.tell(trial, list(noop_values({**trial.params, **extra})))
+        study.tell(trial, list(noop_values(trial.params, extra[TICKET_KEY].executed_flops_per_token)))
     wall = time.perf_counter() - start
     done = len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
     return {
@@ -107,7 +105,7 @@ def run_service(tmp: Path, space, budget: Budget, settings: SearchSettings) -> d
     """Ray start-up, then the 16-trial search through `run_tuner`, on a SQLite store in `tmp`."""
     t0 = time.perf_counter()
     configure_ray_env()  # before Ray is imported
-    from nas import tune_runner
+    from nas.search import tune_runner
 
     import_s = time.perf_counter() - t0
     store = Store(f"sqlite:///{tmp / 'resnas.db'}")
@@ -117,7 +115,7 @@ def run_service(tmp: Path, space, budget: Budget, settings: SearchSettings) -> d
     init_ray(settings)
     startup = time.perf_counter() - t1
     tuner_started = datetime.now(timezone.utc)
-    tune_runner.run_tuner(store, name, space, budget, settings, study, N_TRIALS, show_progress=False, trainable=noop)
+    tune_runner.run_tuner(store, name, space, budget, settings, study, N_TRIALS, show_progress=False, worker=noop)
     wall, tuner_ended = time.perf_counter() - t1, datetime.now(timezone.utc)
     rows = store.trials(name)
     ot = optuna.load_study(study_name=study, storage=optuna_storage(store.url))
@@ -225,7 +223,7 @@ def main() -> None:
             "trials": N_TRIALS,
             "trial_flops": TRIAL_FLOPS,
             "settings": asdict(settings),
-            "space": "nas.spec.load_space() (shipped default)",
+            "space": "nas.space.load_space() (shipped default)",
             "store": "SQLite file in a temp dir",
         },
     )

@@ -3,7 +3,7 @@
     python -m benchmarks.soak                  # about 5 min on 2 cores; writes results/soak.json
     python -m benchmarks.soak --trials 40      # a quick look
 
-The search is the real service (`nas.search.launch_search` / `resume_search`: Ray Tune, the Optuna
+The search is the real service (`nas.search.launch.launch_search` / `resume_search`: Ray Tune, the Optuna
 study, the store, both on a private PostgreSQL server started here, `tests/postgres_server.py`) run by
 a driver process of its own, with a trainable that does no work but sleep `--trial-seconds` and
 report (`benchmarks.service_overhead.noop`'s objective).  While it runs, this process causes, for real:
@@ -43,22 +43,22 @@ OUT = HERE / "results" / "soak.json"
 NAME = "soak"
 
 
-def sleepy_noop(params: dict, context: dict) -> None:
-    """A trainable that sleeps, then reports the no-op objective (a kill can land while it sleeps)."""
+def sleepy_noop(request, report=None, on_rung_done=None):
+    """A worker that sleeps, then returns the no-op objective (a kill can land while it sleeps)."""
     from benchmarks.service_overhead import noop
 
     time.sleep(float(os.environ.get("RESNAS_SOAK_TRIAL_SECONDS", "1.0")))
-    noop(params, context)
+    return noop(request)
 
 
 def drive(url: str, trials: int, resume: bool) -> int:
-    """The driver process: run (or resume) the soak search with the no-op trainable; its exit code."""
-    from nas.budget import Budget
-    from nas.interrupt import SearchInterrupted, StoreOutage
-    from nas.ray_env import configure_ray_env
-    from nas.search import launch_search, resume_search
-    from nas.settings import SearchSettings
-    from nas.spec import load_space
+    """The driver process: run (or resume) the soak search with the no-op worker; its exit code."""
+    from nas.search.interrupt import SearchInterrupted, StoreOutage
+    from nas.search.launch import launch_search, resume_search
+    from nas.search.ray_env import configure_ray_env
+    from nas.search.settings import SearchSettings
+    from nas.space import load_space
+    from nas.space.budget import Budget
     from nas.store import Store
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -66,11 +66,11 @@ def drive(url: str, trials: int, resume: bool) -> int:
     store = Store(url)
     try:
         if resume:
-            resume_search(store, NAME, show_progress=False, trainable=sleepy_noop)
+            resume_search(store, NAME, show_progress=False, worker=sleepy_noop)
         else:
             budget = Budget(trial_flops=2e12, trials=trials, rungs=1, min_tokens_per_param=None)
             settings = SearchSettings(workers=2, retries=3, seed=0)
-            launch_search(store, NAME, load_space(), budget, settings, show_progress=False, trainable=sleepy_noop)
+            launch_search(store, NAME, load_space(), budget, settings, show_progress=False, worker=sleepy_noop)
     except SearchInterrupted as stop:
         return stop.exit_code
     except StoreOutage as outage:
@@ -132,8 +132,8 @@ def _phase(driver, url, trials, share, stop_event, rng, kills, timeout=1800) -> 
 def soak(trials: int, trial_seconds: float, seed: int, log_dir: Path | None = None) -> dict:
     import optuna
 
+    from nas.search.study import optuna_storage
     from nas.store import Store
-    from nas.study import optuna_storage
     from tests import postgres_server as pg  # the tests' private-server helper, as store_load uses it
     from workers.status import FINAL
 

@@ -1,8 +1,8 @@
 """Load on a PostgreSQL store: 500 no-op trials, 8 at a time, through the real search service.
 
-The search is `nas.tune_runner.run_tuner` as `nas search` runs it (a local Ray started with 8
+The search is `nas.search.tune_runner.run_tuner` as `nas search` runs it (a local Ray started with 8
 logical CPUs, Ray Tune + OptunaSearch, the sampler of `--sampler`, the shipped default space,
-retries 1) with the no-op trainable of `benchmarks.service_overhead`, on a fresh database of a PostgreSQL
+retries 1) with the no-op worker of `benchmarks.service_overhead`, on a fresh database of a PostgreSQL
 server: `--admin-url` of a running one, else a private server started as the tests start theirs
 (`tests/postgres_server.py`, durable: fsync and synchronous commit on). The resnas tables and the
 Optuna study share that database, as in production.
@@ -35,13 +35,13 @@ import optuna
 
 from benchmarks.harness import machine_info, quantiles_ms, write_json
 from benchmarks.service_overhead import TRIAL_FLOPS, noop
-from nas.budget import Budget
-from nas.ray_env import configure_ray_env, init_ray
-from nas.search import create_search
-from nas.settings import SearchSettings
-from nas.spec import load_space
+from nas.search.launch import create_search
+from nas.search.ray_env import configure_ray_env, init_ray
+from nas.search.settings import SearchSettings
+from nas.search.study import optuna_storage
+from nas.space import load_space
+from nas.space.budget import Budget
 from nas.store import Store
-from nas.study import optuna_storage
 from tests.postgres_server import LocalPostgres, create_database, drop_database, hide_password
 
 log = logging.getLogger("store_load")
@@ -72,7 +72,7 @@ class TimedStore(Store):
 def run_search(url: str, n_trials: int, settings: SearchSettings) -> dict:
     """The search through `run_tuner` on `url`, then what the store and Optuna hold."""
     configure_ray_env()  # before Ray is imported
-    from nas import tune_runner
+    from nas.search import tune_runner
 
     space, budget = load_space(), Budget(trial_flops=TRIAL_FLOPS, trials=n_trials, min_tokens_per_param=None)
     store, name = TimedStore(url), "load"
@@ -81,7 +81,7 @@ def run_search(url: str, n_trials: int, settings: SearchSettings) -> dict:
     init_ray(settings)
     startup = time.perf_counter() - t0
     t1 = time.perf_counter()
-    tune_runner.run_tuner(store, name, space, budget, settings, study, n_trials, show_progress=False, trainable=noop)
+    tune_runner.run_tuner(store, name, space, budget, settings, study, n_trials, show_progress=False, worker=noop)
     wall = time.perf_counter() - t1
     out = {
         "ray_startup_s": startup,
@@ -182,9 +182,9 @@ def main() -> None:
         "setup": {
             "settings": {**asdict(settings), "ray_dir": "<a temporary folder>"},
             "trial_flops": TRIAL_FLOPS,
-            "trainable": "service_overhead.noop",
+            "worker": "service_overhead.noop",
             "store_writer": "the search driver's StoreCallback (one process; Optuna's storage beside it)",
-            "space": "nas.spec.load_space() (shipped default)",
+            "space": "nas.space.load_space() (shipped default)",
             "ray_num_cpus": args.concurrency,
         },
     }

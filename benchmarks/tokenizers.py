@@ -14,7 +14,7 @@ Writes results/tokenizers.json and results/tokenizers.png.
 2. Throughput: BPE training seconds and encoding speed (MB of text per second, `tokenizers`' parallel
    batch encoding on this machine's cores) on the shipped corpus.
 3. Memory: K processes at once each read a synthetic shard of 100M uint16 tokens in full, memory-mapped
-   (`workers.shards.open_stream`, as trials read) or read into a private array (`np.load`):
+   (`workers.data.shards.open_stream`, as trials read) or read into a private array (`np.load`):
    each process's private memory (RssAnon) and proportional set size (Pss: shared pages split among the
    processes that map them), from /proc/self/smaps_rollup.
 """
@@ -46,10 +46,10 @@ PROCESSES = 4
 
 def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
     """One search with tokenizer `spec`; its trials as the store keeps them."""
-    from nas.pareto import pareto_rows
+    from nas.answer.pareto import pareto_rows
     from nas.store import Store
     from search_spaces.residual_lm import ArchConfig, flops_per_token
-    from workers.replica import _parameters
+    from workers.trial.replica import _parameters
 
     db = f"sqlite:///{tmp}/{spec.replace(':', '_')}.db"
     cmd = [sys.executable, "-m", "nas.cli", "search", "--name", "t", "--trial-flops", str(TRIAL_FLOPS)]
@@ -94,8 +94,8 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
 
 def _throughput(cache: Path) -> list[dict]:
     """Seconds to train each BPE and encoding MB/s of each tokenizer on the shipped corpus."""
-    from workers.documents import read_shipped_texts
-    from workers.tokenizer import ByteTokenizer, HFTokenizer, train_bpe
+    from workers.data.documents import read_shipped_texts
+    from workers.data.tokenizer import ByteTokenizer, HFTokenizer, train_bpe
 
     docs = read_shipped_texts()
     n_bytes = sum(len(d.encode("utf-8")) for d in docs)
@@ -138,7 +138,7 @@ def _reader(path: str, n_tokens: int, mapped: bool, barrier, queue) -> None:
     """Read the whole shard (memory-mapped or into a private array), wait for the others, report memory."""
     import torch
 
-    from workers.shards import open_stream
+    from workers.data.shards import open_stream
 
     barrier.wait()  # every process has imported what it needs: no library mapped later moves this one's Pss
     before = _smaps_rollup()

@@ -4,7 +4,7 @@
     python -m benchmarks.transfer report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
     python -m benchmarks.transfer build --smoke --runs /tmp/t.csv    # every path, tiny (then `report`)
 
-`build` trains, with `workers.trial.run_trial` on the shipped corpus, every family under both
+`build` trains, with `workers.trial.run.run_trial` on the shipped corpus, every family under both
 parametrizations at every learning rate of `RATES` (8, log-spaced by 2x, 5e-4 to 6.4e-2) and every shape of
 two sweeps: a width sweep d = 64, 128, 256 at L = 4 and a depth sweep L = 2, 4, 8, 16 at d = 64, all
 at one training budget (iso-FLOP: a smaller shape trains on more tokens, as in a search). The
@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, write_json
-from nas.pareto import FrontPoint
+from nas.answer.pareto import FrontPoint
 from workers.status import TrialStatus
 
 PARAMETRIZATIONS = ("standard", "completep")
@@ -99,11 +99,11 @@ def run_one(job: tuple) -> dict:
     import torch
 
     from search_spaces.residual_lm import flops_per_token
-    from workers.data import load_corpus
-    from workers.data_config import DataConfig
-    from workers.plans import plan_budget
-    from workers.train import OptimConfig, RunConfig
-    from workers.trial import run_trial
+    from workers.data.config import DataConfig
+    from workers.data.corpus import load_corpus
+    from workers.training.plans import plan_budget
+    from workers.training.train import OptimConfig, RunConfig
+    from workers.trial.run import run_trial
 
     torch.set_num_threads(1)
     family, parametrization, d_model, n_layers, lr, base, budget, *rest = job
@@ -418,7 +418,7 @@ REPLAY_SAMPLERS = ("random", "tpe")
 
 
 def _as_row(number: int, r: dict) -> FrontPoint:
-    """Row `number` of the table as `nas.pareto` reads it."""
+    """Row `number` of the table as `nas.answer.pareto` reads it."""
     status = TrialStatus.COMPLETED if math.isfinite(r["val_loss"]) else TrialStatus.DIVERGED
     return FrontPoint(number=number, val_loss=r["val_loss"], executed_flops_per_token=r["executed_flops_per_token"],
                       status=status)  # fmt: skip
@@ -433,8 +433,8 @@ def replay_search(rows: list[dict], summary: dict, seeds: int, n_trials: int) ->
     """
     import optuna
 
-    from nas.pareto import hypervolume, hypervolume_curve
-    from nas.study import make_sampler
+    from nas.answer.pareto import hypervolume, hypervolume_curve
+    from nas.search.study import make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     worst_tuned = max(v for f in FAMILIES for p in PARAMETRIZATIONS if p in summary.get(f, {})

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from nas.pareto import hypervolume_curve, is_front_candidate, pareto_rows, reference_point
+from nas.answer.pareto import hypervolume_curve, is_front_candidate, pareto_rows, reference_point
 from workers.status import PENDING, TrialStatus
 
 from .cost import COUNTED, CostAxis, cost_ratios
@@ -167,7 +167,7 @@ def pareto_figure(
     search; `unit` names what the rows' val_loss holds (the page passes bits per byte in val_loss to
     compare searches with different tokenizers).
 
-    Traces per search: "front: <search>" (the non-dominated completed trials of `nas.pareto` on `axis`,
+    Traces per search: "front: <search>" (the non-dominated completed trials of `nas.answer.pareto` on `axis`,
     joined by a step line), "dominated: <search>" (the other completed trials, if `show_dominated`) and
     "not completed: <search>" (diverged, infeasible, stopped and failed trials, whose loss is inf,
     drawn with an "x" at the top edge, if `show_infeasible`). Running trials are never drawn, nor, on the
@@ -226,7 +226,7 @@ def cost_ratio_figure(rows_by_search: Mapping[str, Sequence]) -> go.Figure:
 def hypervolume_figure(rows_by_search: Mapping[str, Sequence], ref: tuple[float, float] | None = None) -> go.Figure:
     """Hypervolume after each trial (trial-number order) per search, against one reference point.
 
-    `ref` defaults to `nas.pareto.reference_point` of all the rows together, so overlaid searches
+    `ref` defaults to `nas.answer.pareto.reference_point` of all the rows together, so overlaid searches
     are measured against the same point. Running trials have no result yet and are left out.
     """
     if ref is None:

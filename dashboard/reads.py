@@ -6,8 +6,8 @@ directory (`nas.store.default_url`). Reads are cached for `TTL_S` seconds, keyed
 arguments, so a page refresh every `REFRESH_S` seconds sees new trials. Nothing here writes: a
 SQLite file that does not exist is reported, not created.
 
-The predictions at a search's target budget (`nas.answer.predict_search`) and its loss-vs-compute
-fit (`nas.extrapolate.fit_study`) are computed from the cached rungs and cached the same way.
+The predictions at a search's target budget (`nas.answer.target.predict_search`) and its loss-vs-compute
+fit (`nas.answer.extrapolate.fit_study`) are computed from the cached rungs and cached the same way.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 import streamlit as st
 from sqlalchemy.engine import make_url
 
-from nas.answer import Answer, Prediction, answer_at_target
-from nas.backtest import Backtest
-from nas.budget import Budget, BudgetError, stored_budget
+from nas.answer.backtest import Backtest
+from nas.answer.target import Answer, Prediction, answer_at_target
+from nas.space.budget import Budget, BudgetError, stored_budget
 from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
 from workers.status import TrialStatus
 
@@ -145,7 +145,7 @@ def budget(url: str, name: str) -> Budget | str:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def answer(url: str, name: str, target: float) -> Answer:
-    """The search's answer at `target` training FLOPs from all its rungs (`nas.answer.answer_at_target`)."""
+    """The search's answer at `target` training FLOPs from all its rungs (`nas.answer.target.answer_at_target`)."""
     return answer_at_target(rungs(url, name), target)
 
 
@@ -155,7 +155,7 @@ def predictions(url: str, name: str, target: float) -> dict[int, Prediction]:
 
 
 def backtest(url: str, name: str, target: float) -> Backtest:
-    """Which predictor the search answers with at `target`, and its backtest (`nas.backtest`)."""
+    """Which predictor the search answers with at `target`, and its backtest (`nas.answer.backtest`)."""
     return answer(url, name, target).backtest
 
 

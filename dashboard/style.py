@@ -14,7 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from nas.extrapolate import NONE, STUDY
+from nas.answer.extrapolate import NONE, STUDY
 
 from .cost import seconds_per_token
 
@@ -121,7 +121,7 @@ def format_number(x: Any, spec: str) -> str:
 
 
 def group_label(group: str | None) -> str:
-    """A fit group in words (`nas.extrapolate`: a family, the whole study, or no fit)."""
+    """A fit group in words (`nas.answer.extrapolate`: a family, the whole study, or no fit)."""
     return {STUDY: "shared by the study", NONE: "no fit", "-": "no fit", None: "-"}.get(group, f"family {group}")
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from nas.answer import Prediction, front_at_target
-from nas.pareto import hypervolume, pareto_rows, reference_point
+from nas.answer.pareto import hypervolume, pareto_rows, reference_point
+from nas.answer.target import Prediction, front_at_target
 
 from .cost import COUNTED, CostAxis, cost_ratios, seconds_per_token
 from .style import format_number, group_label, trial_lr

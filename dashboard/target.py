@@ -7,11 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nas.answer import BAND_LEVEL
-from nas.backtest import Backtest
-from nas.budget import VALIDATED_TARGET_RATIO, Budget
-from nas.calibration import Calibration
-from nas.extrapolate import NONE
+from nas.answer.backtest import Backtest
+from nas.answer.calibration import Calibration
+from nas.answer.extrapolate import NONE
+from nas.answer.target import BAND_LEVEL
+from nas.space.budget import VALIDATED_TARGET_RATIO, Budget
 
 
 def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dict) -> str | None:

@@ -1,4 +1,4 @@
-"""Figures at the target budget T (`nas.answer`): what each trial's rungs predict there, and how well.
+"""Figures at the target budget T (`nas.answer.target`): what each trial's rungs predict there, and how well.
 
 `target_front_figure` draws each trial's predicted loss at T with its 80% band beside the measured front of
 each rung, `rung_curve_figure` one trial's rungs and fitted curve L = E + A C^-alpha up to T, and
@@ -17,8 +17,8 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
-from nas.answer import BAND_LEVEL, Prediction, at_target, front_at_target
-from nas.pareto import FrontPoint, pareto_rows
+from nas.answer.pareto import FrontPoint, pareto_rows
+from nas.answer.target import BAND_LEVEL, Prediction, at_target, front_at_target
 from nas.store import RungRow
 from workers.status import PENDING
 
@@ -72,7 +72,7 @@ def rung_means(rung_rows: Iterable[RungRow]) -> dict[int, dict[int, tuple[float,
 
 
 def _nondominated(points: Sequence[tuple[int, float, float]]) -> list[tuple[int, float, float]]:
-    """The non-dominated (number, cost, loss) of `points`, by cost: the rule of `nas.pareto`."""
+    """The non-dominated (number, cost, loss) of `points`, by cost: the rule of `nas.answer.pareto`."""
     rows = [FrontPoint(number=n, val_loss=y, executed_flops_per_token=x) for n, x, y in points]
     return [(r.number, r.executed_flops_per_token, r.val_loss) for r in pareto_rows(rows)]
 
@@ -230,8 +230,8 @@ def target_front_figure(
     """Predicted loss at the target T vs cost per token on `axis` (left; executed FLOPs by default), beside the
     loss measured at each rung (right); x axes log, y axis shared.
 
-    Left, from the trial rows and `nas.answer.predict_search`'s predictions: "front at T", the trials of
-    `nas.answer.front_at_target(rows, predictions)` (completed, non-dominated at their predicted loss)
+    Left, from the trial rows and `nas.answer.target.predict_search`'s predictions: "front at T", the trials of
+    `nas.answer.target.front_at_target(rows, predictions)` (completed, non-dominated at their predicted loss)
     joined by a step line, and "dominated at T", the other completed trials with a finite prediction; each
     with its 80% band as error bars. Right, from the search's `RungRow`s, per stored rung r (0 = the lowest
     budget C): "rung r measured", each trial's mean loss over its seeds at rung r (whatever the trial's status
@@ -254,7 +254,7 @@ def target_front_figure(
 
 
 def _fit_params(fit_or_params: Any, number: int) -> tuple[float, float, float, str | None]:
-    if hasattr(fit_or_params, "params"):  # a nas.extrapolate.StudyFit
+    if hasattr(fit_or_params, "params"):  # a nas.answer.extrapolate.StudyFit
         return fit_or_params.params(number)
     e, a, alpha, *group = fit_or_params
     return float(e), float(a), float(alpha), group[0] if group else None
@@ -328,10 +328,10 @@ def rung_curve_figure(
     """One trial's rungs and fitted curve against training FLOPs (log x), out to the target T.
 
     `rung_rows` are the trial's `RungRow`s (one per rung and seed: "measured", at each rung's budget);
-    `fit_or_params` the search's `nas.extrapolate.StudyFit` or the trial's (E, A, alpha[, group]) as
+    `fit_or_params` the search's `nas.answer.extrapolate.StudyFit` or the trial's (E, A, alpha[, group]) as
     `StudyFit.params` gives them. "fit" draws L(C) = E + A C^-alpha at `n_points` budgets spaced evenly in
     log C from the lowest rung's budget to exactly `target`; "predicted at T" marks the loss at T with the
-    80% band of `prediction` (`nas.answer.Prediction`) as error bars, or the curve's value there, without
+    80% band of `prediction` (`nas.answer.target.Prediction`) as error bars, or the curve's value there, without
     a band, when no prediction is given.
     """
     number = _one_trial(rung_rows)

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 import streamlit as st
 
-from nas.budget import VALIDATED_TARGET_RATIO, Budget
-from nas.extrapolate import NONE
-from nas.pareto import pareto_rows, reference_point
+from dashboard.width_advice import WidthPoint, width_advice
+from nas.answer.extrapolate import NONE
+from nas.answer.pareto import pareto_rows, reference_point
+from nas.space.budget import VALIDATED_TARGET_RATIO, Budget
 from nas.store import SearchStatus
-from nas.width_advice import WidthPoint, width_advice
 from workers.status import PENDING, TrialStatus
 
 from . import reads
@@ -421,7 +421,7 @@ def width_page(url: str, summaries: Sequence) -> None:
 
 
 def _width_advice(pairs) -> str:
-    """One line per family, from trials of equal depth and MoD rate only (`nas.width_advice`)."""
+    """One line per family, from trials of equal depth and MoD rate only (`dashboard.width_advice`)."""
     points = [
         WidthPoint(r.residual or "unknown", r.n_layers or 0, r.mod_rate or 0.0, w.get("d_model"), w.get("d_align"))
         for r, w in pairs

@@ -1,6 +1,6 @@
 """Export a search's best trials as files that `nas pretrain` trains at full scale.
 
-One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.export_format`), plus
+One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.pretrain.export_format`), plus
 `index.json` listing them, and for a search with a tokenizer other than bytes, its
 `<search>-tokenizer.json`, which every file names and `nas pretrain` tokenises with.
 `export_configs` turns store rows into those files, and validates every chosen trial before it
@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from search_spaces.residual_lm import ArchConfig, config_error_message, flops_per_token
-from workers.export_format import (
+from workers.pretrain.export_format import (
     RUN_FIELDS_NOT_EXPORTED,
     ExportedConfig,
     ExportError,
@@ -30,10 +30,10 @@ from workers.export_format import (
     recommend,
 )
 from workers.status import TrialStatus
-from workers.train import OptimConfig, RunConfig
+from workers.training.train import OptimConfig, RunConfig
 
-from .answer import Prediction, front_at_target, predict_search
-from .budget import BudgetError, stored_budget
+from .answer.target import Prediction, front_at_target, predict_search
+from .space.budget import BudgetError, stored_budget
 from .store import Store, TrialRow
 from .version import code_version
 
@@ -75,8 +75,8 @@ def _tokenizer_json(search, record: dict) -> str | None:
     corpus now loads with another tokenizer."""
     if record["file"] is None:
         return None
-    from workers.data import load_corpus
-    from workers.data_config import DataConfig
+    from workers.data.config import DataConfig
+    from workers.data.corpus import load_corpus
 
     corpus = load_corpus(DataConfig(**((search.settings or {}).get("data") or {})))
     if corpus.tokenizer != record["identity"] or corpus.path is None:
@@ -213,7 +213,7 @@ def export_configs(
     """Write one YAML per chosen trial and `index.json` into `out_dir`; return the YAML paths.
 
     `trial` (if given) exports that trial, else `pareto` exports the completed non-dominated trials
-    (nas.pareto.pareto_rows). `freeze_ancre` marks ANCRe coefficients for freezing (an error with
+    (nas.answer.pareto.pareto_rows). `freeze_ancre` marks ANCRe coefficients for freezing (an error with
     `trial` if that trial is not ANCRe; trials of other families on a front simply have none).
     Everything is validated before anything is written; errors are one-line `ExportError`s or
     the store's `StoreError`s (unknown search).

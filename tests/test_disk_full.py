@@ -18,10 +18,10 @@ from sqlalchemy import create_engine, text
 
 from nas.store import Store, StoreError
 from search_spaces.residual_lm import flavour, flops_per_token
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.train import RunConfig, train
-from workers.trial import run_trial
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.training.train import RunConfig, train
+from workers.trial.run import run_trial
 
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=2, report_every=2)
 

@@ -20,6 +20,20 @@ from pathlib import Path
 from typing import NamedTuple
 
 LAYERS = ("dashboard", "nas", "workers", "search_spaces")  # top to bottom
+# The parts of `nas` and `workers` (their folders, and the shared modules beside them), top to bottom: a part
+# imports only the parts below it. Each package's own `__init__` (its public names) is outside the order.
+ROOMS = {
+    "nas": ("nas.cli", "nas.search", "nas.export", "nas.answer", "nas.space", "nas.store", "nas.version"),
+    "workers": (
+        "workers.release",
+        "workers.pretrain",
+        "workers.trial",
+        "workers.training",
+        "workers.data",
+        "workers.status",
+        "workers.strict_json",
+    ),
+}
 
 
 class Edge(NamedTuple):
@@ -78,6 +92,24 @@ def upward_edges(edges: list[Edge], layers: tuple[str, ...]) -> list[Edge]:
     return [e for e in edges if rank[e.dst.split(".")[0]] < rank[e.src.split(".")[0]]]
 
 
+def room_of(module: str, rooms: tuple[str, ...]) -> int | None:
+    """The index of the room (in `rooms`, top to bottom) that `module` belongs to; None outside them."""
+    return next((i for i, room in enumerate(rooms) if module == room or module.startswith(room + ".")), None)
+
+
+def upward_room_edges(edges: list[Edge], rooms: dict[str, tuple[str, ...]]) -> list[Edge]:
+    """The edges, inside one package of `rooms`, from a part to one above it."""
+    bad = []
+    for e in edges:
+        package = e.src.split(".")[0]
+        if package not in rooms or e.dst.split(".")[0] != package:
+            continue
+        src, dst = room_of(e.src, rooms[package]), room_of(e.dst, rooms[package])
+        if src is not None and dst is not None and dst < src:
+            bad.append(e)
+    return bad
+
+
 def cycles(edges: list[Edge]) -> list[list[str]]:
     """Every strongly connected component with a cycle (2+ modules, or one that imports itself), sorted.
 
@@ -124,6 +156,21 @@ def cycle_report(edges: list[Edge]) -> str:
 def test_no_upward_imports():
     report = upward_report(build_graph(repo_root(), LAYERS), LAYERS)
     assert not report, report
+
+
+def test_the_parts_of_nas_and_workers_import_only_the_parts_below_them():
+    edges = build_graph(repo_root(), LAYERS)
+    bad = upward_room_edges(edges, ROOMS)
+    assert not bad, "imports of a part above the importer:\n" + "".join(f"{e}\n" for e in bad)
+    for package, rooms in ROOMS.items():  # every module of the package lies in a room (its __init__ aside)
+        modules = {e.src for e in edges if e.src.split(".")[0] == package} - {package}
+        assert {m for m in modules if room_of(m, rooms) is None} == set(), f"{package}: modules outside its parts"
+
+
+def test_the_room_check_finds_an_upward_import():
+    edges = [Edge("p.low.a", "p.high.b", "p/low/a.py", 3), Edge("p.high.b", "p.low.a", "p/high/b.py", 1)]
+    assert upward_room_edges(edges, {"p": ("p.high", "p.low")}) == [edges[0]]
+    assert upward_room_edges(edges, {"p": ("p.high",)}) == []  # outside the rooms: not judged
 
 
 def test_no_cycles_inside_a_package():

@@ -1,13 +1,15 @@
-"""One proxy trial: data, iso-FLOP training, evaluation and the width certificate."""
+"""The workers: one proxy trial (`trial/`), the iso-FLOP trainer every run uses (`training/`), the data pipeline
+(`data/`), pretraining at full scale (`pretrain/`) and the Hugging Face release (`release/`). `status` is the one
+vocabulary of trial statuses and `strict_json` keeps result records strict JSON."""
 
-from .batches import TrainBatches, validation_batches
-from .data import TokenizedCorpus, load_corpus
-from .data_config import DataConfig
-from .documents import byte_tokens, read_shipped_texts, shipped_corpus_path
-from .plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
-from .train import OptimConfig, RunConfig, train
-from .trial import TrialResult, run_trial
-from .width_probe import WidthCertificate, width_certificate
+from .data.batches import TrainBatches, validation_batches
+from .data.config import DataConfig
+from .data.corpus import TokenizedCorpus, load_corpus
+from .data.documents import byte_tokens, read_shipped_texts, shipped_corpus_path
+from .training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
+from .training.train import OptimConfig, RunConfig, train
+from .trial.run import TrialResult, run_trial
+from .trial.width_probe import WidthCertificate, width_certificate
 
 __all__ = [
     "DataConfig",

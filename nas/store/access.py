@@ -298,7 +298,7 @@ class Store:
 
     @retried
     def record_rung(self, search_name: str, number: int, seed: int, result: dict) -> bool:
-        """Store one rung of trial `number` (a rung result of `workers.train`) unless that rung and seed
+        """Store one rung of trial `number` (a rung result of `workers.training.train`) unless that rung and seed
         are stored already; True if this call wrote it. Rows are never replaced."""
         with self._session() as s:
             search = self._search(s, search_name)

@@ -61,7 +61,7 @@ def _create_all(connection: Connection) -> None:
     Base.metadata.create_all(connection)
 
 
-# Version 1's text markers inside `failure_reason` (written by nas.tune_runner and nas.search then).
+# Version 1's text markers inside `failure_reason` (written by nas.search.tune_runner and nas.search.launch then).
 V1_RETRYING_MARKER = "(retrying: attempt"
 V1_INTERRUPTED_PREFIX = "interrupted: the search driver stopped"
 

@@ -54,7 +54,7 @@ class SearchStatus(str, Enum):
 SEARCH_STATUSES = tuple(s.value for s in SearchStatus)
 TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
 
-# The scalar fields of `workers.trial.TrialResult`, one column each on `trials`.
+# The scalar fields of `workers.trial.run.TrialResult`, one column each on `trials`.
 RESULT_FLOAT_FIELDS = (
     "val_loss",
     "val_bpb",
@@ -72,7 +72,7 @@ RESULT_FLOAT_FIELDS = (
 RESULT_INT_FIELDS = ("tokens_seen", "planned_tokens", "steps", "seed")
 # Architecture fields copied out of the config for filtering.
 ARCH_FIELDS = ("residual", "n_layers", "d_model", "n_heads", "mod_rate")
-# `workers.width_probe.WidthCertificate`, one column each on `width_certificates`.
+# `workers.trial.width_probe.WidthCertificate`, one column each on `width_certificates`.
 WIDTH_FIELDS = (
     "n_sequences",
     "d_model",
@@ -85,7 +85,7 @@ WIDTH_FIELDS = (
     "p_hat_8_8",
 )
 CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "training_flops")
-# One rung of a trial's ladder (`workers.train`'s or `workers.replica`'s rung result), one column each on
+# One rung of a trial's ladder (`workers.training.train`'s or `workers.trial.replica`'s rung result), one column each on
 # `rungs`; the last five describe a replica rung's model (NULL on a budget-ladder rung: the trial's own).
 RUNG_FIELDS = (
     "budget_flops",
@@ -290,7 +290,7 @@ class DiagnosticsModel(Base):
 
 
 class WidthCertificateModel(Base):
-    """`workers.width_probe.WidthCertificate` of a completed trial."""
+    """`workers.trial.width_probe.WidthCertificate` of a completed trial."""
 
     __tablename__ = "resnas_width_certificates"
 

@@ -7,7 +7,7 @@
 
 Each computes in at least fp32 (the NAG epilogue in the promoted dtype of its inputs) and returns its
 input's dtype. The dispatchers in `ops` check shapes before calling them. This module imports nothing
-outside the package, so the exported Hugging Face model (`workers.hf_export`) ships it as it is.
+outside the package, so the exported Hugging Face model (`workers.release.convert`) ships it as it is.
 """
 
 from __future__ import annotations

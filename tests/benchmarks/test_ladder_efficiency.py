@@ -200,7 +200,7 @@ def test_a_replayed_search_repeats_its_front_with_the_second_seed(table):
     """The search's repeats: each member of its front at T gets the table's second seed at every rung it reached
     that lacks one, and pays for those runs."""
     from benchmarks.grading import SearchReplay
-    from nas.answer import front_at_target
+    from nas.answer.target import front_at_target
 
     search = SearchReplay(table.replica_rows, table.replica_budgets, 3.0, table.target, noise_rule=False)
     for config in table.configs:

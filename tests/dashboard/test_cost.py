@@ -14,8 +14,8 @@ from dashboard.cost import COUNTED, MEASURED, cost_ratios, seconds_per_token, un
 from dashboard.front_figures import cost_ratio_figure, pareto_figure
 from dashboard.tables import target_frame, trials_frame
 from dashboard.target_figures import target_front_figure
-from nas.answer import Prediction
-from nas.pareto import pareto_rows
+from nas.answer.pareto import pareto_rows
+from nas.answer.target import Prediction
 from nas.store import TrialRow
 
 TOKENS = 1_000_000

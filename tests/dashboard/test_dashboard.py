@@ -28,10 +28,10 @@ from dashboard.trial_figures import (
     skip_rate_figure,
     width_figure,
 )
-from nas.answer import answer_at_target, at_target, predict_search
-from nas.pareto import hypervolume_curve, pareto_rows, reference_point
+from dashboard.width_advice import WidthPoint, width_advice
+from nas.answer.pareto import hypervolume_curve, pareto_rows, reference_point
+from nas.answer.target import answer_at_target, at_target, predict_search
 from nas.store import Store, default_url
-from nas.width_advice import WidthPoint, width_advice
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 INF = math.inf
@@ -110,7 +110,7 @@ def _seed_rungs(store: Store, name: str, ladder: dict, curve=_rung_loss) -> None
 
 
 def _params(number, residual, n_layers, d_model, n_heads, mod_rate, lr, flops) -> dict:
-    """The flat sampled config `nas.tune_runner` stores when a trial starts."""
+    """The flat sampled config `nas.search.tune_runner` stores when a trial starts."""
     return dict(
         n_layers=n_layers,
         d_model=d_model,

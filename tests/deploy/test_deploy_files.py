@@ -30,7 +30,7 @@ except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli")
 
 from nas.cli import app
-from nas.dashboard_launch import dashboard_launch
+from nas.cli.dashboard_launch import dashboard_launch
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (ROOT / "docker-compose.yml").read_text()

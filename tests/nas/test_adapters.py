@@ -1,21 +1,23 @@
-"""Contracts with the private parts of Optuna and Ray Tune the project touches (nas/optuna_adapter.py,
-nas/tune_adapter.py): each fails, naming the attribute, on a release that lacks one."""
+"""Contracts with the private parts of Optuna and Ray Tune the project touches (nas/search/optuna_adapter.py,
+nas/search/tune_adapter.py): each fails, naming the attribute, on a release that lacks one."""
 
 import inspect
 
 import optuna
 from ray.tune.search.optuna import OptunaSearch
 
-from nas import tune_adapter
-from nas.optuna_adapter import CACHED_STORAGE_CALLS, missing_calls
-from nas.study import RetryingRDBStorage
+from nas.search import tune_adapter
+from nas.search.optuna_adapter import CACHED_STORAGE_CALLS, missing_calls
+from nas.search.study import RetryingRDBStorage
 
 
 def test_optuna_has_every_private_storage_call_the_store_retries_and_its_cache_still_makes_them():
     assert missing_calls() == [], f"optuna {optuna.__version__} lacks RDBStorage.{missing_calls()}"
     cached = inspect.getsource(optuna.storages._cached_storage)
     unused = [name for name in CACHED_STORAGE_CALLS if f".{name}(" not in cached]
-    assert unused == [], f"optuna's _CachedStorage no longer calls {unused}: drop them from nas/optuna_adapter.py"
+    assert unused == [], (
+        f"optuna's _CachedStorage no longer calls {unused}: drop them from nas/search/optuna_adapter.py"
+    )
     for name in CACHED_STORAGE_CALLS:  # and each is wrapped in the retries
         assert getattr(RetryingRDBStorage, name) is not getattr(optuna.storages.RDBStorage, name), name
 

@@ -3,10 +3,10 @@ on the study's curve, unless the reliability-weighted fit of every rung orders h
 
 import pytest
 
-from nas.answer import answer_at_target
-from nas.backtest import backtest
-from nas.evidence import MIN_PAIRS, TOP_RUNG, WEIGHTED_FIT, pairwise_tau, rung_reliability
-from nas.extrapolate import RungPoint
+from nas.answer.backtest import backtest
+from nas.answer.evidence import MIN_PAIRS, TOP_RUNG, WEIGHTED_FIT, pairwise_tau, rung_reliability
+from nas.answer.extrapolate import RungPoint
+from nas.answer.target import answer_at_target
 from nas.store import RungRow
 
 C = [1e10 * 3**r for r in range(3)]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from nas.budget import (
+from nas.space import cheapest_of, load_space, space_from_dict
+from nas.space.budget import (
     DEFAULT_TRIALS,
     LEGACY_TARGET_RATIO,
     VALIDATED_TARGET_RATIO,
@@ -17,7 +18,6 @@ from nas.budget import (
     stored_budget,
     trial_is_feasible,
 )
-from nas.spec import cheapest_of, load_space, space_from_dict
 from search_spaces.residual_lm import ArchConfig, flops_per_token
 
 
@@ -163,7 +163,7 @@ def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
 def test_configs_outside_the_tokens_per_parameter_range_at_the_target_are_not_trained():
     """D_T / N_T from the iso-FLOP token count at T (whole batches) over a real build's parameter count."""
     from search_spaces.residual_lm import build_model, count_parameters
-    from workers.plans import plan_budget
+    from workers.training.plans import plan_budget
 
     budget = Budget(trial_flops=1e11, min_tokens_per_param=4.0, max_tokens_per_param=100.0)
     for d, layers in [(64, 2), (64, 8), (192, 8), (32, 1)]:

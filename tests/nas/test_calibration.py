@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from nas.calibration import GAMMA, Calibration, calibrate, coverage, min_scores
+from nas.answer.calibration import GAMMA, Calibration, calibrate, coverage, min_scores
 
 Z80 = 1.2815515655446004  # the 90th percentile of N(0, 1): a central 80% interval is +/- Z80 sigma
 

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 from typer.testing import CliRunner, Result
 
 from nas.cli import app
-from nas.messages import options_message
-from nas.settings import SAMPLERS, SearchSettings
+from nas.search.settings import SAMPLERS, SearchSettings
+from nas.space.messages import options_message
 from nas.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def nas(tmp_path, monkeypatch):
         return RUNNER.invoke(app, list(args), env=env, catch_exceptions=False)
 
     yield run
-    for key in set(os.environ) - set(saved):  # joining Ray sets its defaults (nas.ray_env)
+    for key in set(os.environ) - set(saved):  # joining Ray sets its defaults (nas.search.ray_env)
         del os.environ[key]
     os.environ.update(saved)
 
@@ -179,7 +179,7 @@ def test_search_settings_are_validated_wherever_they_are_built():
 
 
 def test_every_sampler_the_settings_accept_can_be_built():
-    from nas.study import make_sampler
+    from nas.search.study import make_sampler
 
     for name in SAMPLERS:
         make_sampler(name, seed=0)

@@ -7,11 +7,11 @@ import inspect
 
 from pydantic_core import PydanticUndefined
 
-from nas.budget import Budget
-from nas.cli import search
-from nas.settings import SearchSettings
-from workers.data_config import DataConfig
-from workers.train import OptimConfig
+from nas.cli.commands import search
+from nas.search.settings import SearchSettings
+from nas.space.budget import Budget
+from workers.data.config import DataConfig
+from workers.training.train import OptimConfig
 
 MODELS = (Budget, SearchSettings, DataConfig)
 # Options named differently from the field they set.

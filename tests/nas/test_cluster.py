@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import re
 import secrets
 import shutil
 import signal
@@ -38,6 +39,7 @@ import pytest
 from test_search import DATA, assert_listening_on_loopback_only, wait_for
 
 from nas.store import Store, UnknownSearch
+from workers.trial.contract import TICKET_KEY
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.cluster, pytest.mark.slow]
 RAY = Path(sys.executable).with_name("ray")
@@ -232,9 +234,16 @@ def running_trial_of(actor: psutil.Process, ray_dir: Path, running: set[int]) ->
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
     for params in ray_dir.glob(f"*/{trial_name}/params.json"):
-        number = json.loads(params.read_text())["optuna_number"]
+        number = ticket_number(params)
         return number if number in running else None
     return None
+
+
+def ticket_number(params: Path) -> int | None:
+    """The trial number of the ticket in a Tune trial's params.json (Tune writes the ticket as its repr)."""
+    ticket = str(json.loads(params.read_text()).get(TICKET_KEY, ""))
+    found = re.search(r"number=(\d+)", ticket)
+    return int(found.group(1)) if found else None
 
 
 def tune_actors(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -252,7 +261,7 @@ def tune_actors(procs: list[psutil.Process]) -> list[psutil.Process]:
 def last_result_pid(ray_dir: Path, number: int) -> int:
     """The PID of the process that made trial `number`'s final report (Tune's result.json)."""
     for params in ray_dir.glob("*/*/params.json"):
-        if json.loads(params.read_text()).get("optuna_number") == number:
+        if ticket_number(params) == number:
             lines = params.with_name("result.json").read_text().splitlines()
             return json.loads(lines[-1])["pid"]
     raise AssertionError(f"no Tune trial directory for trial {number}")

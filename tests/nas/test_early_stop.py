@@ -1,6 +1,6 @@
 """FLOP-band early stopping: losers are stopped only against peers of similar executed FLOPs."""
 
-from nas.early_stop import FlopBandStopper, TrialTimeLimit, flop_band
+from nas.search.early_stop import FlopBandStopper, TrialTimeLimit, flop_band
 
 
 def report(flops: float, k: int, loss: float, evals: int = 4) -> dict:

@@ -2,7 +2,7 @@
 
 The store is filled the way a search fills it: `start_trial` with the sampled config, then
 `finish_trial` with the `TrialResult.to_dict()` of a real `run_trial` (whose arch/optim replace the
-config's). The Pareto front is recomputed here by brute force, not with `nas.pareto`.
+config's). The Pareto front is recomputed here by brute force, not with `nas.answer.pareto`.
 """
 
 import json
@@ -14,11 +14,11 @@ import yaml
 from nas.export import export_configs, export_file_name
 from nas.store import Store, StoreError, UnknownSearch
 from search_spaces.residual_lm import ArchConfig, flops_per_token
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.export_format import ExportedConfig, ExportError, load_exported
-from workers.train import OptimConfig, RunConfig
-from workers.trial import run_trial
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.pretrain.export_format import ExportedConfig, ExportError, load_exported
+from workers.training.train import OptimConfig, RunConfig
+from workers.trial.run import run_trial
 
 BUDGET = 3e9
 RUN = RunConfig(batch_size=4, eval_sequences=16, evals=2)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from nas.extrapolate import NONE, STUDY, RungPoint, fit_study, seed_noise
+from nas.answer.extrapolate import NONE, STUDY, RungPoint, fit_study, seed_noise
 
 C0 = 1e15
 RUNGS = [C0 * 3.0**r for r in range(4)]  # eta = 3

@@ -5,9 +5,9 @@ import io
 
 from rich.console import Console
 
-from nas.answer import answer_at_target
-from nas.budget import Budget
-from nas.front_table import COMPACT_COLUMNS, WIDE_COLUMNS, front_report
+from nas.answer.target import answer_at_target
+from nas.cli.front_table import COMPACT_COLUMNS, WIDE_COLUMNS, front_report
+from nas.space.budget import Budget
 from nas.store import Store, default_url
 
 

@@ -1,4 +1,4 @@
-"""Known values of `nas.pareto`: fronts, hypervolumes and reference points worked out by hand.
+"""Known values of `nas.answer.pareto`: fronts, hypervolumes and reference points worked out by hand.
 
 Both objectives are minimised: (validation loss, executed FLOPs per token). The running example is
 A = (1, 6), B = (2, 3), C = (3, 1) against the reference point (4, 10). Each point dominates the
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from nas.pareto import (
+from nas.answer.pareto import (
     hypervolume,
     hypervolume_curve,
     is_front_candidate,
@@ -32,7 +32,7 @@ NOT_COMPLETED = sorted(set(TrialStatus) - {TrialStatus.COMPLETED})
 
 @dataclass(frozen=True)
 class Row:
-    """The fields of a trial row that `nas.pareto` reads, plus a measured cost for `key`."""
+    """The fields of a trial row that `nas.answer.pareto` reads, plus a measured cost for `key`."""
 
     number: int
     val_loss: float | None

@@ -1,4 +1,4 @@
-"""MO-ASHA promotion (nas/promotion.py): checked against brute-force definitions on random tables and on
+"""MO-ASHA promotion (nas/answer/promotion.py): checked against brute-force definitions on random tables and on
 hand-made cases, with and without a noise margin."""
 
 import math
@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from nas.promotion import (
+from nas.answer.promotion import (
     Candidate,
     crowding_distance,
     nondominated_fronts,

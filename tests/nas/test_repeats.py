@@ -1,11 +1,11 @@
 """The front's repeats run the configs the trials ran, the search's learning-rate schedule included; a search
 stored before the schedule was recorded resumes on the one its trials ran."""
 
-from nas.budget import Budget
-from nas.repeats import repeat_jobs
-from nas.search import stored_space
-from nas.settings import SearchSettings
-from nas.spec import space_from_dict
+from nas.search.launch import stored_space
+from nas.search.repeats import repeat_jobs
+from nas.search.settings import SearchSettings
+from nas.space import space_from_dict
+from nas.space.budget import Budget
 from nas.store import Store, default_url
 
 SPACE = {
@@ -33,8 +33,10 @@ def test_a_repeat_runs_the_searchs_schedule(tmp_path):
                 tid, {"status": "completed", "val_loss": 1.8 + 0.1 * n, "executed_flops_per_token": 1e5 * (n + 1)}
             )
         jobs = repeat_jobs(store, "s", space, budget, SearchSettings(repeat_seeds=1, seed=0))
-    assert jobs and all((j.optim.schedule, j.optim.cooldown, j.seed) == ("cosine", 0.3, 1) for j in jobs)
-    assert all(j.ladder.rungs == 2 for j in jobs)
+    assert jobs and all(
+        (j.request.optim.schedule, j.request.optim.cooldown, j.seed) == ("cosine", 0.3, 1) for j in jobs
+    )
+    assert all(j.request.measurement.ladder.rungs == 2 for j in jobs)
 
 
 def test_a_search_stored_before_the_schedule_resumes_on_the_one_its_trials_ran():

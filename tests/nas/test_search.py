@@ -20,8 +20,8 @@ import optuna
 import psutil
 import pytest
 
+from nas.search.study import optuna_storage
 from nas.store import Store, UnknownSearch
-from nas.study import optuna_storage
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

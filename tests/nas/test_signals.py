@@ -12,8 +12,8 @@ import optuna
 import pytest
 from test_search import nas_args, run, trial_rows, wait_for
 
+from nas.search.study import optuna_storage
 from nas.store import Store
-from nas.study import optuna_storage
 from workers.status import FINAL
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]

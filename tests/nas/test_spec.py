@@ -9,7 +9,7 @@ import optuna
 import pytest
 from pydantic import ValidationError
 
-from nas.spec import (
+from nas.space import (
     CategoricalParam,
     FloatParam,
     IntParam,

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, make_url, text
 from sqlalchemy.pool import NullPool
 
+from nas.search.study import optuna_storage
 from nas.store import (
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
@@ -28,7 +29,6 @@ from nas.store import (
     ensure_schema,
 )
 from nas.store.schema import ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS
-from nas.study import optuna_storage
 from workers.status import TrialStatus
 
 NAN, INF = math.nan, math.inf
@@ -121,7 +121,7 @@ def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
     )
 
 
-RUNGS = [  # what `workers.train` reports for a 3-rung ladder whose top rung is this trial's budget
+RUNGS = [  # what `workers.training.train` reports for a 3-rung ladder whose top rung is this trial's budget
     {
         "rung": r,
         "budget_flops": 4e12 / 3 ** (2 - r),
@@ -195,8 +195,8 @@ def store(store_url):
 
 
 def test_every_trial_result_and_certificate_field_is_stored():
-    from workers.trial import TrialResult
-    from workers.width_probe import WidthCertificate
+    from workers.trial.run import TrialResult
+    from workers.trial.width_probe import WidthCertificate
 
     stored = set(RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS) | {
         "status",

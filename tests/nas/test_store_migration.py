@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, make_url, text
 
-from nas.search import finished_trial_numbers
+from nas.search.launch import finished_trial_numbers
 from nas.store import SCHEMA_VERSION, Store, StoreError, default_url
 from workers.status import TrialStatus
 

@@ -97,7 +97,7 @@ def test_a_search_survives_a_server_restart_with_every_trial_and_rung_once(own_s
     from test_search import nas_args, wait_for
     from test_signals import assert_optuna_agrees
 
-    from nas.study import optuna_storage
+    from nas.search.study import optuna_storage
 
     server, url = own_server
     # 4 small trials, 2 at a time, no repeats: the restart comes after the first completes, while the rest
@@ -148,8 +148,8 @@ def test_a_store_down_past_the_window_keeps_results_on_disk_and_resume_writes_th
     from test_search import nas_args, wait_for
     from test_signals import assert_optuna_agrees
 
-    from nas.spool import spool_path
-    from nas.study import optuna_storage
+    from nas.search.spool import spool_path
+    from nas.search.study import optuna_storage
 
     server, url = own_server
     monkeypatch.setenv("RESNAS_SPOOL", str(tmp_path / "spool"))

@@ -15,7 +15,7 @@ from test_cli_errors import nas, one_error_line  # noqa: F401 (`nas` is a fixtur
 
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, flops_per_token
-from workers.shards import write_meta, write_stream
+from workers.data.shards import write_meta, write_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "data" / "tiny_space.yaml"

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from nas.width_advice import WidthPoint, width_advice
+from dashboard.width_advice import WidthPoint, width_advice
 
 WIDTHS = (64, 96, 128, 192)
 

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 from workers import byte_tokens, read_shipped_texts, shipped_corpus_path
-from workers.batches import TrainBatches, validation_batches
-from workers.data import SEPARATOR, VOCAB_SIZE, TokenizedCorpus, load_corpus
-from workers.data_config import DataConfig
-from workers.documents import decode_tokens, split_documents
+from workers.data.batches import TrainBatches, validation_batches
+from workers.data.config import DataConfig
+from workers.data.corpus import SEPARATOR, VOCAB_SIZE, TokenizedCorpus, load_corpus
+from workers.data.documents import decode_tokens, split_documents
 
 SHIPPED_CONFIGS = {"default": {}, "wide": {"val_fraction": 0.25, "split_seed": 3}}
 

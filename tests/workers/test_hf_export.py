@@ -23,13 +23,13 @@ from nas.cli import app
 from search_spaces.residual_lm import ArchConfig, build_model
 from search_spaces.residual_lm.configuration_resnas import ResnasConfig
 from search_spaces.residual_lm.modeling_resnas import CACHE_NAME, ResnasForCausalLM
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.export_format import ExportedConfig
-from workers.hf_export import SEPARATOR_TEXT, convert, hf_tokenizer, model_code
-from workers.hf_generate import generate, load
-from workers.pretrain import pretrain
-from workers.tokenizer import ByteTokenizer, HFTokenizer, train_bpe
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.data.tokenizer import ByteTokenizer, HFTokenizer, train_bpe
+from workers.pretrain.export_format import ExportedConfig
+from workers.pretrain.run import pretrain
+from workers.release.convert import SEPARATOR_TEXT, convert, hf_tokenizer, model_code
+from workers.release.generate import generate, load
 
 VARIANTS = list(itertools.product(["cascaded", "nag", "ancre"], [0.0, 0.5]))
 IDS = [f"{r}-mod{m}" for r, m in VARIANTS]

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import flavour, tokens_for
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
-from workers.schedules import wsd_learning_rate
-from workers.train import OptimConfig, RunConfig, train
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
+from workers.training.schedules import wsd_learning_rate
+from workers.training.train import OptimConfig, RunConfig, train
 
-train_module = importlib.import_module("workers.train")  # the package exports a function of that name
+train_module = importlib.import_module("workers.training.train")  # the package exports a function of that name
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=2, report_every=5)
 OPTIM = OptimConfig(lr=3e-3, warmup=0.2, min_lr_ratio=0.1, cooldown=0.25)
 LADDER = LadderConfig(rungs=3, eta=3.0)

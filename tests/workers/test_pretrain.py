@@ -17,17 +17,17 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import workers.pretrain as pretrain_module
+import workers.pretrain.run as pretrain_module
 from nas.export import export_configs
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.data_parallel import Parallel
-from workers.export_format import ExportedConfig, load_exported
-from workers.pretrain import PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
-from workers.train import RunConfig, train
-from workers.trial import run_trial
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.pretrain.data_parallel import Parallel
+from workers.pretrain.export_format import ExportedConfig, load_exported
+from workers.pretrain.run import PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
+from workers.training.train import RunConfig, train
+from workers.trial.run import run_trial
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCH = ArchConfig(
@@ -264,9 +264,9 @@ def test_diverged_run_is_returned_not_raised(exported, data, tmp_path):
 
 WORKER = """
 import json, os, sys
-from workers.export_format import load_exported
-from workers.pretrain import pretrain
-from workers.data_config import DataConfig
+from workers.pretrain.export_format import load_exported
+from workers.pretrain.run import pretrain
+from workers.data.config import DataConfig
 src, cache, out = sys.argv[1:]
 summary = pretrain(load_exported(src), tokens=8000, data=DataConfig(cache_dir=cache), out_dir=out,
                    run_overrides={"checkpoint_every": 5})

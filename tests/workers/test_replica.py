@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flavour, flops_per_token
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.replica import (
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.training.train import OptimConfig, RunConfig
+from workers.trial.replica import (
     MEASURE_AGAIN,
     plan_replica,
     replica_arch,
@@ -16,8 +17,7 @@ from workers.replica import (
     run_replica_trial,
     target_path,
 )
-from workers.train import OptimConfig, RunConfig
-from workers.trial import run_trial
+from workers.trial.run import run_trial
 
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=1, report_every=1000)
 TARGET = ArchConfig(vocab_size=256, seq_len=32, n_layers=2, d_model=64, n_heads=2, residual="nag", mod_rate=0.25)

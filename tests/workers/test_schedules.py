@@ -6,12 +6,12 @@ import math
 import pytest
 
 from search_spaces.residual_lm import ArchConfig, flavour
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.plans import LadderConfig
-from workers.replica import plan_replica, run_replica_trial
-from workers.train import OptimConfig, RunConfig, train
-from workers.trial import run_trial
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.training.plans import LadderConfig
+from workers.training.train import OptimConfig, RunConfig, train
+from workers.trial.replica import plan_replica, run_replica_trial
+from workers.trial.run import run_trial
 
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=1, report_every=1)  # a curve point every step
 
@@ -26,7 +26,7 @@ def tiny(**overrides):
 
 
 def expected_wsd(steps: int, optim: OptimConfig) -> list[float]:
-    """Written out here, apart from workers.schedules: warm-up over round(warmup x steps), lr, then a linear
+    """Written out here, apart from workers.training.schedules: warm-up over round(warmup x steps), lr, then a linear
     decay over the last round(cooldown x steps) steps, reaching lr x min_lr_ratio at the last one."""
     warm = max(1, round(optim.warmup * steps))
     start = steps - round(optim.cooldown * steps)

@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
-from workers.batches import bits_per_byte, validation_batches, validation_tokens_per_byte
-from workers.data import corpus_fingerprint, load_corpus
-from workers.data_config import DataConfig
-from workers.documents import read_shipped_texts, split_documents
-from workers.shards import ShardError, read_meta, write_meta, write_stream
-from workers.tokenizer import HFTokenizer, TokenizerError, load_tokenizer, normalised_spec, train_bpe
-from workers.train import RunConfig, train
-from workers.trial import run_trial
+from workers.data.batches import bits_per_byte, validation_batches, validation_tokens_per_byte
+from workers.data.config import DataConfig
+from workers.data.corpus import corpus_fingerprint, load_corpus
+from workers.data.documents import read_shipped_texts, split_documents
+from workers.data.shards import ShardError, read_meta, write_meta, write_stream
+from workers.data.tokenizer import HFTokenizer, TokenizerError, load_tokenizer, normalised_spec, train_bpe
+from workers.training.train import RunConfig, train
+from workers.trial.run import run_trial
 
 VOCAB = 512
 KNOWN = ["naïve café — 日本語 🙂 tokens", "plain ASCII text, twice: plain ASCII text", "ä" * 40]
@@ -125,8 +125,8 @@ def test_shards_are_memory_mapped_not_copied_in_another_process(bpe_corpus, cach
     """A fresh process loads the cached corpus: its train tensor's memory lies inside a mapping of train.bin."""
     code = f"""
 import json, os
-from workers.data_config import DataConfig
-from workers.data import load_corpus
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
 c = load_corpus(DataConfig(tokenizer="train:{VOCAB}", cache_dir={str(cache)!r}))
 ptr = c.train.data_ptr()
 target = os.path.realpath(str(c.path / "train.bin"))

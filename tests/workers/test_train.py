@@ -5,11 +5,11 @@ import math
 import pytest
 
 from search_spaces.residual_lm import flavour, flops_per_token
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.plans import InfeasibleBudget, plan_budget
-from workers.schedules import cosine_learning_rate
-from workers.train import OptimConfig, RunConfig, train
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.training.plans import InfeasibleBudget, plan_budget
+from workers.training.schedules import cosine_learning_rate
+from workers.training.train import OptimConfig, RunConfig, train
 
 # Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
 ABSURD = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
@@ -157,7 +157,7 @@ def test_the_fused_optimizer_step_is_the_per_tensor_step_to_rounding(corpus, fam
     import torch
 
     from search_spaces.residual_lm import build_model
-    from workers.train import TrainState, _train_step, build_optimizer
+    from workers.training.train import TrainState, _train_step, build_optimizer
 
     cfg = tiny(residual=family)
     optim = OptimConfig(weight_decay=0.1)

@@ -5,10 +5,10 @@ import math
 import pytest
 
 from search_spaces.residual_lm import flavour
-from workers.data import load_corpus
-from workers.data_config import DataConfig
-from workers.train import OptimConfig, RunConfig
-from workers.trial import run_trial
+from workers.data.config import DataConfig
+from workers.data.corpus import load_corpus
+from workers.training.train import OptimConfig, RunConfig
+from workers.trial.run import run_trial
 
 # Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
 ABSURD = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
@@ -77,8 +77,8 @@ def test_the_train_step_adds_the_predictors_loss(corpus, with_aux):
     import torch
 
     from search_spaces.residual_lm import build_model
-    from workers.checkpoints import TrainState
-    from workers.train import _train_step, build_optimizer
+    from workers.training.checkpoints import TrainState
+    from workers.training.train import _train_step, build_optimizer
 
     cfg = flavour("debug", vocab_size=256, seq_len=32, mod_rate=0.5, mod_routing="predictor")
     model = build_model(cfg).train()

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from helpers import FAMILIES, small_cfg, tokens
 from search_spaces.residual_lm import build_model
-from workers.width_probe import (
+from workers.trial.width_probe import (
     WidthCertificate,
     _disjoint_subsets,
     alignment_statistics,

@@ -1,0 +1,203 @@
+"""Multi-objective asynchronous successive halving (MO-ASHA): which trials continue to the next rung.
+
+Trials are measured on a ladder of budgets, rungs 0..k-1 (geometric with ratio `eta`). At each rung it
+reaches, a trial reports two objectives, both minimised: the predicted validation loss at the user's
+target budget (may be +inf for a failed trial) and the executed forward FLOPs per token (known from
+the config).
+
+The rule (MO-ASHA, Schmucker et al., arXiv:2106.12639, with its NSGA-II selection; asynchronous as in
+ASHA, Li et al., arXiv:1810.05934): when a trial reports at rung r < k-1, it continues to rung r+1 iff,
+among ALL trials that have reported at rung r so far (itself included; n of them), it is in the best
+ceil(n / eta) of the following total order (`rank`):
+
+1. Trials whose two objectives are both finite come first, ordered by non-dominated sorting
+   (front 1 = the points no other point dominates; front 2 = those of the rest; ...). `a` dominates
+   `b` iff `a` is no worse in both objectives and strictly better in at least one; equal points are
+   in the same front.
+2. Inside a front, larger NSGA-II crowding distance first (`crowding_distance`: boundary points get
+   +inf), then the smaller trial id (so the order is deterministic). Only the front that straddles
+   the cut ceil(n / eta) is affected by this tie-breaking.
+3. Trials with a non-finite objective (inf or NaN) come last, among themselves by trial id. They are
+   therefore promoted only when fewer than ceil(n / eta) trials at the rung are finite (e.g. one
+   failed trial alone at its rung): the count promoted is always exactly ceil(n / eta).
+
+The decision is taken once, when the trial reports (the "stopping" form of ASHA, as Ray Tune's
+ASHAScheduler does it), against the trials seen so far: an early trial is judged against few peers
+(the first trial at a rung always continues), and a trial stopped now is not revived if later
+arrivals would have ranked it higher.
+
+Why not Optuna's pruners or Ray Tune's ASHA: they are single-objective. They rank trials at a rung by
+one scalar, so ranking by loss keeps only the low-loss (usually expensive) end of the trade-off and
+stops the cheap architectures that the Pareto front needs, and any fixed scalarisation of
+(loss, FLOPs) picks one point of the trade-off in advance. Ranking by Pareto front, then crowding
+distance, keeps trials spread along the whole front.
+
+Noise (PASHA, Bohdal et al., arXiv 2207.06940, treats configs within a noise margin as tied): a candidate
+may carry a `margin`, twice the seed noise of its predicted loss. A trial left below the cut is *tied with the
+cut* (`tied_with_cut`) when, its loss lowered by its margin, it would be promoted: which of the two a single
+seed put first is then a coin flip, and the search promotes both, or measures the rung again first
+(`nas.answer.rung_decision`).
+
+Only numpy, moocore (non-dominated sorting) and the standard library are imported.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import moocore
+import numpy as np
+
+__all__ = [
+    "Candidate",
+    "crowding_distance",
+    "dominates",
+    "nondominated_fronts",
+    "promotable",
+    "promotion_count",
+    "rank",
+    "should_promote",
+    "tied_with_cut",
+]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One trial's two objectives at one rung, both minimised: `loss` (predicted validation loss at the
+    target budget; inf for a failed trial) and `flops` (executed forward FLOPs per token)."""
+
+    trial: int
+    loss: float
+    flops: float
+    margin: float = 0.0  # twice the seed noise of `loss`: losses closer than this are tied
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "trial", operator.index(self.trial))
+        object.__setattr__(self, "loss", float(self.loss))
+        object.__setattr__(self, "flops", float(self.flops))
+        object.__setattr__(self, "margin", float(self.margin))
+        if not self.margin >= 0:
+            raise ValueError(f"trial {self.trial}: margin must be >= 0 (got {self.margin!r})")
+
+    @property
+    def finite(self) -> bool:
+        """Both objectives are finite (neither inf nor NaN)."""
+        return math.isfinite(self.loss) and math.isfinite(self.flops)
+
+
+def dominates(a: Candidate, b: Candidate) -> bool:
+    """`a` is no worse than `b` in both objectives and strictly better in at least one."""
+    return a.loss <= b.loss and a.flops <= b.flops and (a.loss < b.loss or a.flops < b.flops)
+
+
+def _check_unique(candidates: Sequence[Candidate]) -> None:
+    seen: set[int] = set()
+    for c in candidates:
+        if c.trial in seen:
+            raise ValueError(f"trial {c.trial} appears more than once")
+        seen.add(c.trial)
+
+
+def _check_eta(eta: float) -> None:
+    if isinstance(eta, bool) or not isinstance(eta, numbers.Real):
+        raise TypeError(f"eta must be a real number, got {eta!r}")
+    if not eta > 1:  # also rejects NaN
+        raise ValueError(f"eta must be > 1, got {eta!r}")
+
+
+def nondominated_fronts(candidates: Iterable[Candidate]) -> list[list[Candidate]]:
+    """Non-dominated sorting: front 1 holds the candidates no other candidate dominates (`dominates`),
+    front 2 those of the rest, and so on. Equal points are in the same front. Every candidate is in
+    exactly one front; each front keeps the input order. Infinite objectives compare as usual (inf is
+    worse than any finite value, and equal to inf); NaN has no order and raises ValueError.
+    Computed with `moocore.pareto_rank` (O(n log n) for two objectives)."""
+    cands = list(candidates)
+    if not cands:
+        return []
+    points = np.array([(c.loss, c.flops) for c in cands], dtype=float)
+    if np.isnan(points).any():
+        raise ValueError("non-dominated sorting is undefined for NaN objectives")
+    ranks = moocore.pareto_rank(points)
+    return [[c for c, r in zip(cands, ranks, strict=True) if r == level] for level in np.unique(ranks)]
+
+
+def crowding_distance(front: Sequence[Candidate]) -> dict[int, float]:
+    """NSGA-II crowding distance of each candidate of `front` (normally one front of
+    `nondominated_fronts`), keyed by trial id; larger means more isolated, hence preferred.
+
+    For each objective in turn (loss, then FLOPs), the candidates are sorted by (value, trial id);
+    the first and the last get +inf, and each other one adds (next value - previous value) /
+    (largest value - smallest value), where next/previous are its neighbours in that order; an
+    objective with no spread (all values equal) adds nothing to the interior ones. With one or two
+    candidates, all are boundary points (+inf). Objectives must be finite and trial ids unique
+    (ValueError otherwise)."""
+    front = list(front)
+    _check_unique(front)
+    if not all(c.finite for c in front):
+        raise ValueError("crowding distance needs finite objectives")
+    dist = {c.trial: 0.0 for c in front}
+    if len(front) <= 2:
+        return {t: math.inf for t in dist}
+    for objective in ("loss", "flops"):
+        order = sorted(front, key=lambda c: (getattr(c, objective), c.trial))
+        values = [getattr(c, objective) for c in order]
+        span = values[-1] - values[0]
+        dist[order[0].trial] = dist[order[-1].trial] = math.inf
+        if span > 0:
+            for i in range(1, len(order) - 1):
+                dist[order[i].trial] += (values[i + 1] - values[i - 1]) / span
+    return dist
+
+
+def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """All candidates, best first: finite ones by front (`nondominated_fronts`), inside a front by
+    crowding distance (`crowding_distance`, larger first) then trial id (smaller first); then the
+    ones with a non-finite objective, by trial id. Trial ids must be unique (ValueError)."""
+    cands = list(candidates)
+    _check_unique(cands)
+    ordered: list[Candidate] = []
+    for front in nondominated_fronts(c for c in cands if c.finite):
+        dist = crowding_distance(front)
+        ordered.extend(sorted(front, key=lambda c: (-dist[c.trial], c.trial)))
+    ordered.extend(sorted((c for c in cands if not c.finite), key=lambda c: c.trial))
+    return ordered
+
+
+def promotion_count(n: int, eta: float) -> int:
+    """How many of n trials at a rung continue: ceil(n / eta)."""
+    _check_eta(eta)
+    return math.ceil(n / eta)
+
+
+def promotable(candidates: Iterable[Candidate], eta: float = 3) -> set[int]:
+    """Trial ids of the best ceil(n / eta) of `candidates` in the order of `rank`, n = len(candidates).
+    ValueError if eta <= 1 or a trial id repeats."""
+    cands = list(candidates)
+    _check_unique(cands)
+    k = promotion_count(len(cands), eta)
+    return {c.trial for c in rank(cands)[:k]}
+
+
+def should_promote(trial: int, at_rung: Sequence[Candidate], eta: float = 3) -> bool:
+    """The asynchronous decision for `trial`, which has just reported at a rung: whether it is in
+    `promotable(at_rung, eta)`, `at_rung` being every trial that has reported at that rung so far,
+    `trial` included (ValueError if it is missing)."""
+    if all(c.trial != trial for c in at_rung):
+        raise ValueError(f"trial {trial} is not among the candidates at its rung")
+    return trial in promotable(at_rung, eta)
+
+
+def tied_with_cut(trial: int, at_rung: Sequence[Candidate], eta: float = 3) -> bool:
+    """Whether `trial`, not promotable among `at_rung`, would be if its loss were lower by its margin (the
+    others unchanged): it is within the noise of the cut. False for a promotable trial or a zero margin."""
+    mine = [c for c in at_rung if c.trial == trial]
+    if not mine:
+        raise ValueError(f"trial {trial} is not among the candidates at its rung")
+    if mine[0].margin == 0 or not mine[0].finite or trial in promotable(at_rung, eta):
+        return False
+    lowered = [replace(c, loss=c.loss - c.margin) if c.trial == trial else c for c in at_rung]
+    return trial in promotable(lowered, eta)

@@ -1,0 +1,463 @@
+"""The `nas` command line: one small function per command, whose docstring is its help.
+
+Bad input ends with a one-line `error: ...` naming the field, exit code 2, and nothing written.
+Its length is typer's: one parameter per flag (`search` alone declares 31); the checks live in
+`inputs`, the Hugging Face commands in `hf`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.table import Table
+from typer.core import TyperGroup
+from typer.exceptions import TyperException
+
+from ..store import STORAGE_ENV
+from .dashboard_launch import dashboard_launch
+from .front_table import format_flops, format_loss, print_front
+from .hf import convert, evaluate, generate, write_hf_folder
+from .inputs import (
+    checked_search_inputs,
+    console,
+    fail,
+    join_ray_cluster,
+    storage_url,
+    validated_data,
+    with_schedule_override,
+)
+
+
+class OneLineErrors(TyperGroup):
+    """typer's command group, except that usage errors (a missing or unknown option, a value of the wrong
+    type or out of an option's range) also end in one `error:` line with exit status 2.
+
+    The app itself carries this rule, so the console script and an in-process `CliRunner` behave alike.
+    """
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        args = sys.argv[1:] if args is None else list(args)
+        if not standalone_mode or not args:  # no command: typer shows the help
+            return super().main(args, prog_name, complete_var, standalone_mode=standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        except TyperException as err:  # click's usage errors: bad option values, missing or unknown options
+            typer.echo(f"error: {' '.join(err.format_message().split())}", err=True)
+            sys.exit(2)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Architecture search over residual topologies and depth sparsity.",
+)
+STORAGE_HELP = (
+    f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
+    "command line, else sqlite:///resnas.db in the working directory)."
+)
+
+
+def open_store(storage: str | None):
+    from ..store import Store, StoreError
+
+    try:
+        return Store(storage_url(storage))
+    except StoreError as err:
+        fail(str(err))
+
+
+@app.callback()
+def configure_logging(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
+
+
+@app.command()
+def search(
+    name: str = typer.Option(..., help="Name of the new search."),
+    trial_flops: float = typer.Option(
+        ..., help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung."
+    ),
+    trials: int | None = typer.Option(
+        None,
+        help="Trials to train (default 20 unless --search-flops); an infeasible proposal (unaffordable, or outside "
+        "the tokens-per-parameter range at T) is recorded and proposed again, up to 10 proposals per trial.",
+    ),
+    search_flops: float | None = typer.Option(
+        None, help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
+    ),
+    workers: int = typer.Option(2, help="Trials run in parallel."),
+    space: Path | None = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
+    sampler: str = typer.Option("tpe", help="tpe | nsga2 | random | gp."),
+    seed: int = typer.Option(0, help="Seed of the sampler and of every trial."),
+    retries: int = typer.Option(1, help="Retries of a trial whose process dies."),
+    data: str = typer.Option(
+        "shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, a token-shard folder, or a hub name."
+    ),
+    tokenizer: str = typer.Option(
+        "bytes",
+        help="bytes | train:V (a byte-level BPE of V tokens trained here) | a tokenizer.json or its folder | hub name.",
+    ),
+    pad_vocab: int = typer.Option(1, help="Pad the model's vocabulary to a multiple of this (64 suits GPUs)."),
+    ray_address: str | None = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
+    ray_dir: str | None = typer.Option(
+        None,
+        help="Ray Tune's storage path; on a cluster, a folder every node "
+        "sees at the same path, or a URI such as s3://bucket/prefix "
+        "(default: .resnas/ray).",
+    ),
+    gpus_per_trial: float | None = typer.Option(
+        None,
+        help="GPU share per trial, e.g. 0.25 = 4 trials per GPU; "
+        "0 = CPU only (default: the cluster's GPUs shared "
+        "among --workers).",
+    ),
+    max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial."),
+    max_search_seconds: float | None = typer.Option(None, help="Wall-clock limit for the whole search."),
+    early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
+    rungs: int = typer.Option(2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget)."),
+    repeat_seeds: int = typer.Option(1, help="More seeds for each member of the front at the target (noise)."),
+    eta: float = typer.Option(2.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on."),
+    target_flops: float | None = typer.Option(
+        None,
+        help="Training FLOPs of the pretraining run you plan: the budget the search answers for "
+        "(default: 10 x the top rung, the furthest checked by make fidelity).",
+    ),
+    ladder: str = typer.Option(
+        "replica",
+        help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
+        "or 'budget' (the config itself, one run branched at each rung).",
+    ),
+    schedule: str | None = typer.Option(
+        None,
+        help="The target run's learning-rate schedule: wsd (warmup-stable-decay) or cosine; every rung, repeat, "
+        "export and nas pretrain follows it (default: the space's, else wsd).",
+    ),
+    cooldown: float | None = typer.Option(
+        None, help="wsd: share of each run's last steps spent decaying the LR (default: the space's, else 0.2)."
+    ),
+    min_replica_width: int = typer.Option(
+        8,
+        help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
+        "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
+    ),
+    min_tokens_per_param: float = typer.Option(
+        4.0,
+        help="Train only configs that see at least this many tokens per parameter at the target T (0: no bound): "
+        "a config far below compute-optimal there is not a plausible answer.",
+    ),
+    max_tokens_per_param: float | None = typer.Option(
+        None, help="Train only configs that see at most this many tokens per parameter at T."
+    ),
+    stop_grace: float = typer.Option(
+        120.0, help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung."
+    ),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+    progress: bool = typer.Option(True, help="Show the progress bar."),
+) -> None:
+    """Define a compute budget and a search space, and launch a search.
+
+    The signature is long because typer declares one parameter per flag; the checks live in
+    `checked_search_inputs`, so this body only launches.
+    """
+    from ..search.launch import launch_search
+    from ..store import SearchExists, StoreError
+
+    budget_options = dict(
+        trial_flops=trial_flops,
+        trials=trials,
+        search_flops=search_flops,
+        max_trial_seconds=max_trial_seconds,
+        max_search_seconds=max_search_seconds,
+        rungs=rungs,
+        eta=eta,
+        target_flops=target_flops,
+        ladder=ladder,
+        min_replica_width=min_replica_width,
+        min_tokens_per_param=min_tokens_per_param or None,
+        max_tokens_per_param=max_tokens_per_param,
+    )
+    settings_options = dict(
+        workers=workers,
+        sampler=sampler,
+        seed=seed,
+        retries=retries,
+        ray_address=ray_address,
+        ray_dir=ray_dir,
+        gpus_per_trial=gpus_per_trial,
+        early_stopping=early_stop,
+        repeat_seeds=repeat_seeds,
+        stop_grace=stop_grace,
+        pad_vocab=pad_vocab,
+    )
+    space_spec, budget, settings = checked_search_inputs(
+        name, space, budget_options, settings_options, data, tokenizer, {"schedule": schedule, "cooldown": cooldown}
+    )
+    if ray_address:
+        join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
+    store = open_store(storage)
+    try:
+        with _stopped_by_signal(store, name):
+            report = launch_search(store, name, space_spec, budget, settings, show_progress=progress)
+    except (SearchExists, StoreError) as err:
+        fail(f"{err}" + ("; use `nas resume`" if isinstance(err, SearchExists) else ""))
+    print_front(console, store, report.name)
+
+
+@contextmanager
+def _stopped_by_signal(store, name: str):
+    """A search stopped by Ctrl-C or SIGTERM exits 128 + the signal, and one stopped by a store outage
+    past its retry window exits 75, each with one line on how to finish it."""
+    from ..search.interrupt import SearchInterrupted, StoreOutage
+    from ..search.launch import finished_trial_numbers
+
+    try:
+        yield
+    except StoreOutage as outage:
+        typer.echo(
+            f"error: search {name!r}: {outage}; `nas resume {name}` on this machine writes them and finishes it",
+            err=True,
+        )
+        raise typer.Exit(outage.exit_code) from None
+    except SearchInterrupted as stop:
+        row = store.get_search(name)
+        done = len(finished_trial_numbers(store, name))
+        typer.echo(
+            f"search {name!r} {stop}: {done} of {row.requested_trials} trials finished, none lost; "
+            f"`nas resume {name}` finishes it",
+            err=True,
+        )
+        raise typer.Exit(stop.exit_code) from None
+
+
+@app.command()
+def resume(
+    name: str = typer.Argument(..., help="The search to finish."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+    ray_address: str | None = typer.Option(None, help="Join this Ray cluster instead of the stored address."),
+    progress: bool = typer.Option(True, help="Show the progress bar."),
+) -> None:
+    """Finish a search that was interrupted: run the trials still missing."""
+    from ..search.launch import resume_search
+    from ..store import StoreError
+
+    store = open_store(storage)
+    try:
+        with _stopped_by_signal(store, name):
+            report = resume_search(store, name, show_progress=progress, ray_address=ray_address)
+    except StoreError as err:
+        fail(str(err))
+    print_front(console, store, report.name)
+
+
+@app.command("list")
+def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -> None:
+    """List the searches in the store with their trial counts, tokenizer and best loss (nats and bits per byte)."""
+    store = open_store(storage)
+    table = Table(
+        "search", "status", "created", "requested", "done", "failed", "running", "tokenizer", "best loss", "best bpb"
+    )
+    tokenizers = {}
+    for s in store.list_searches():
+        corpus = (store.get_search(s.name).settings or {}).get("corpus") or {}
+        tokenizers[corpus.get("tokenizer", "bytes")] = corpus.get("tokenizer_spec", "bytes")
+        table.add_row(
+            s.name,
+            s.status,
+            f"{s.created_at:%Y-%m-%d %H:%M}",
+            str(s.requested_trials),
+            str(s.completed + s.other),
+            str(s.failed),
+            str(s.running),
+            corpus.get("tokenizer_spec", "bytes"),
+            format_loss(s.best_val_loss),
+            format_loss(s.best_val_bpb),
+        )
+    console.print(table)
+    if len(tokenizers) > 1:
+        console.print(
+            f"[yellow]warning:[/] these searches use {len(tokenizers)} different tokenizers "
+            f"({', '.join(sorted(tokenizers.values()))}): nats per token do not compare across them; "
+            "bits per byte do (nas show NAME --bpb)"
+        )
+
+
+@app.command()
+def status(
+    name: str | None = typer.Argument(None, help="A search (default: all)."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+) -> None:
+    """Show per-trial status of a search (or list all searches)."""
+    from ..store import StoreError
+
+    if name is None:
+        return list_searches(storage)
+    store = open_store(storage)
+    try:
+        rows = store.trials(name)
+    except StoreError as err:
+        fail(str(err))
+    table = Table("trial", "try", "status", "residual", "layers", "d", "mod", "val loss", "FLOPs/tok", "reason")
+    for r in rows:
+        table.add_row(
+            str(r.number),
+            str(r.attempt),
+            r.status,
+            r.residual or "-",
+            str(r.n_layers or "-"),
+            str(r.d_model or "-"),
+            f"{r.mod_rate:g}" if r.mod_rate is not None else "-",
+            format_loss(r.val_loss),
+            format_flops(r.executed_flops_per_token),
+            (r.failure_reason or "")[:60],
+        )
+    console.print(table)
+
+
+@app.command()
+def show(
+    name: str = typer.Argument(..., help="The search."),
+    pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
+    bpb: bool = typer.Option(False, "--bpb", help="Losses in bits per byte (comparable across tokenizers)."),
+    wide: bool = typer.Option(False, "--wide", help="Every column: lr, heads, top replica, held-out error, basis."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+) -> None:
+    """Show a search's completed trials, or with --pareto its front and hypervolume."""
+    from ..store import StoreError
+
+    store = open_store(storage)
+    try:
+        store.get_search(name)
+    except StoreError as err:
+        fail(str(err))
+    print_front(console, store, name, only_front=pareto, bpb=bpb, wide=wide)
+
+
+@app.command()
+def export(
+    name: str = typer.Argument(..., help="The search."),
+    out: Path = typer.Option(..., "--out", help="Folder for the YAML files and index.json."),
+    pareto: bool = typer.Option(False, "--pareto", help="Every trial on the Pareto front."),
+    trial: int | None = typer.Option(None, "--trial", help="One trial, by number."),
+    target_flops: float | None = typer.Option(None, help="Recommend a token budget for this compute."),
+    freeze_ancre: bool = typer.Option(False, help="Pretrain with ANCRe's learned coefficients frozen."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+) -> None:
+    """Export the best configurations (one YAML each, plus index.json) for full pretraining."""
+    from ..export import ExportError, export_configs
+    from ..store import StoreError
+
+    if not pareto and trial is None:
+        fail("--pareto or --trial N: say which trials to export")
+    store = open_store(storage)
+    try:
+        paths = export_configs(
+            store, name, out, pareto=pareto, trial=trial, target_flops=target_flops, freeze_ancre=freeze_ancre
+        )
+    except (ExportError, StoreError) as err:
+        fail(str(err))
+    for path in paths:
+        console.print(str(path))
+
+
+@app.command()
+def pretrain(
+    file: Path = typer.Argument(..., help="An exported configuration (nas export)."),
+    tokens: int | None = typer.Option(None, help="Tokens to train on."),
+    target_flops: float | None = typer.Option(None, help="Training compute; tokens by the iso-FLOP rule."),
+    data: str = typer.Option(
+        "shipped", help="Corpus: 'shipped', a file or folder, a token-shard folder, or a hub name."
+    ),
+    tokenizer: str | None = typer.Option(
+        None, help="Tokenizer (default: the one the search used, recorded in the exported file)."
+    ),
+    out: Path | None = typer.Option(None, help="Run folder (checkpoints; a re-run resumes)."),
+    seed: int = typer.Option(0, help="Seed."),
+    schedule: str | None = typer.Option(
+        None, help="Override the exported learning-rate schedule (wsd or cosine); the search measured the export's."
+    ),
+    cooldown: float | None = typer.Option(None, help="Override the exported wsd cooldown share."),
+) -> None:
+    """Pretrain an exported configuration at full scale with the same model code, training loop and
+    learning-rate schedule as the search's runs."""
+    import json
+
+    from workers.data.config import DataConfig
+    from workers.pretrain.export_format import ExportError, load_exported
+    from workers.pretrain.run import PretrainError
+    from workers.pretrain.run import pretrain as run_pretraining
+
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out: must be a folder (a run folder, created if missing), not the file {out}")
+    try:
+        exported = load_exported(file)
+    except ExportError as err:
+        fail(str(err))
+    exported = with_schedule_override(exported, {"schedule": schedule, "cooldown": cooldown})
+    data_cfg = DataConfig(**validated_data(data, tokenizer or exported.tokenizer_spec(file))[0])
+    try:
+        summary = run_pretraining(
+            exported,
+            tokens=tokens,
+            target_flops=target_flops,
+            data=data_cfg,
+            out_dir=out or file.with_suffix(""),
+            seed=seed,
+        )
+    except (ExportError, PretrainError) as err:
+        fail(str(err))
+    console.print_json(json.dumps(summary, default=str))
+    if summary.get("status") == "completed":
+        write_hf_folder(Path(summary["out_dir"]))
+
+
+app.command()(convert)
+app.command()(generate)
+app.command()(evaluate)
+
+
+@app.command()
+def dashboard(
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+    address: str = typer.Option(
+        "127.0.0.1",
+        help="IP address to listen on. 0.0.0.0 only inside a container that publishes the port on 127.0.0.1.",
+    ),
+    port: int = typer.Option(8501, help="Port to listen on (1-65535)."),
+) -> None:
+    """Browse searches, Pareto fronts and trials in a Streamlit dashboard on 127.0.0.1 (read-only)."""
+    import os
+
+    cmd, env = dashboard_launch(storage, address, port)
+    sys.stdout.flush()
+    # Streamlit replaces this process (same PID): stopping `nas dashboard` stops the server, and a
+    # killed parent never leaves an orphaned server listening.
+    os.execve(cmd[0], cmd, env)
+
+
+@app.command()
+def families(
+    steps: int = typer.Option(40, min=1, max=100_000, help="AdamW steps per variant."),
+    batch: int = typer.Option(8, min=1, max=4096, help="Sequences per step."),
+    seed: int = typer.Option(0, help="Seed for weights and batches."),
+) -> None:
+    """Build each residual family, print its parameters and FLOPs, and train it a few steps."""
+    from .families import run_families
+
+    run_families(steps=steps, batch=batch, seed=seed)
+
+
+def main() -> None:
+    """The `nas` console script: the app on the command line's arguments (`OneLineErrors` says how it exits)."""
+    app()

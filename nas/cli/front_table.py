@@ -1,0 +1,170 @@
+"""The front at the target as a terminal table (`nas show`, and the end of `nas search` and `nas resume`).
+
+`front_report` builds the table and the lines under it from the store's rows and the search's answer
+(`nas.answer.target.answer_at_target`): one row per trial with its architecture, the rungs it reached, its measured
+loss at its highest rung, its predicted loss at T with the calibrated band (or "uncalibrated"), the trials it
+is tied with (predictions within twice the seed noise carried to T, `Answer.tied`) and its FLOPs per token.
+The compact table reads in 120 columns; `wide` adds the learning rate, heads, the top replica, the held-out
+error, the seeds and what each prediction rests on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from rich.table import Column, Table
+
+from workers.status import TrialStatus
+
+from ..answer.pareto import hypervolume, reference_point
+from ..answer.target import Answer, at_target, front_at_target
+from ..space.budget import Budget
+
+__all__ = ["COMPACT_COLUMNS", "WIDE_COLUMNS", "format_flops", "format_loss", "front_report", "print_front"]
+
+COMPACT_COLUMNS = ("trial", "arch", "mod", "rungs", "top-rung loss", "loss at T", "80% band", "tied with", "FLOPs/tok")
+WIDE_COLUMNS = (
+    "trial",
+    "arch",
+    "heads",
+    "mod",
+    "lr",
+    "rungs",
+    "top replica d, tok/param",
+    "top-rung loss",
+    "loss at T",
+    "80% band",
+    "held-out err",
+    "seeds",
+    "tied with",
+    "FLOPs/tok",
+    "predicted from",
+)
+
+
+def format_loss(x) -> str:
+    return "-" if x is None else ("inf" if not math.isfinite(x) else f"{x:.4f}")
+
+
+def format_flops(x) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x / 1e6:.2f}M"
+
+
+def _replica(rung) -> str:
+    """A replica rung's width and tokens per parameter, `*` when it is off the target's path."""
+    if rung is None:
+        return "-"
+    return f"{rung.d_model}, {rung.tokens_per_param:.3g}" + ("" if rung.on_path else "*")
+
+
+def _bpb_per_nat(rows) -> dict[int, float]:
+    """Bits per byte per nat of loss, trial by trial: val_bpb / val_loss of its held-out set (exact)."""
+    return {
+        r.number: r.val_bpb / r.val_loss
+        for r in rows
+        if r.val_loss and r.val_bpb is not None and math.isfinite(r.val_loss) and math.isfinite(r.val_bpb)
+    }
+
+
+def front_report(
+    name: str,
+    rows: Sequence,
+    rungs: Sequence,
+    budget: Budget,
+    answer: Answer | None,
+    *,
+    only_front: bool = True,
+    bpb: bool = False,
+    wide: bool = False,
+) -> tuple[Table, list[str]]:
+    """(the table, the lines under it) of search `name`. `answer` is None for a search without rungs (its
+    measured front); `bpb` shows losses in bits per byte (ties are still judged in nats)."""
+    predictions = answer.predictions if answer is not None else {}
+    targeted = at_target(rows, predictions) if predictions else list(rows)
+    front = front_at_target(rows, predictions)
+    shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
+    title = (
+        f"{name}: {'Pareto front' if only_front else 'completed trials'} at the target, "
+        f"T = {budget.target:.3g} training FLOPs" + ("; losses in bits/byte" if bpb else "")
+    )
+    noise = answer.noise if answer is not None else None
+    table = _table(title, shown, rows, rungs, answer, _bpb_per_nat(rows) if bpb else None, wide)
+    lines = []
+    if answer is not None and predictions:
+        lines.append(f"{budget.ladder} ladder; {answer.backtest.describe()}")
+        lines.append(answer.calibration.describe())
+    if budget.beyond_validated:
+        lines.append(f"[yellow]warning:[/] {budget.beyond_validated}")
+    ref = reference_point(rows)
+    lines.append(
+        f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
+        f"(loss {ref[0]:.4f} nats = ln {round(math.exp(ref[0]))}, executed FLOPs/token {ref[1]:.4g}); "
+        f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
+        f"{len(rows)} trial rows"
+        + (
+            f"; seed noise {noise:.4f} nats at a rung: predictions within twice it (carried to T) are tied"
+            if noise
+            else ""
+        )
+    )
+    return table, lines
+
+
+def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: bool) -> Table:
+    predictions = answer.predictions if answer is not None else {}
+    measured = {r.number: r for r in rows}
+    top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
+    seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
+    # headers never wrap (a reader scans them, and so do scripts); the cells below them may
+    table = Table(*(Column(c, min_width=len(c)) for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)), title=title)
+    for r in shown:
+        p = predictions.get(r.number)
+        k = 1.0 if bpb_per_nat is None else bpb_per_nat.get(r.number, math.nan)
+        ties = [
+            str(o.number)
+            for o in shown
+            if o.number != r.number and answer is not None and answer.tied(r.number, o.number)
+        ]
+        band = "-" if p is None else "uncalibrated" if p.low is None else f"{k * p.low:.4f}-{k * p.high:.4f}"
+        cells = {
+            "trial": str(r.number),
+            "arch": f"{r.residual} {r.n_layers}x{r.d_model}",
+            "heads": str(r.n_heads),
+            "mod": f"{r.mod_rate:g}",
+            "lr": f"{lr:.2e}" if (lr := r.config.get("lr")) else "-",
+            "rungs": str(p.rungs) if p else "-",
+            "top replica d, tok/param": _replica(top_replica.get(r.number)),
+            "top-rung loss": format_loss(k * measured[r.number].val_loss),
+            "loss at T": format_loss(k * r.val_loss),
+            "80% band": band,
+            "held-out err": f"{k * p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
+            "seeds": str(seeds.get(r.number, 1)),
+            "tied with": ", ".join(ties) or "-",
+            "FLOPs/tok": format_flops(r.executed_flops_per_token),
+            "predicted from": f"{p.predictor}: {p.basis}" if p else "measured",
+        }
+        table.add_row(*(cells[c] for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)))
+    return table
+
+
+def print_front(
+    console, store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False, wide_width: int = 220
+) -> None:
+    """The front at the search's target budget on `console`, then the predictor, the bands and the hypervolume
+    at T. Outside a terminal `wide` renders at `wide_width` columns, uncropped."""
+    import sys
+
+    from ..answer.target import answer_at_target
+    from ..space.budget import stored_budget
+
+    rows, rungs = store.trials(name), store.rungs(name)
+    budget = stored_budget(store.get_search(name).budget)
+    answer = answer_at_target(rungs, budget.target) if rungs else None
+    table, lines = front_report(name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide)
+    if wide and not sys.stdout.isatty():  # not cropped to the console's 120 columns
+        console.print(table, width=wide_width, crop=False)
+    else:
+        console.print(table)
+    for line in lines:
+        console.print(line)

@@ -1,0 +1,191 @@
+"""What `nas` is given, checked before anything is written: a new search's space, budget, settings, corpus
+and schedule, the Ray options, and a pretraining run's schedule override. Bad input ends in one `error:` line
+naming the field, with exit status 2 (`fail`); warnings are printed on `console`, the console every `nas`
+command prints on.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from ..store import STORAGE_ENV
+
+console = Console(width=None if sys.stdout.isatty() else 120)  # the same tables in logs and pipes
+
+
+def fail(message: str) -> None:
+    """Print a one-line error and exit with status 2."""
+    typer.echo(f"error: {' '.join(str(message).split())}", err=True)
+    raise typer.Exit(2)
+
+
+def storage_url(storage: str | None) -> str:
+    """The store's URL: `--storage`, else $RESNAS_STORAGE, else the SQLite file resnas.db in the cwd."""
+    import os
+
+    from ..store import default_url
+
+    return storage or os.environ.get(STORAGE_ENV) or default_url(Path.cwd())
+
+
+def checked_search_inputs(
+    name: str,
+    space: Path | None,
+    budget_options: dict,
+    settings_options: dict,
+    data: str,
+    tokenizer: str,
+    schedule_options: dict | None = None,
+):
+    """(space spec, budget, settings) of a new search, or a one-line `fail` naming the field.
+
+    The cheap checks run first; the corpus is loaded last (tokenised once, then cached for the
+    trials), the space's vocabulary is set from the tokenizer, then the budget is checked against
+    the space at its own batch size.
+    """
+    from dataclasses import replace
+
+    from ..space.budget import BudgetError, check_budget_fits
+
+    space_spec, budget = validated_inputs(space, budget_options)
+    space_spec = with_schedule(space_spec, schedule_options or {}, budget.ladder if budget.rungs > 1 else None)
+    if budget.beyond_validated:
+        console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
+    if not name.strip():
+        fail("--name: must be a non-empty name")
+    settings = validated_settings({**settings_options, "ray_dir": validated_ray_dir(settings_options["ray_dir"])})
+    data_fields, corpus = validated_data(data, tokenizer)  # after the cheap checks: it loads the corpus
+    settings = replace(settings, data=data_fields, corpus=corpus)
+    space_spec = with_vocabulary(space_spec, corpus["vocab_size"], settings.pad_vocab)
+    try:
+        check_budget_fits(space_spec, budget)
+    except BudgetError as err:
+        fail(str(err))
+    return space_spec, budget, settings
+
+
+def validated_inputs(space, budget_options: dict):
+    from ..space import SpaceError, load_space
+    from ..space.budget import Budget, BudgetError
+
+    try:
+        budget = Budget(**budget_options)
+    except BudgetError as err:
+        fail(str(err))
+    try:
+        return load_space(space), budget
+    except SpaceError as err:
+        fail(str(err))
+
+
+def validated_settings(fields: dict):
+    """SearchSettings of the options, or a one-line error naming each bad option."""
+    from ..search.settings import SearchSettings
+    from ..space.messages import options_message
+
+    try:
+        return SearchSettings(**fields)
+    except ValidationError as err:
+        fail(options_message(err))
+
+
+def validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
+    """(corpus config fields, corpus summary), after loading the corpus once here (it is then cached
+    for the trials), so a typo, a bad tokenizer or an unreachable source fails now, in one line,
+    instead of in every trial."""
+    from workers.data.config import DataConfig
+    from workers.data.corpus import check_shard_source, load_corpus
+    from workers.data.shards import ShardError
+    from workers.data.tokenizer import TokenizerError
+
+    try:
+        config = DataConfig(source=source, tokenizer=tokenizer)
+    except ValidationError as err:
+        first = err.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        fail(message if message.startswith("--") else f"--{first['loc'][0]}: {message}")
+    try:
+        check_shard_source(config)
+        corpus = load_corpus(config)
+    except (TokenizerError, ShardError) as err:
+        fail(str(err))
+    except Exception as err:  # noqa: BLE001 - any loader failure is bad input here, reported in one line
+        fail(f"--data: cannot load {source!r}: {type(err).__name__}: {err}")
+    return config.model_dump(exclude_defaults=True), corpus.summary()
+
+
+def with_schedule(space_spec, options: dict, ladder: str | None):
+    """The space with the search's learning-rate schedule fixed: the options given (not None) over the space's
+    own, over OptimConfig's defaults; stored with the search so that every run of it follows the same."""
+    from workers.training.train import OptimConfig
+
+    from ..space import space_from_dict
+    from ..space.messages import options_message
+
+    given = {k: v for k, v in options.items() if v is not None}
+    try:
+        OptimConfig(**given)
+    except ValidationError as err:
+        fail(options_message(err))
+    fixed = {**space_spec.schedule_fields(), **space_spec.fixed, **given}
+    spec = space_from_dict({**space_spec.spec(), "fixed": fixed})
+    if ladder == "budget" and spec.fixed["schedule"] != "wsd":
+        fail(
+            f"--schedule {spec.fixed['schedule']}: a budget ladder branches each rung's cooldown off one "
+            "warmup-stable-decay run; use --schedule wsd, or --ladder replica"
+        )
+    return spec
+
+
+def with_vocabulary(space_spec, vocab_size: int, pad_to: int):
+    """The space with `vocab_size` fixed at the tokenizer's vocabulary padded to a multiple of `pad_to`
+    (or the space's own fixed value, if larger)."""
+    if "vocab_size" in space_spec.params:
+        fail("--tokenizer: the space searches vocab_size; the vocabulary is the tokenizer's (pad it with --pad-vocab)")
+    padded = -(-vocab_size // pad_to) * pad_to
+    fixed = {**space_spec.fixed, "vocab_size": max(padded, space_spec.fixed.get("vocab_size", 0))}
+    return space_spec.model_copy(update={"fixed": fixed})
+
+
+def join_ray_cluster(settings) -> None:
+    from ..search.ray_env import init_ray
+
+    try:
+        init_ray(settings)
+    except Exception as err:  # noqa: BLE001 - a malformed or unreachable address is bad input
+        fail(f"--ray-address: cannot join the Ray cluster at {settings.ray_address!r}: {type(err).__name__}: {err}")
+
+
+def validated_ray_dir(ray_dir: str | None) -> str | None:
+    """A URI (s3://...) as given; a local path made absolute (every node must see it at that path)."""
+    if not ray_dir or "://" in ray_dir:
+        return ray_dir
+    path = Path(ray_dir).expanduser().resolve()
+    if path.exists() and not path.is_dir():
+        fail(f"--ray-dir: must be a folder (or a URI), not the file {path}")
+    return str(path)
+
+
+def with_schedule_override(exported, options: dict):
+    """The export with the schedule options given (not None) in place of its own, said on the console: the
+    search measured its configs under the exported schedule, so a different one is the user's explicit choice."""
+    from workers.training.train import OptimConfig
+
+    from ..space.messages import options_message
+
+    given = {k: v for k, v in options.items() if v is not None}
+    if not given:
+        return exported
+    try:
+        optim = OptimConfig(**{**exported.optim.model_dump(), **given})
+    except ValidationError as err:
+        fail(options_message(err))
+    was = ", ".join(f"{k} {getattr(exported.optim, k)}" for k in given)
+    now = ", ".join(f"{k} {v}" for k, v in given.items())
+    console.print(f"[yellow]schedule override:[/] {now} (the search measured this config under {was})")
+    return exported.model_copy(update={"optim": optim})

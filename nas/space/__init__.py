@@ -1,0 +1,40 @@
+"""What a search is asked: its space (the spec in `spec.py`, read from YAML by `loading.py`, sampled by
+`sampling.py`) and its compute budget (`budget.py`: how each trial is measured, and the feasibility checks),
+with one-line error messages for both (`messages.py`)."""
+
+from .loading import default_space_path, load_space, space_from_dict
+from .sampling import is_valid, suggest, to_configs, to_optuna_distributions
+from .spec import (
+    CONFIG_MODELS,
+    KNOWN_FIELDS,
+    SCHEDULE_FIELDS,
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    SearchSpace,
+    SpaceError,
+    cheapest_of,
+    describe,
+    space_error_message,
+)
+
+__all__ = [
+    "CONFIG_MODELS",
+    "KNOWN_FIELDS",
+    "SCHEDULE_FIELDS",
+    "CategoricalParam",
+    "FloatParam",
+    "IntParam",
+    "SearchSpace",
+    "SpaceError",
+    "default_space_path",
+    "describe",
+    "is_valid",
+    "load_space",
+    "cheapest_of",
+    "space_error_message",
+    "space_from_dict",
+    "suggest",
+    "to_configs",
+    "to_optuna_distributions",
+]

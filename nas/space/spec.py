@@ -1,0 +1,390 @@
+"""The search-space spec: fixed and searched knobs, validated against the configs that own them.
+
+A space file (the shipped default is `search_spaces/residual_lm/space.yaml`; see `loading.py`) reads
+
+    family: residual_lm
+    fixed:                      # ArchConfig / OptimConfig / RunConfig fields held constant
+      seq_len: 128
+    params:                     # one entry per searched knob, sampled in this order
+      n_layers: {int: {low: 2, high: 8}}             # also step, log
+      lr: {float: {low: 3.0e-4, high: 1.0e-2, log: true}}
+      residual: {categorical: [cascaded, nag, ancre]}
+
+Every knob name must be a field of `ArchConfig`, `OptimConfig` or `RunConfig`, and every bound,
+choice and fixed value must be one that field accepts; at least one combination must be a valid
+architecture (`cheapest_of`, answered by the family itself). `space_error_message` turns any
+problem into ONE line naming the field path (`params.ancre_tau.low: must be > 0 for a log scale
+(got 0.0)`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+
+from search_spaces.residual_lm import ArchConfig, cheapest_config
+from search_spaces.residual_lm.cheapest import NoValidConfig
+from workers.training.train import OptimConfig, RunConfig
+
+from .messages import pretty_message, raise_errors
+
+__all__ = [
+    "CONFIG_MODELS",
+    "KNOWN_FIELDS",
+    "SCHEDULE_FIELDS",
+    "CategoricalParam",
+    "FloatParam",
+    "IntParam",
+    "Param",
+    "SearchSpace",
+    "SpaceError",
+    "describe",
+    "cheapest_of",
+    "space_error_message",
+]
+
+#: The three typed configs a trial is built from, by the short name used in messages.
+CONFIG_MODELS: dict[str, type[BaseModel]] = {"arch": ArchConfig, "optim": OptimConfig, "run": RunConfig}
+
+
+def _known_fields() -> dict[str, str]:
+    """Every knob a space may fix or search -> the config that owns it ("arch", "optim" or "run")."""
+    known: dict[str, str] = {}
+    for owner, model in CONFIG_MODELS.items():
+        for name in model.model_fields:
+            if name in known:  # a name in two configs could not be routed
+                raise RuntimeError(f"config field {name!r} is in both {known[name]} and {owner}")
+            known[name] = owner
+    return known
+
+
+KNOWN_FIELDS: dict[str, str] = _known_fields()
+#: The target run's learning-rate schedule: one for the whole search, so a space may fix it, never search it.
+SCHEDULE_FIELDS = ("schedule", "cooldown")
+
+_KINDS = ("int", "float", "categorical")
+_ENTRY_FORMS = "{int: {low, high, step?, log?}}, {float: {low, high, log?}} or {categorical: [choices]}"
+
+
+class SpaceError(ValueError):
+    """A search-space file that cannot be used; the message is one line naming file and field."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages located at a field path of the spec
+
+
+def _path(loc: tuple) -> str:
+    """`('params', 'ancre_tau', 'float', 'low')` -> `params.ancre_tau.low`; list indices as [i].
+
+    The tag pydantic adds for the knob's kind is dropped for int/float (the brief's path form);
+    for a categorical the list IS the `categorical:` entry, so `choices` becomes `categorical`.
+    """
+    parts = list(loc)
+    if len(parts) >= 3 and parts[0] == "params" and parts[2] in _KINDS:
+        if parts[2] == "categorical" and len(parts) >= 4 and parts[3] == "choices":
+            del parts[3]
+        else:
+            del parts[2]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "space"
+
+
+def _accepted_keys(loc: tuple) -> str:
+    """For an unknown key: the keys accepted at that place of the spec."""
+    if len(loc) == 1:
+        return ", ".join(SearchSpace.model_fields)
+    if len(loc) == 4 and loc[0] == "params" and loc[2] in ("int", "float"):
+        model = IntParam if loc[2] == "int" else FloatParam
+        return ", ".join(k for k in model.model_fields if k != "kind")
+    return ""
+
+
+def space_error_message(err: ValidationError, source: str | None = None) -> str:
+    """One line: `source: path: message; path: message`."""
+    parts = []
+    for e in err.errors():
+        msg = pretty_message(e)
+        if e["type"] == "extra_forbidden" and (accepted := _accepted_keys(e["loc"])):
+            msg += f"; accepted: {accepted}"
+        parts.append(f"{_path(e['loc'])}: {msg}")
+    body = "; ".join(parts)
+    return f"{source}: {body}" if source else body
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec models
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IntParam(_Frozen):
+    """`{int: {low, high, step?, log?}}`: integers low..high inclusive, every `step`, optionally log-uniform."""
+
+    kind: Literal["int"] = "int"
+    low: int = Field(strict=True)
+    high: int = Field(strict=True)
+    step: int = Field(1, ge=1, strict=True)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> IntParam:
+        errors = []
+        if self.low >= self.high:
+            errors.append((("high",), f"must be > low (got low={self.low}, high={self.high})", self.high))
+        elif (self.high - self.low) % self.step:
+            errors.append(
+                (
+                    ("high",),
+                    f"high - low must be a multiple of step={self.step} (got low={self.low}, high={self.high})",
+                    self.high,
+                )
+            )
+        if self.log and self.low <= 0:
+            errors.append((("low",), f"must be > 0 for a log scale (got {self.low})", self.low))
+        if self.log and self.step != 1:
+            errors.append((("step",), f"must be 1 for a log scale (got {self.step})", self.step))
+        raise_errors(errors, "IntParam")
+        return self
+
+    def values(self) -> list[int]:
+        return list(range(self.low, self.high + 1, self.step))
+
+
+class FloatParam(_Frozen):
+    """`{float: {low, high, log?}}`: uniform (or log-uniform) reals in [low, high]."""
+
+    kind: Literal["float"] = "float"
+    low: float = Field(allow_inf_nan=False)
+    high: float = Field(allow_inf_nan=False)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> FloatParam:
+        errors = []
+        if self.low >= self.high:
+            errors.append((("high",), f"must be > low (got low={self.low}, high={self.high})", self.high))
+        if self.log and self.low <= 0:
+            errors.append((("low",), f"must be > 0 for a log scale (got {self.low})", self.low))
+        raise_errors(errors, "FloatParam")
+        return self
+
+
+Choice = None | bool | int | float | str  # what Optuna's CategoricalDistribution accepts
+
+
+class CategoricalParam(_Frozen):
+    """`{categorical: [choices]}`: one of a non-empty list of distinct values."""
+
+    kind: Literal["categorical"] = "categorical"
+    choices: tuple[Choice, ...] = Field(min_length=1)
+
+    @field_validator("choices")
+    @classmethod
+    def _distinct(cls, choices: tuple) -> tuple:
+        seen: list = []
+        for c in choices:
+            if any(c == s for s in seen):  # also 1 == 1.0 == True: Optuna could not tell them apart
+                raise ValueError(f"choices must be distinct (got {list(choices)!r})")
+            seen.append(c)
+        return choices
+
+
+Param = Annotated[IntParam | FloatParam | CategoricalParam, Field(discriminator="kind")]
+
+
+def _field_info(name: str):
+    return CONFIG_MODELS[KNOWN_FIELDS[name]].model_fields[name]
+
+
+@functools.cache
+def _field_adapter(name: str) -> TypeAdapter:
+    """Validates one value exactly as the owning config's field would (type and range)."""
+    info = _field_info(name)
+    return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)
+
+
+def _unknown(name: str, where: str) -> tuple[tuple, str, Any]:
+    known = "; ".join(
+        f"{owner} ({model.__name__}): {', '.join(model.model_fields)}" for owner, model in CONFIG_MODELS.items()
+    )
+    return (name,), f"unknown {where} {name!r}; known fields are {known}", name
+
+
+def _check_value(name: str, value: Any, loc: tuple, errors: list) -> Any:
+    """The value coerced by the field's own type, or record why the field rejects it."""
+    try:
+        return _field_adapter(name).validate_python(value)
+    except ValidationError as err:
+        errors.append((loc, f"{name}: {pretty_message(err.errors()[0])}", value))
+        return value
+
+
+class SearchSpace(_Frozen):
+    """A validated search space: the family, knobs held fixed, and knobs searched (in sampling order)."""
+
+    family: Literal["residual_lm"] = "residual_lm"
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Param]
+
+    @field_validator("fixed", mode="before")
+    @classmethod
+    def _empty_fixed(cls, fixed: Any) -> Any:
+        return {} if fixed is None else fixed  # `fixed:` with every line commented out
+
+    @field_validator("fixed")
+    @classmethod
+    def _check_fixed(cls, fixed: dict) -> dict:
+        errors: list = []
+        out = {}
+        for name, value in fixed.items():
+            if name not in KNOWN_FIELDS:
+                errors.append(_unknown(name, "fixed field"))
+                continue
+            out[name] = _check_value(name, value, (name,), errors)
+        raise_errors(errors)
+        return out
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _unwrap_entries(cls, params: Any) -> Any:
+        """YAML form `{int: {...}}` / `{categorical: [...]}` -> the models' `{kind: ..., ...}` form."""
+        if not isinstance(params, dict):
+            return params  # pydantic reports the type error
+        errors, out = [], {}
+        for name, entry in params.items():
+            if isinstance(entry, BaseModel) or (isinstance(entry, dict) and "kind" in entry):
+                out[name] = entry
+            elif isinstance(entry, dict) and len(entry) == 1 and next(iter(entry)) in _KINDS:
+                kind, body = next(iter(entry.items()))
+                if kind == "categorical":
+                    out[name] = {"kind": kind, "choices": body}
+                elif isinstance(body, dict):
+                    out[name] = {"kind": kind, **body}
+                else:
+                    errors.append(
+                        ((name, kind), f"must be a mapping like {{low: ..., high: ...}} (got {body!r})", body)
+                    )
+            else:
+                errors.append(((name,), f"must be one of {_ENTRY_FORMS} (got {entry!r})", entry))
+        raise_errors(errors)
+        return out
+
+    @field_validator("params")
+    @classmethod
+    def _check_params(cls, params: dict) -> dict:
+        """Known names, bounds and choices the owning field accepts, integer knobs sampled as integers."""
+        errors: list = []
+        out = {}
+        for name, p in params.items():
+            if name not in KNOWN_FIELDS:
+                errors.append(_unknown(name, "searched field"))
+                continue
+            if isinstance(p, CategoricalParam):
+                choices = tuple(
+                    _check_value(name, c, (name, "categorical", "choices", i), errors) for i, c in enumerate(p.choices)
+                )
+                try:
+                    p = CategoricalParam(choices=choices)
+                except ValidationError as err:
+                    errors.append(((name, "categorical", "choices"), pretty_message(err.errors()[0]), choices))
+            else:
+                if isinstance(p, FloatParam) and _field_info(name).annotation is int:
+                    errors.append(
+                        (
+                            (name,),
+                            f"{name} is a whole number: use {{int: {{low, high}}}} or {{categorical: [...]}}",
+                            None,
+                        )
+                    )
+                    continue
+                for bound in ("low", "high"):
+                    _check_value(name, getattr(p, bound), (name, p.kind, bound), errors)
+            out[name] = p
+        raise_errors(errors)
+        return out
+
+    @model_validator(mode="after")
+    def _check_space(self) -> SearchSpace:
+        errors = [
+            (("params", name), f"{name} is also in fixed: a knob is either fixed or searched", None)
+            for name in self.params
+            if name in self.fixed
+        ]
+        errors += [
+            (
+                ("params", name),
+                f"{name} is the target run's learning-rate schedule, one for the whole search: fix it "
+                "(or give nas search --schedule / --cooldown), do not search it",
+                None,
+            )
+            for name in SCHEDULE_FIELDS
+            if name in self.params
+        ]
+        raise_errors(errors)
+        try:
+            _cheapest(self)
+        except NoValidConfig as reason:  # no combination of the knobs is a valid ArchConfig
+            raise_errors([(("params",), f"no valid architecture in the space (e.g. {reason})", None)])
+        return self
+
+    def schedule_fields(self) -> dict[str, Any]:
+        """The learning-rate schedule every run of the search follows: the fixed `schedule` and `cooldown`,
+        else OptimConfig's defaults."""
+        return {name: self.fixed.get(name, OptimConfig.model_fields[name].default) for name in SCHEDULE_FIELDS}
+
+    def spec(self) -> dict:
+        """The YAML form of this space (plain types); `SearchSpace.model_validate(spec)` rebuilds it."""
+        params = {}
+        for name, p in self.params.items():
+            if isinstance(p, CategoricalParam):
+                params[name] = {"categorical": list(p.choices)}
+            else:
+                params[name] = {p.kind: p.model_dump(exclude={"kind"}, exclude_defaults=True)}
+        return {"family": self.family, "fixed": dict(self.fixed), "params": params}
+
+
+# ---------------------------------------------------------------------------------------------
+# The cheapest architecture of a space (the family knows how its FLOPs grow with each knob)
+
+
+def _candidates(p: IntParam | FloatParam | CategoricalParam) -> list:
+    """What a knob can take: every value of a discrete knob, the two ends of a continuous one."""
+    if isinstance(p, IntParam):
+        return p.values()
+    if isinstance(p, FloatParam):
+        return [p.low, p.high]
+    return list(p.choices)
+
+
+def _cheapest(space: SearchSpace) -> ArchConfig:
+    fixed = {k: v for k, v in space.fixed.items() if KNOWN_FIELDS[k] == "arch"}
+    candidates = {k: _candidates(p) for k, p in space.params.items() if KNOWN_FIELDS[k] == "arch"}
+    return cheapest_config(fixed, candidates)
+
+
+def cheapest_of(space: SearchSpace) -> ArchConfig:
+    """The valid architecture of `space` with the fewest expected executed forward FLOPs per token
+    (`search_spaces.residual_lm.cheapest_config`). Raises SpaceError if there is none (a validated
+    SearchSpace always has one)."""
+    try:
+        return _cheapest(space)
+    except NoValidConfig as reason:
+        raise SpaceError(f"params: no valid architecture in the space (e.g. {reason})") from None
+
+
+def describe(cfg: ArchConfig) -> str:
+    """A short one-line description of the knobs that matter for cost."""
+    text = (
+        f"n_layers={cfg.n_layers} d_model={cfg.d_model} n_heads={cfg.n_heads} "
+        f"mlp_ratio={cfg.mlp_ratio:g} residual={cfg.residual}"
+    )
+    if cfg.mod_rate:
+        text += f" mod_rate={cfg.mod_rate:g} mod_every={cfg.mod_every}"
+    return text + f" seq_len={cfg.seq_len} vocab_size={cfg.vocab_size}"

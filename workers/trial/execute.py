@@ -1,0 +1,98 @@
+"""One `TrialRequest`, carried out: the trial the search asked for, measured as it said, its rungs told to its gate.
+
+`run_request(request, report)` never raises (as `run_trial`): a crash comes back as a `TrialOutcome` whose
+result has the status and a one-line reason. It loads the corpus, then trains
+
+- replica rungs (`Measurement.replica_rungs`): each rung its own run of a narrower copy of the architecture on
+  the target's path (`workers.trial.replica.run_replica_trial`), a rung the gate asks for measured again with a
+  second seed;
+- or the architecture itself on its budget ladder (or at its single budget: `workers.trial.run.run_trial`).
+
+After every rung the gate (`TrialRequest.rung_gate`) is told the rung and says whether the trial climbs on;
+its last prediction is the loss the outcome tells (`TrialOutcome.told`). Without a gate, or on a single
+budget, the measured loss is told.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from ..data.corpus import load_corpus
+from ..status import TrialStatus
+from ..training.train import Report
+from .contract import RungVerdict, TrialOutcome, TrialRequest, TrialTicket
+from .replica import MEASURE_AGAIN, OnReplicaRung, run_replica_trial
+from .run import TrialResult, run_trial
+
+__all__ = ["not_trained", "run_request"]
+
+OnRungDone = Callable[[int], None]  # told a rung's index once its verdict is to climb on
+
+
+def run_request(
+    request: TrialRequest, report: Report | None = None, on_rung_done: OnRungDone | None = None
+) -> TrialOutcome:
+    """Carry out `request` (module docstring); `report` is told training progress, `on_rung_done` each rung the
+    trial climbs past (a point where a driver may stop it)."""
+    last: list[RungVerdict] = []
+    gate = request.rung_gate
+
+    def on_rung(rung: dict) -> bool | str:
+        assert gate is not None
+        verdict = gate(request.ticket.number, int(rung.get("seed", request.seed)), _flops(request), rung)
+        last[:] = [verdict]
+        if verdict.measure_again:
+            return MEASURE_AGAIN
+        if verdict.promote and on_rung_done is not None:
+            on_rung_done(int(rung["rung"]))
+        return verdict.promote
+
+    result = _train(request, report, on_rung if gate is not None else None)
+    rungs_told = gate is not None and (request.measurement.ladder is not None or request.measurement.replica_rungs)
+    predicted = last[0].predicted_loss if rungs_told and last else None
+    return TrialOutcome(request.ticket.number, result, TrialOutcome.told(result, predicted))
+
+
+def _flops(request: TrialRequest) -> float:
+    return request.ticket.executed_flops_per_token
+
+
+def _train(request: TrialRequest, report: Report | None, on_rung: OnReplicaRung | None) -> TrialResult:
+    m = request.measurement
+    corpus = load_corpus(request.data)
+    if m.replica_rungs:
+        assert m.target_flops is not None  # Measurement checks it
+        return run_replica_trial(
+            request.arch,
+            m.target_flops,
+            m.replica_rungs,
+            corpus,
+            seed=request.seed,
+            report=report,
+            optim=request.optim,
+            run=request.run,
+            on_rung=on_rung,
+            width_probe=request.width_probe,
+            min_width=m.min_replica_width,
+        )
+    return run_trial(
+        request.arch,
+        m.budget_flops,
+        corpus,
+        seed=request.seed,
+        report=report,
+        optim=request.optim,
+        run=request.run,
+        width_probe=request.width_probe,
+        ladder=m.ladder,
+        on_rung=None if on_rung is None else lambda rung: on_rung(rung) is True,  # one run: no second seed
+    )
+
+
+def not_trained(ticket: TrialTicket, status: TrialStatus, reason: str) -> TrialOutcome:
+    """The outcome of a config that is not trained (infeasible, or stopped before it started): its status and
+    reason, no loss, nothing spent."""
+    start = time.perf_counter()
+    result = TrialResult.untrained(status, reason, ticket.executed_flops_per_token, start)
+    return TrialOutcome(ticket.number, result, TrialOutcome.told(result, None))

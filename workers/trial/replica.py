@@ -1,0 +1,290 @@
+"""Replica rungs: measure an architecture on the path its pretraining run will take (docs/design.md §5).
+
+A trial's config is the *target*: the model to pretrain with T training FLOPs. Trained iso-FLOP it
+sees D_T = T / (3 F_T) tokens for its N_T parameters (`count_parameters`), a ratio
+
+    rho = D_T / N_T    (tokens per parameter)
+
+Rung r of the replica ladder, with budget C_r < T, trains a *replica*: the same family, depth, head
+count, MLP ratio, MoD settings, ANCRe temperature and learning rate, at a narrower width d_r, under
+`completep` (muP in width, CompleteP in depth) with the target as its base shape, for the tokens
+C_r / (3 F_r) that C_r buys. d_r is the valid width whose on-path cost 3 F(d) rho N(d) (the
+compute of training width d at the target's ratio) is nearest C_r in log: the replica then sees the
+target's tokens per parameter up to the width grid's rounding, and costs exactly C_r (to whole batches).
+
+- The head count is kept and the head size shrinks: `completep`'s attention rule (scores scaled by
+  sqrt(hd_0) / hd) is muP's for heads that widen at a fixed count, so that is the direction in which
+  the learning rate and init transfer. Valid widths are the multiples of 2 x n_heads (even head size,
+  for RoPE) from `min_width` up to the target's width.
+- The base shape: a `standard` target becomes `completep` with (base_width, base_depth) = its own
+  (d, L), which at full width is `standard` bit for bit; a `completep` target keeps its base shape.
+  Either way the replica at the target's width is the target run itself.
+- Off the path: when even the narrowest valid width costs more than C_r at the target's ratio, the
+  rung trains that narrowest width for C_r / (3 F) tokens (fewer tokens per parameter than rho) and
+  is marked `on_path = False`. Depth, family and the other knobs never change.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flops_per_token, training_flops
+
+from ..data.batches import bits_per_byte, validation_tokens_per_byte
+from ..data.corpus import TokenizedCorpus
+from ..status import TrialStatus
+from ..training.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
+from ..training.train import OptimConfig, Report, RunConfig
+from .run import TrialResult, one_line, run_trial
+
+__all__ = [
+    "DEFAULT_MIN_WIDTH",
+    "MEASURE_AGAIN",
+    "OnReplicaRung",
+    "Replica",
+    "TargetPath",
+    "plan_replica",
+    "replica_arch",
+    "replica_widths",
+    "rung_budgets",
+    "run_replica_trial",
+    "target_path",
+]
+
+DEFAULT_MIN_WIDTH = 8  # 2 heads of 4: the narrowest replica the default space's head counts allow
+MEASURE_AGAIN = "again"  # what `on_rung` returns to have a rung measured once more with another seed
+OnReplicaRung = Callable[[dict], "bool | str"]  # True: climb on; False: stop here; MEASURE_AGAIN
+
+
+@functools.lru_cache(maxsize=4096)
+def _parameters(cfg: ArchConfig) -> int:
+    """count_parameters of `cfg` from a shape-only (meta-device) build."""
+    with torch.device("meta"):
+        return count_parameters(build_model(cfg))
+
+
+@dataclass(frozen=True)
+class TargetPath:
+    """The target run: its parameters N_T, tokens D_T (whole batches) and ratio rho = D_T / N_T."""
+
+    params: int
+    tokens: int
+    tokens_per_param: float
+
+
+@dataclass(frozen=True)
+class Replica:
+    """What rung `rung` trains: `arch` for `plan.tokens` tokens at the rung's training budget."""
+
+    rung: int
+    budget_flops: float
+    arch: ArchConfig
+    plan: BudgetPlan
+    params: int
+    target: TargetPath
+    on_path: bool
+
+    @property
+    def tokens_per_param(self) -> float:
+        return self.plan.tokens / self.params
+
+    @property
+    def width_ratio(self) -> float:
+        return self.arch.d_model / self.arch.base_width
+
+    def record(self) -> dict:
+        """The replica's fields of its rung row."""
+        return {
+            "d_model": self.arch.d_model,
+            "params": self.params,
+            "tokens_per_param": self.tokens_per_param,
+            "target_tokens_per_param": self.target.tokens_per_param,
+            "on_path": self.on_path,
+        }
+
+
+def target_path(target: ArchConfig, target_flops: float, batch_size: int) -> TargetPath:
+    """N_T, D_T and rho of the target trained iso-FLOP on `target_flops` (InfeasibleBudget below one step)."""
+    tokens = plan_budget(target, target_flops, batch_size).tokens
+    params = _parameters(target)
+    return TargetPath(params, tokens, tokens / params)
+
+
+def replica_arch(target: ArchConfig, width: int) -> ArchConfig:
+    """The target at `width` under `completep`, its base shape the target's (or the target's own base)."""
+    if target.parametrization == "completep":
+        base = {"base_width": target.base_width, "base_depth": target.base_depth}
+    else:
+        base = {"base_width": target.d_model, "base_depth": target.n_layers}
+    return target.model_copy(update={"d_model": width, "parametrization": "completep", **base})
+
+
+def replica_widths(target: ArchConfig, min_width: int = DEFAULT_MIN_WIDTH) -> list[int]:
+    """Valid replica widths, narrowest first: multiples of 2 n_heads in [min_width, d_T], and d_T."""
+    step = 2 * target.n_heads
+    first = max(step, math.ceil(min_width / step) * step)
+    return sorted({*range(first, target.d_model, step), target.d_model})
+
+
+def _on_path_flops(arch: ArchConfig, tokens_per_param: float) -> float:
+    return training_flops(arch, tokens_per_param * _parameters(arch))
+
+
+def plan_replica(
+    target: ArchConfig,
+    target_flops: float,
+    rung: int,
+    rung_flops: float,
+    batch_size: int,
+    min_width: int = DEFAULT_MIN_WIDTH,
+) -> Replica:
+    """The replica rung `rung` trains with `rung_flops` (<= target_flops); InfeasibleBudget if its width
+    cannot afford one step."""
+    path = target_path(target, target_flops, batch_size)
+    widths = replica_widths(target, min_width)
+
+    def cost(i: int) -> float:
+        return _on_path_flops(replica_arch(target, widths[i]), path.tokens_per_param)
+
+    # The on-path cost grows with width (F and N never shrink): bisect for the first width costing >= C_r,
+    # then take it or the one below, whichever is nearer in log (a few shape-only builds, not one per width).
+    low, high = 0, len(widths) - 1
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (mid + 1, high) if cost(mid) < rung_flops else (low, mid)
+    on_path = cost(0) <= rung_flops
+    if on_path and low > 0 and abs(math.log(cost(low - 1) / rung_flops)) < abs(math.log(cost(low) / rung_flops)):
+        low -= 1
+    arch = replica_arch(target, widths[low if on_path else 0])
+    return Replica(rung, rung_flops, arch, plan_budget(arch, rung_flops, batch_size), _parameters(arch), path, on_path)
+
+
+def rung_budgets(lowest_flops: float, ladder: LadderConfig) -> list[float]:
+    """C_r = C eta^r for r = 0 .. rungs - 1, C the lowest rung's (the trial budget)."""
+    return [lowest_flops * ladder.eta**r for r in range(ladder.rungs)]
+
+
+def run_replica_trial(
+    target: ArchConfig,
+    target_flops: float,
+    rung_flops: Sequence[float],
+    corpus: TokenizedCorpus,
+    seed: int = 0,
+    report: Report | None = None,
+    *,
+    optim: OptimConfig = OptimConfig(),
+    run: RunConfig = RunConfig(),
+    width_probe: bool = True,
+    min_width: int = DEFAULT_MIN_WIDTH,
+    on_rung: OnReplicaRung | None = None,
+    remeasure_offset: int = 1000,
+) -> TrialResult:
+    """Train the replica of each rung in turn, each its own run (`run_trial`) in this process, until
+    `on_rung(rung result)` returns False or the top rung is done (`on_rung` is told every rung's result,
+    the top one's too, as on a budget ladder); never raises. When `on_rung` returns `MEASURE_AGAIN`, the
+    rung's replica is trained once more with seed + `remeasure_offset` and `on_rung` is told that result
+    (its `seed` says which) and decides again, True or False.
+
+    Every replica trains at the learning rate the target would use (`optim` at the target's horizon).
+    The result describes the target (its arch and FLOPs per token: the search's objective), with the
+    last rung's loss, the FLOPs and tokens of every replica run summed, and the rung results in `rungs`;
+    the curve, diagnostics and width certificate are the last replica's.
+    """
+    start = time.perf_counter()
+    results: list[TrialResult] = []
+    rungs: list[dict] = []
+    tokens_per_byte = validation_tokens_per_byte(corpus, target.seq_len, run.eval_sequences)
+    try:
+        path = target_path(target, target_flops, run.batch_size)
+        optim = optim.at_horizon(target.residual, path.tokens)
+        for index, flops in enumerate(rung_flops):
+            replica = plan_replica(target, target_flops, index, flops, run.batch_size, min_width)
+            verdict: bool | str = MEASURE_AGAIN
+            for attempt_seed in (seed, seed + remeasure_offset):
+                result = run_trial(
+                    replica.arch, flops, corpus, attempt_seed, report, optim=optim, run=run, width_probe=width_probe
+                )
+                results.append(result)
+                if result.status != TrialStatus.COMPLETED:
+                    break
+                rungs.append(_rung_result(index, replica, result, attempt_seed))
+                verdict = on_rung(rungs[-1]) if on_rung is not None else True  # told every rung, the top one too
+                if verdict != MEASURE_AGAIN:
+                    break
+            if result.status != TrialStatus.COMPLETED or verdict is not True:
+                break
+    except InfeasibleBudget as err:
+        return _target_result(
+            target, results, rungs, tokens_per_byte, start, TrialStatus.INFEASIBLE, f"infeasible: {err}"
+        )
+    except Exception as err:  # a crashing trial is recorded, never raised into the search
+        return _target_result(target, results, rungs, tokens_per_byte, start, TrialStatus.FAILED, one_line(err))
+    last = results[-1]
+    return _target_result(target, results, rungs, tokens_per_byte, start, last.status, last.failure_reason)
+
+
+def _rung_result(index: int, replica: Replica, result: TrialResult, seed: int) -> dict:
+    """A replica rung as the store keeps it: the rung fields of a budget-ladder rung, the seed it ran with, and
+    the replica's."""
+    return {
+        "rung": index,
+        "seed": seed,
+        "budget_flops": replica.budget_flops,
+        "steps": result.steps,
+        "tokens": result.tokens_seen,
+        "val_loss": result.val_loss,
+        "training_flops": result.training_flops,
+        "train_seconds": result.wall_time_s,
+        **replica.record(),
+    }
+
+
+def _target_result(
+    target: ArchConfig,
+    results: list[TrialResult],
+    rungs: list[dict],
+    tokens_per_byte: float,
+    start: float,
+    status,
+    reason: str | None,
+) -> TrialResult:
+    fpt = flops_per_token(target)
+    last = results[-1] if results else None
+    completed = status == TrialStatus.COMPLETED and bool(rungs)
+    last_rung = [r["val_loss"] for r in rungs if r["rung"] == rungs[-1]["rung"]] if rungs else []
+    loss = sum(last_rung) / len(last_rung) if completed else math.inf  # the seed mean of a rung measured twice
+    wall = time.perf_counter() - start
+    tokens = sum(r.tokens_seen for r in results)
+    return TrialResult(
+        status=status,
+        failure_reason=reason,
+        val_loss=loss,
+        val_bpb=bits_per_byte(loss, tokens_per_byte),
+        nominal_flops_per_token=fpt.nominal,
+        executed_flops_per_token=fpt.executed,
+        realised_flops_per_token=last.realised_flops_per_token if last else None,
+        budget_flops=rungs[-1]["budget_flops"] if rungs else (last.budget_flops if last else 0.0),
+        training_flops=sum(r.training_flops for r in results),
+        tokens_seen=tokens,
+        planned_tokens=sum(r.planned_tokens for r in results),
+        steps=sum(r.steps for r in results),
+        wall_time_s=wall,
+        tokens_per_s=tokens / wall if wall > 0 else 0.0,
+        step_time_share=sum(r.step_time_share * r.wall_time_s for r in results if r.step_time_share) / wall
+        if wall > 0
+        else None,
+        peak_memory_mb=max((r.peak_memory_mb for r in results), default=0.0),
+        diagnostics=last.diagnostics if last else {},
+        width=last.width if last else None,
+        curve=last.curve if last else [],
+        rungs=rungs,
+        arch=target.model_dump(),
+        optim=last.optim if last else {},
+        seed=last.seed if last else 0,
+    )

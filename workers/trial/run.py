@@ -1,0 +1,219 @@
+"""One trial, one call: `run_trial(cfg, budget, data, seed) -> TrialResult`, usable without Ray or Optuna.
+
+A trial never raises: an infeasible budget, a divergence, an out-of-memory or any other crash
+comes back as a `TrialResult` with its status and a one-line reason, and loss = inf.
+
+Where the process sees a GPU (a Ray trial given a GPU share sees exactly its own), the trial trains
+there in bf16 autocast, with the fused Triton kernels; otherwise on the CPU with `run.precision`.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from search_spaces.residual_lm import ArchConfig, flops_per_token, forward_flops_per_token
+
+from ..data.batches import bits_per_byte, validation_tokens_per_byte
+from ..data.config import DataConfig
+from ..data.corpus import TokenizedCorpus, load_corpus
+from ..status import TrialStatus
+from ..training.plans import InfeasibleBudget, LadderConfig
+from ..training.train import OnRung, OptimConfig, Report, RunConfig, TrainOutcome, train
+from .width_probe import width_certificate
+
+
+@dataclass
+class TrialResult:
+    """A plain record of one proxy run, ready for the store (see `to_dict`)."""
+
+    status: TrialStatus  # a final status: completed, diverged, stopped, infeasible or failed
+    failure_reason: str | None
+    val_loss: float  # nats per token (a ladder's last rung); inf unless completed
+    val_bpb: float  # bits per byte of the held-out text (exact; bytes: val_loss / ln 2)
+    nominal_flops_per_token: float
+    executed_flops_per_token: float  # expected at the target skip rate: the search's objective
+    realised_flops_per_token: float | None  # what training batches actually executed
+    budget_flops: float
+    training_flops: float
+    tokens_seen: int
+    planned_tokens: int
+    steps: int
+    wall_time_s: float
+    tokens_per_s: float
+    step_time_share: float | None  # share of wall time inside forward/backward/optimizer steps
+    peak_memory_mb: float
+    diagnostics: dict = field(default_factory=dict)
+    width: dict | None = None
+    curve: list[dict] = field(default_factory=list)
+    rungs: list[dict] = field(default_factory=list)  # ladder runs: each rung's budget, tokens, loss, FLOPs
+    branch_flops: float = 0.0  # ladder runs: training FLOPs of the cooldown branches, beside training_flops
+    arch: dict = field(default_factory=dict)
+    optim: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def untrained(cls, status: TrialStatus, reason: str, executed_flops_per_token: float, start: float) -> TrialResult:
+        """A config never trained (infeasible, or an invalid config whose FLOPs are inf): no loss, nothing spent."""
+        base = dict(
+            nominal_flops_per_token=executed_flops_per_token,
+            executed_flops_per_token=executed_flops_per_token,
+            budget_flops=0.0,
+        )
+        return _failed(status, reason, base, start)
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process (CPU) or peak allocated CUDA memory, in MB."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux, bytes on macOS
+    return rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+def trial_device() -> torch.device:
+    """The first visible GPU if there is one, else the CPU."""
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def one_line(err: BaseException) -> str:
+    """The failure reason stored for a crashed trial: `Kind: first line`, prefixed `out of memory:` or
+    `disk full:` when that is what happened, so both read the same whatever raised them."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if isinstance(err, MemoryError) or "out of memory" in text.lower():
+        return f"out of memory: {type(err).__name__}: {text}"[:500]
+    if is_disk_full(err):
+        return f"disk full: {type(err).__name__}: {text}"[:500]
+    return f"{type(err).__name__}: {text}"[:500]
+
+
+def is_disk_full(err: BaseException) -> bool:
+    """ENOSPC, raised by Python as OSError or by torch's writer as a RuntimeError naming it."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    return "no space left on device" in str(err).lower() or (err.__cause__ is not None and is_disk_full(err.__cause__))
+
+
+def _diagnostics(outcome: TrainOutcome) -> dict:
+    """One recorded forward pass over the first held-out batch."""
+    model = outcome.model.eval()
+    with torch.no_grad(), model.recording_diagnostics():
+        model(outcome.val_batches[0][0])
+    return model.diagnostics()
+
+
+def run_trial(
+    cfg: ArchConfig,
+    budget_flops: float,
+    data: TokenizedCorpus | DataConfig | None = None,
+    seed: int = 0,
+    report: Report | None = None,
+    *,
+    optim: OptimConfig = OptimConfig(),
+    run: RunConfig = RunConfig(),
+    width_probe: bool = True,
+    ladder: LadderConfig | None = None,
+    on_rung: OnRung | None = None,
+) -> TrialResult:
+    """Train `cfg` under `budget_flops` training FLOPs on `data` (default: the shipped corpus).
+
+    With `ladder`, `budget_flops` is the top rung's budget and `on_rung` decides after each rung
+    whether the run goes on (`workers.training.train.train`); `val_loss` is then the last rung's loss.
+    """
+    start = time.perf_counter()
+    fpt = flops_per_token(cfg)
+    base = dict(
+        nominal_flops_per_token=fpt.nominal,
+        executed_flops_per_token=fpt.executed,
+        budget_flops=budget_flops,
+        arch=cfg.model_dump(),
+        optim=optim.model_dump(),
+        seed=seed,
+    )
+    device = trial_device()
+    try:
+        corpus = data if isinstance(data, TokenizedCorpus) else load_corpus(data or DataConfig())
+        if device.type == "cuda":
+            run = run.model_copy(update={"precision": "bf16"})
+        outcome = train(
+            cfg,
+            budget_flops,
+            corpus,
+            optim=optim,
+            run=run,
+            seed=seed,
+            report=report,
+            model_hook=lambda model: model.to(device),
+            ladder=ladder,
+            on_rung=on_rung,
+        )
+    except InfeasibleBudget as err:
+        return _failed(TrialStatus.INFEASIBLE, f"infeasible: {err}", base, start)
+    except Exception as err:  # a crashing trial is recorded, never raised into the search
+        return _failed(TrialStatus.FAILED, one_line(err), base, start)
+    return _finish(
+        outcome, base, start, width_probe, validation_tokens_per_byte(corpus, cfg.seq_len, run.eval_sequences)
+    )
+
+
+def _failed(status: TrialStatus, reason: str, base: dict, start: float) -> TrialResult:
+    return TrialResult(
+        status=status,
+        failure_reason=reason,
+        val_loss=math.inf,
+        val_bpb=math.inf,
+        realised_flops_per_token=None,
+        training_flops=0.0,
+        tokens_seen=0,
+        planned_tokens=0,
+        steps=0,
+        wall_time_s=time.perf_counter() - start,
+        tokens_per_s=0.0,
+        step_time_share=None,
+        peak_memory_mb=peak_memory_mb(),
+        **base,
+    )
+
+
+def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool, tokens_per_byte: float) -> TrialResult:
+    state, completed = outcome.state, outcome.status == TrialStatus.COMPLETED
+    diagnostics, width = {}, None
+    if outcome.status != TrialStatus.DIVERGED:
+        diagnostics = _diagnostics(outcome)
+        if width_probe and completed:
+            x, y = (torch.cat(t) for t in zip(*outcome.val_batches, strict=False))
+            width = width_certificate(outcome.model, x, y).to_dict()
+    wall = time.perf_counter() - start
+    loss = state.val_loss if completed else math.inf
+    return TrialResult(
+        status=outcome.status,
+        failure_reason=outcome.failure_reason,
+        val_loss=loss,
+        val_bpb=bits_per_byte(loss, tokens_per_byte),
+        realised_flops_per_token=forward_flops_per_token(state.training_flops, state.tokens_seen)
+        if state.tokens_seen
+        else None,
+        training_flops=state.training_flops,
+        tokens_seen=state.tokens_seen,
+        planned_tokens=outcome.plan.tokens,
+        steps=state.step,
+        wall_time_s=wall,
+        tokens_per_s=state.tokens_seen / wall if wall > 0 else 0.0,
+        step_time_share=state.step_seconds / wall if wall > 0 else None,
+        peak_memory_mb=peak_memory_mb(),
+        diagnostics=diagnostics,
+        width=width,
+        curve=state.curve,
+        rungs=state.rungs,
+        branch_flops=state.branch_flops,
+        **{**base, "budget_flops": state.rungs[-1]["budget_flops"] if state.rungs else base["budget_flops"]},
+    )
