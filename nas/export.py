@@ -1,7 +1,8 @@
 """Export a search's best trials as files that `nas pretrain` trains at full scale.
 
 One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.pretrain.export_format`), plus
-`index.json` listing them, and for a search with a tokenizer other than bytes, its
+`index.json` listing them with what the answer rests on (`nas.answer.decisions.rests_on`: size against
+architecture, decisions at matched cost resolved or tied), and for a search with a tokenizer other than bytes, its
 `<search>-tokenizer.json`, which every file names and `nas pretrain` tokenises with.
 `export_configs` turns store rows into those files, and validates every chosen trial before it
 writes anything.
@@ -32,7 +33,8 @@ from workers.pretrain.export_format import (
 from workers.status import TrialStatus
 from workers.training.train import OptimConfig, RunConfig
 
-from .answer.target import Prediction, front_at_target, predict_search
+from .answer.decisions import rests_on, trial_facts
+from .answer.target import Prediction, answer_at_target, front_at_target
 from .space.budget import BudgetError, stored_budget
 from .store import Store, TrialRow
 from .version import code_version
@@ -225,8 +227,14 @@ def export_configs(
         check_target_flops(target_flops)  # the flag's own check, before touching the store
     search = store.get_search(name)
     target = target_flops if target_flops is not None else _search_target(search)
-    predictions = predict_search(store.rungs(name), target) if target is not None else {}
+    rungs = store.rungs(name)
+    answer = answer_at_target(rungs, target) if target is not None and rungs else None
+    predictions = answer.predictions if answer is not None else {}
     rows = chosen_trials(store, name, pareto=pareto, trial=trial, predictions=predictions)
+    every = store.trials(name)
+    basis = (
+        rests_on(answer, [r.number for r in front_at_target(every, predictions)], *trial_facts(every)) if answer else []
+    )
     exports = [
         exported_config(
             store, search, row, target_flops=target, freeze_ancre=freeze_ancre, prediction=predictions.get(row.number)
@@ -244,7 +252,8 @@ def export_configs(
     if tokenizer is not None:
         _write_atomic(out_dir / exports[0].tokenizer.file, tokenizer)
     paths = [_write_yaml(out_dir / export_file_name(name, e.provenance.trial), e) for e in exports]
-    _write_atomic(out_dir / "index.json", json.dumps(_index(name, exports, paths, target_flops), indent=2) + "\n")
+    index = _index(name, exports, paths, target_flops) | {"rests_on": basis}
+    _write_atomic(out_dir / "index.json", json.dumps(index, indent=2) + "\n")
     return paths
 
 

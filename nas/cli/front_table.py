@@ -4,6 +4,8 @@
 (`nas.answer.target.answer_at_target`): one row per trial with its architecture, the rungs it reached, its measured
 loss at its highest rung, its predicted loss at T with the calibrated band (or "uncalibrated"), the trials it
 is tied with (predictions within twice the seed noise carried to T, `Answer.tied`) and its FLOPs per token.
+Under it: the predictor and bands, the hypervolume, and what the answer rests on (`nas.answer.decisions.rests_on`:
+size against architecture, and the recommended config's decisions at matched cost, resolved or tied).
 The compact table reads in 120 columns; `wide` adds the learning rate, heads, the top replica, the held-out
 error, the seeds and what each prediction rests on.
 """
@@ -17,6 +19,7 @@ from rich.table import Column, Table
 
 from workers.status import TrialStatus
 
+from ..answer.decisions import rests_on, trial_facts
 from ..answer.pareto import hypervolume, reference_point
 from ..answer.target import Answer, at_target, front_at_target
 from ..space.budget import Budget
@@ -108,6 +111,8 @@ def front_report(
             else ""
         )
     )
+    if answer is not None and predictions:
+        lines += rests_on(answer, [r.number for r in front], *trial_facts(rows))
     return table, lines
 
 

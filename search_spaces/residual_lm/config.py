@@ -46,6 +46,11 @@ class ArchConfig(BaseModel):
     parametrization: Parametrization = "standard"
     base_width: int = Field(128, ge=2, description="d_model at which 'completep' equals 'standard'")
     base_depth: int = Field(4, ge=1, le=512, description="n_layers at which 'completep' equals 'standard'")
+    # the head size hd_0 of the base shape, whose attention 'completep' scales from: None is base_width / n_heads
+    # (heads that widen at a fixed count); a model with fewer, base-sized heads sets it to keep 1 / sqrt(hd)
+    base_head_dim: int | None = Field(
+        None, ge=2, description="head size at the base shape (None: base_width / n_heads)"
+    )
 
     @model_validator(mode="after")
     def _check_heads(self) -> ArchConfig:

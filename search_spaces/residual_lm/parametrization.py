@@ -29,7 +29,7 @@ rules. Forward multipliers:
                                                     by d with unit-RMS rows: muP as built)
     branches      x + f(x) / m_L                    cascaded, ANCRe (CompleteP, alpha = 1)
     NAG rotation  tan(theta) = c_L alpha_l m        c_L = S(2 L_0) / S(2 L), S(n) = sum_{l<=n} l^-1/2
-    attention     softmax(q.k sqrt(hd_0) / hd)      hd_0 = d_0 / n_heads: 1/sqrt(hd) at the base, 1/hd beyond
+    attention     softmax(q.k sqrt(hd_0) / hd)      hd_0 = d_0 / n_heads (or base_head_dim): 1/sqrt(hd) at the base
 
 NAG's branch is a rotation of a unit-RMS stream: its size does not depend on the sublayer's output
 scale, so 1/m_L has nothing to act on. What grows with depth is the total rotation sum_l alpha_l,
@@ -121,9 +121,10 @@ def nag_rotation_multiplier(cfg: ArchConfig) -> float:
 
 def attention_scale(cfg: ArchConfig) -> float | None:
     """The q.k scale: None (SDPA's 1/sqrt(hd)) under `standard`, sqrt(hd_0) / hd under `completep`."""
-    if cfg.parametrization != "completep" or cfg.d_model == cfg.base_width:
+    base_head_dim = cfg.base_head_dim or cfg.base_width / cfg.n_heads
+    if cfg.parametrization != "completep" or cfg.head_dim == base_head_dim:
         return None  # the same value, left to SDPA so that the base shape is bit-exact `standard`
-    return math.sqrt(cfg.base_width / cfg.n_heads) / cfg.head_dim
+    return math.sqrt(base_head_dim) / cfg.head_dim
 
 
 def standard_init_std(name: str, init_std: float, depth: int) -> float:

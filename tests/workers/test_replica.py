@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flavour, flops_per_token
+from search_spaces.residual_lm.parametrization import attention_scale
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
 from workers.training.train import OptimConfig, RunConfig
 from workers.trial.replica import (
     MEASURE_AGAIN,
+    Narrowing,
     plan_replica,
     replica_arch,
     replica_widths,
@@ -85,10 +87,21 @@ def test_below_the_narrowest_on_path_replica_the_rung_is_marked_off_the_path():
 def test_widths_are_multiples_of_twice_the_heads_and_a_completep_target_keeps_its_base():
     four = TARGET.model_copy(update={"n_heads": 4, "d_model": 96})
     assert replica_widths(four) == [8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
-    assert replica_widths(four, min_width=20) == [24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
+    assert replica_widths(four, 20) == [24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
+    assert replica_widths(four, Narrowing(min_share=0.5)) == [48, 56, 64, 72, 80, 88, 96]
     tuned = TARGET.model_copy(update={"parametrization": "completep", "base_width": 32, "base_depth": 4})
     assert (replica_arch(tuned, 16).base_width, replica_arch(tuned, 16).base_depth) == (32, 4)
     assert replica_arch(tuned, tuned.d_model) == tuned
+
+
+def test_a_replica_that_keeps_the_head_size_has_fewer_heads_scaled_as_at_the_target():
+    four = TARGET.model_copy(update={"n_heads": 4, "d_model": 96})
+    keep = Narrowing(min_share=0.5, keep="head_size")
+    assert replica_widths(four, keep) == [48, 72, 96]
+    narrow = replica_arch(four, 48, keep)
+    assert (narrow.n_heads, narrow.head_dim, narrow.d_model) == (2, 24, 48)
+    assert attention_scale(narrow) == pytest.approx(attention_scale(four))
+    assert replica_arch(four, 48).n_heads == 4 and replica_arch(four, 48).head_dim == 12
 
 
 @pytest.mark.parametrize("residual", ["cascaded", "nag", "ancre"])

@@ -31,6 +31,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -46,6 +47,7 @@ from .run import TrialResult, one_line, run_trial
 __all__ = [
     "DEFAULT_MIN_WIDTH",
     "MEASURE_AGAIN",
+    "Narrowing",
     "OnReplicaRung",
     "Replica",
     "TargetPath",
@@ -116,19 +118,46 @@ def target_path(target: ArchConfig, target_flops: float, batch_size: int) -> Tar
     return TargetPath(params, tokens, tokens / params)
 
 
-def replica_arch(target: ArchConfig, width: int) -> ArchConfig:
-    """The target at `width` under `completep`, its base shape the target's (or the target's own base)."""
+@dataclass(frozen=True)
+class Narrowing:
+    """How a replica narrows its target: no narrower than `min_width`, nor than `min_share` of the target's width;
+    `keep` "heads" (the head count, the head size shrinking: the direction in which `completep`'s attention
+    rule transfers) or "head_size" (heads of the target's size, fewer of them; attention scaled as at the target).
+    """
+
+    min_width: int = DEFAULT_MIN_WIDTH
+    min_share: float = 0.0
+    keep: Literal["heads", "head_size"] = "heads"
+
+    @classmethod
+    def of(cls, narrowing: Narrowing | int) -> Narrowing:
+        """A Narrowing, or the default one with that narrowest width."""
+        return narrowing if isinstance(narrowing, Narrowing) else cls(min_width=int(narrowing))
+
+    def floor(self, target: ArchConfig) -> int:
+        return max(self.min_width, math.ceil(self.min_share * target.d_model))
+
+
+def replica_arch(target: ArchConfig, width: int, narrowing: Narrowing | int = DEFAULT_MIN_WIDTH) -> ArchConfig:
+    """The target at `width` under `completep`, its base shape the target's (or the target's own base); with
+    heads of the target's size, `width / head size` of them."""
     if target.parametrization == "completep":
         base = {"base_width": target.base_width, "base_depth": target.base_depth}
     else:
         base = {"base_width": target.d_model, "base_depth": target.n_layers}
-    return target.model_copy(update={"d_model": width, "parametrization": "completep", **base})
+    update = {"d_model": width, "parametrization": "completep", **base}
+    if Narrowing.of(narrowing).keep == "head_size":
+        base_head = target.base_head_dim or base["base_width"] // target.n_heads
+        update |= {"n_heads": width // target.head_dim, "base_head_dim": base_head}
+    return target.model_copy(update=update)
 
 
-def replica_widths(target: ArchConfig, min_width: int = DEFAULT_MIN_WIDTH) -> list[int]:
-    """Valid replica widths, narrowest first: multiples of 2 n_heads in [min_width, d_T], and d_T."""
-    step = 2 * target.n_heads
-    first = max(step, math.ceil(min_width / step) * step)
+def replica_widths(target: ArchConfig, narrowing: Narrowing | int = DEFAULT_MIN_WIDTH) -> list[int]:
+    """Valid replica widths, narrowest first, from the narrowing's floor up to d_T (and d_T): multiples of
+    2 n_heads (even head size, for RoPE), or of the target's head size when the head size is kept."""
+    narrowing = Narrowing.of(narrowing)
+    step = target.head_dim if narrowing.keep == "head_size" else 2 * target.n_heads
+    first = max(step, math.ceil(narrowing.floor(target) / step) * step)
     return sorted({*range(first, target.d_model, step), target.d_model})
 
 
@@ -142,15 +171,15 @@ def plan_replica(
     rung: int,
     rung_flops: float,
     batch_size: int,
-    min_width: int = DEFAULT_MIN_WIDTH,
+    min_width: Narrowing | int = DEFAULT_MIN_WIDTH,
 ) -> Replica:
-    """The replica rung `rung` trains with `rung_flops` (<= target_flops); InfeasibleBudget if its width
-    cannot afford one step."""
+    """The replica rung `rung` trains with `rung_flops` (<= target_flops), narrowed as `min_width` says (a
+    `Narrowing`, or the narrowest width); InfeasibleBudget if its width cannot afford one step."""
     path = target_path(target, target_flops, batch_size)
     widths = replica_widths(target, min_width)
 
     def cost(i: int) -> float:
-        return _on_path_flops(replica_arch(target, widths[i]), path.tokens_per_param)
+        return _on_path_flops(replica_arch(target, widths[i], min_width), path.tokens_per_param)
 
     # The on-path cost grows with width (F and N never shrink): bisect for the first width costing >= C_r,
     # then take it or the one below, whichever is nearer in log (a few shape-only builds, not one per width).
@@ -161,7 +190,7 @@ def plan_replica(
     on_path = cost(0) <= rung_flops
     if on_path and low > 0 and abs(math.log(cost(low - 1) / rung_flops)) < abs(math.log(cost(low) / rung_flops)):
         low -= 1
-    arch = replica_arch(target, widths[low if on_path else 0])
+    arch = replica_arch(target, widths[low if on_path else 0], min_width)
     return Replica(rung, rung_flops, arch, plan_budget(arch, rung_flops, batch_size), _parameters(arch), path, on_path)
 
 
@@ -181,7 +210,7 @@ def run_replica_trial(
     optim: OptimConfig = OptimConfig(),
     run: RunConfig = RunConfig(),
     width_probe: bool = True,
-    min_width: int = DEFAULT_MIN_WIDTH,
+    min_width: Narrowing | int = DEFAULT_MIN_WIDTH,
     on_rung: OnReplicaRung | None = None,
     remeasure_offset: int = 1000,
 ) -> TrialResult:

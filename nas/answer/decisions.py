@@ -1,0 +1,328 @@
+"""What an answer at the target rests on: size against architecture, and the decisions it makes at matched cost.
+
+At a fixed target most of the spread of losses across configs is size (docs/design.md §5): a ranking can agree
+with the truth while it knows nothing but parameter counts. So an answer is read apart from size:
+
+- **The size trend.** loss ~ a + b x + c x^2 with x = ln N (N the parameter count), least squares over the
+  configs (`size_trend`). What it leaves, each config's residual, is what the architecture does at that size.
+- **Architecture tau.** Kendall tau-b between the residuals of two sets of losses, each against its own size
+  trend (`architecture_tau`): pure size gives 0 whatever it ranks; its ceiling is the truth's own seed-vs-seed
+  value.
+- **Contrasts at matched cost.** Two configs whose executed FLOPs per token are within `MATCHED_COST` (15%) of
+  each other, of different architecture, are a decision a user faces (`matched_contrasts`). Its kind says
+  what differs: the residual `family` alone, `depth vs width` (shape, same family and routing), `MoD` (the
+  routing, same family), or `mixed`. A contrast is resolvable when its two losses differ by more than twice
+  the noise; `decision_accuracy` is the share of resolvable contrasts a prediction orders as the truth does
+  (DataDecide, arXiv 2504.11393), with its binomial standard error.
+- **In a search** (`rests_on`): whether the front's order at T is explained by size within the noise, and for
+  the recommended config (the front's lowest predicted loss) which architecture decisions at matched cost are
+  resolved and which are tied ("the cheaper one is the choice").
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import kendalltau
+
+from search_spaces.residual_lm import ArchConfig, build_model, count_parameters
+
+from .target import Answer
+
+__all__ = [
+    "KINDS",
+    "MATCHED_COST",
+    "Architecture",
+    "Contrast",
+    "Decision",
+    "SizeTrend",
+    "architecture_tau",
+    "contrast_kind",
+    "decision_accuracy",
+    "kendall",
+    "matched_contrasts",
+    "rests_on",
+    "search_decisions",
+    "size_trend",
+    "trial_facts",
+]
+
+MATCHED_COST = 0.15  # two configs within 15% of each other's executed FLOPs per token are at matched cost
+KINDS = ("family", "depth vs width", "MoD", "mixed")
+
+
+def kendall(a: Mapping[int, float], b: Mapping[int, float]) -> float | None:
+    """Kendall tau-b over the keys both have (None below 3 of them, or without variation)."""
+    keys = sorted(set(a) & set(b))
+    if len(keys) < 3:
+        return None
+    value = float(kendalltau([a[k] for k in keys], [b[k] for k in keys]).statistic)
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class SizeTrend:
+    """loss = c0 + c1 x + c2 x^2, x = ln(params), fitted by least squares; `r2` the share of the losses'
+    variance it explains."""
+
+    coefficients: tuple[float, ...]
+    r2: float
+
+    def at(self, params: float) -> float:
+        x = math.log(params)
+        return float(sum(c * x**k for k, c in enumerate(self.coefficients)))
+
+    def residuals(self, losses: Mapping[int, float], params: Mapping[int, float]) -> dict[int, float]:
+        """Each config's loss minus the trend at its size (what the architecture does there)."""
+        return {c: loss - self.at(params[c]) for c, loss in losses.items() if c in params}
+
+
+def size_trend(losses: Mapping[int, float], params: Mapping[int, float], degree: int = 2) -> SizeTrend | None:
+    """The trend of `losses` in log-parameters (module docstring); None with fewer than degree + 2 finite
+    losses, or one size only. With fewer distinct sizes than the degree needs, the degree falls."""
+    keys = [c for c, v in losses.items() if c in params and math.isfinite(v)]
+    sizes = {params[c] for c in keys}
+    degree = min(degree, len(sizes) - 1)
+    if len(keys) < degree + 2 or degree < 1:
+        return None
+    x = np.log([params[c] for c in keys])
+    y = np.array([losses[c] for c in keys])
+    design = np.vander(x - x.mean(), degree + 1, increasing=True)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    fitted = design @ coef
+    total = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((y - fitted) ** 2)) / total if total > 0 else 1.0
+    # back to powers of x itself: sum_k b_k (x - m)^k = sum_j c_j x^j
+    shift = np.polynomial.polynomial.Polynomial(coef)(np.polynomial.polynomial.Polynomial([-x.mean(), 1.0]))
+    return SizeTrend(tuple(float(c) for c in shift.coef), r2)
+
+
+def architecture_tau(
+    predicted: Mapping[int, float], truth: Mapping[int, float], params: Mapping[int, float]
+) -> float | None:
+    """Kendall tau-b of the two sets' residuals, each against its own size trend (over the configs both have)."""
+    keys = set(predicted) & set(truth) & set(params)
+    fits = [size_trend({c: side[c] for c in keys}, params) for side in (predicted, truth)]
+    if fits[0] is None or fits[1] is None:
+        return None
+    # rounded to 1e-9 nats: equal effects must tie, not differ by the fit's rounding error
+    residuals = [
+        {c: round(r, 9) for c, r in fit.residuals({c: side[c] for c in keys}, params).items()}
+        for fit, side in zip(fits, (predicted, truth), strict=True)
+    ]
+    return kendall(*residuals)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The knobs that make an architecture (the optimiser's are not among them)."""
+
+    residual: str
+    n_layers: int
+    d_model: int
+    n_heads: int = 0
+    mlp_ratio: float = 0.0
+    mod_rate: float = 0.0
+    mod_every: int = 0
+    mod_granularity: str = "sublayer"
+
+    @classmethod
+    def of(cls, knobs: Mapping) -> Architecture:
+        """From a config's fields (an ArchConfig dump, a trial's config or a table's row)."""
+        mod_rate = float(knobs.get("mod_rate") or 0.0)
+        return cls(
+            residual=str(knobs["residual"]),
+            n_layers=int(knobs["n_layers"]),
+            d_model=int(knobs["d_model"]),
+            n_heads=int(knobs.get("n_heads") or 0),
+            mlp_ratio=float(knobs.get("mlp_ratio") or 0.0),
+            mod_rate=mod_rate,
+            mod_every=int(knobs.get("mod_every") or 0) if mod_rate else 0,
+            mod_granularity=str(knobs.get("mod_granularity") or "sublayer") if mod_rate else "sublayer",
+        )
+
+    @property
+    def shape(self) -> tuple:
+        return (self.n_layers, self.d_model, self.n_heads, self.mlp_ratio)
+
+    @property
+    def routing(self) -> tuple:
+        return (self.mod_rate, self.mod_every, self.mod_granularity)
+
+    def describe(self) -> str:
+        mod = (
+            ""
+            if not self.mod_rate
+            else f" MoD {self.mod_rate:g}" + (" blocks" if self.mod_granularity == "block" else "")
+        )
+        return f"{self.residual} {self.n_layers}x{self.d_model}{mod}"
+
+
+def contrast_kind(a: Architecture, b: Architecture) -> str | None:
+    """What differs between two architectures (module docstring); None when they are the same."""
+    family, routing, shape = a.residual != b.residual, a.routing != b.routing, a.shape != b.shape
+    if family and not routing and not shape:
+        return "family"
+    if routing and not family:
+        return "MoD"
+    if shape and not family:
+        return "depth vs width"
+    return "mixed" if family else None
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """Two configs at matched cost, and what differs between them."""
+
+    a: int
+    b: int
+    kind: str
+
+
+def matched_contrasts(
+    archs: Mapping[int, Architecture], flops: Mapping[int, float], tolerance: float = MATCHED_COST
+) -> list[Contrast]:
+    """Every pair of configs of different architecture whose FLOPs per token are within `tolerance` (as a ratio)."""
+    keys = sorted(c for c in archs if c in flops and math.isfinite(flops[c]) and flops[c] > 0)
+    out = []
+    for i, a in enumerate(keys):
+        for b in keys[i + 1 :]:
+            kind = contrast_kind(archs[a], archs[b])
+            if kind is not None and max(flops[a], flops[b]) <= (1.0 + tolerance) * min(flops[a], flops[b]):
+                out.append(Contrast(a, b, kind))
+    return out
+
+
+def decision_accuracy(
+    contrasts: Sequence[Contrast], predicted: Mapping[int, float], truth: Mapping[int, float], margin: float
+) -> dict[str, dict]:
+    """Per kind and overall ("all"): how many contrasts the truth resolves (|gap| > `margin`), how many of them
+    `predicted` orders as the truth does, the share, and its binomial standard error."""
+    out: dict[str, dict] = {}
+    for kind in (*KINDS, "all"):
+        chosen = [c for c in contrasts if kind in ("all", c.kind) and c.a in predicted and c.b in predicted]
+        resolvable = [c for c in chosen if c.a in truth and c.b in truth and abs(truth[c.a] - truth[c.b]) > margin]
+        right = sum((predicted[c.a] - predicted[c.b]) * (truth[c.a] - truth[c.b]) > 0 for c in resolvable)
+        n = len(resolvable)
+        share = right / n if n else None
+        se = math.sqrt(share * (1 - share) / n) if n else None
+        out[kind] = {"contrasts": len(chosen), "resolvable": n, "right": right, "accuracy": share, "standard_error": se}
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A contrast at matched cost in a search's answer: the predicted gap (loss of `b` minus loss of `a`), the
+    noise it is judged against (twice the larger seed noise at T of the two), and whether it is resolved."""
+
+    contrast: Contrast
+    gap: float
+    margin: float | None
+
+    @property
+    def resolved(self) -> bool:
+        return self.margin is not None and abs(self.gap) > self.margin
+
+    @property
+    def better(self) -> int:
+        return self.contrast.a if self.gap > 0 else self.contrast.b
+
+
+def search_decisions(
+    answer: Answer, archs: Mapping[int, Architecture], flops: Mapping[int, float], trials: Sequence[int] | None = None
+) -> list[Decision]:
+    """The contrasts at matched cost among the answer's trials (or `trials`) with finite predictions, judged."""
+    keys = [t for t in (trials if trials is not None else answer.predictions) if t in answer.predictions]
+    keys = [t for t in keys if math.isfinite(answer.predictions[t].loss) and t in archs]
+    out = []
+    for c in matched_contrasts({t: archs[t] for t in keys}, flops):
+        noises = [n for n in (answer.noise_at_target(c.a), answer.noise_at_target(c.b)) if n is not None]
+        gap = answer.predictions[c.b].loss - answer.predictions[c.a].loss
+        out.append(Decision(c, gap, 2.0 * max(noises) if noises else None))
+    return out
+
+
+def rests_on(
+    answer: Answer,
+    front: Sequence[int],
+    archs: Mapping[int, Architecture],
+    flops: Mapping[int, float],
+    params: Mapping[int, float],
+) -> list[str]:
+    """What the answer rests on, in a few lines (module docstring): size against architecture over the completed
+    trials, and the recommended config's decisions at matched cost. `front`: the front's trials."""
+    predicted = {t: p.loss for t, p in answer.predictions.items() if math.isfinite(p.loss) and t in params}
+    lines = []
+    trend = size_trend(predicted, params)
+    if trend is not None and front:
+        residual = trend.residuals({t: predicted[t] for t in front if t in predicted}, params)
+        margins = {t: 2.0 * n for t in residual if (n := answer.noise_at_target(t)) is not None}
+        beyond = {t: r for t, r in residual.items() if t in margins and abs(r) > margins[t]}
+        share = f"a trend in log-parameters explains {trend.r2:.0%} of the spread of the predicted losses at T"
+        if not margins:
+            lines.append(f"size: {share}; without a measured seed noise no architecture effect can be told from it")
+        elif not beyond:
+            lines.append(f"explained by size within the noise: {share}, and every front member sits within twice "
+                         "its seed noise of the trend: the front trades size, not architecture")  # fmt: skip
+        else:
+            t = min(beyond, key=beyond.get)
+            lines.append(f"beyond size: {share}; trial {t} ({archs[t].describe()}) sits {-beyond[t]:.3f} nats "
+                         f"{'below' if beyond[t] < 0 else 'above'} it (twice its noise {margins[t]:.3f})")  # fmt: skip
+    best = min((t for t in front if t in predicted), key=predicted.get, default=None)
+    if best is None:
+        return lines
+    mine = [d for d in search_decisions(answer, archs, flops) if best in (d.contrast.a, d.contrast.b)]
+    if not mine:
+        alone = f"trial {best} ({archs[best].describe()}) has no rival of another architecture at matched cost"
+        lines.append(f"{alone} (within {MATCHED_COST:.0%} of its FLOPs per token): no architecture decision to resolve")
+        return lines
+    for d in sorted(mine, key=lambda d: -abs(d.gap))[:3]:
+        other = d.contrast.b if d.contrast.a == best else d.contrast.a
+        pair = (
+            f"trial {best} ({archs[best].describe()}) vs trial {other} ({archs[other].describe()}), {d.contrast.kind}"
+        )
+        if d.margin is None:
+            lines.append(f"{pair}: {abs(d.gap):.3f} nats apart; no seed noise measured, so not called resolved")
+        elif d.resolved:
+            loser = other if d.better == best else best
+            lines.append(f"resolved at matched cost: {pair}: trial {d.better} is better by {abs(d.gap):.3f} nats "
+                         f"(twice the noise {d.margin:.3f}); trial {loser} is not the choice")  # fmt: skip
+        else:
+            cheaper = min((best, other), key=lambda t: flops[t])
+            lines.append(f"tied at matched cost: {pair}: {abs(d.gap):.3f} nats apart, within twice the noise "
+                         f"{d.margin:.3f}: the cheaper one, trial {cheaper}, is the choice")  # fmt: skip
+    return lines
+
+
+def trial_facts(rows: Sequence) -> tuple[dict[int, Architecture], dict[int, float], dict[int, float]]:
+    """(architecture, executed FLOPs per token, parameter count) of each completed trial row with an architecture:
+    what `rests_on` reads. The parameter count is the model's, built shape-only (no memory, no weights)."""
+    archs, flops, params = {}, {}, {}
+    for r in rows:
+        knobs = (r.config or {}).get("arch") or r.config or {}
+        if str(r.status) != "completed" or "residual" not in knobs or r.executed_flops_per_token is None:
+            continue
+        archs[r.number] = Architecture.of(knobs)
+        flops[r.number] = float(r.executed_flops_per_token)
+        fields = tuple(sorted((k, v) for k, v in knobs.items() if k in ArchConfig.model_fields))
+        if (n := _parameters(fields)) is not None:
+            params[r.number] = n
+    return archs, flops, params
+
+
+@functools.lru_cache(maxsize=4096)
+def _parameters(knobs: tuple) -> float | None:
+    """The parameter count of the config with these (name, value) knobs, or None when it is not a valid config."""
+    import torch
+    from pydantic import ValidationError
+
+    try:
+        cfg = ArchConfig(**dict(knobs))
+    except ValidationError:
+        return None
+    with torch.device("meta"):
+        return float(count_parameters(build_model(cfg)))
