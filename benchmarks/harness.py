@@ -4,8 +4,11 @@
 - `SIZE`, `BATCH`, `VARIANTS`: the `bench` flavour's size, its batch, and the residual/MoD variants timed
   at it (`cpu_throughput`, and `gpu_session` at a GPU size); `make_step` is one training step at that size.
 - `time_interleaved`: step times of several models, round by round, so machine drift hits each alike.
-- `pending`, `append_runs`: a table of real runs built job by job into a CSV, resumed where a build stopped.
+- `pending`, `append_runs`, `read_table`: a table of real runs built job by job into a CSV, resumed where a
+  build stopped, and read back typed (every benchmark that reads a CSV table reads it so).
 - `write_json`, `quantiles_ms`: a result file, and the median/p99 of a list of seconds.
+- `TableSampler`, `sample_table`: a search's sampler (TPE, random) proposing configs of a table, for a replay of
+  the search on it (`benchmarks.grading.SearchReplay` replays one through its rung gate).
 
 Run a benchmark as a module from the repository root: `python -m benchmarks.<name> --help`.
 """
@@ -20,7 +23,7 @@ import multiprocessing as mp
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +183,34 @@ def write_json(path: Path, result: Any) -> None:
     path.write_text(json.dumps(result, indent=2) + "\n")
 
 
+# How each column of the benchmarks' tables that holds a number or a flag reads; any other column is text.
+COLUMN_TYPES: dict[str, Callable[[str], Any]] = {
+    **dict.fromkeys(
+        ("config", "n_layers", "d_model", "params", "seed", "rung", "tokens", "tokens_seen", "steps",
+         "replica_d_model", "replica_params"),
+        int,
+    ),
+    **dict.fromkeys(
+        ("mod_rate", "lr", "lr_used", "nag_gate_lr", "horizon_exponent", "executed_flops_per_token", "budget_flops",
+         "val_loss", "compute_flops", "wall_time_s", "tokens_per_param", "target_tokens_per_param"),
+        float,
+    ),
+    "on_path": lambda text: text == "True",
+}  # fmt: skip
+
+
+def read_table(path: Path) -> list[dict]:
+    """The rows of a CSV table of runs, typed by `COLUMN_TYPES` (an empty cell of a typed column: None)."""
+    with path.open() as fh:
+        return [{k: _cell(k, v) for k, v in r.items()} for r in csv.DictReader(fh)]
+
+
+def _cell(column: str, text: str) -> Any:
+    if column not in COLUMN_TYPES:
+        return text
+    return COLUMN_TYPES[column](text) if text else None
+
+
 def pending(jobs: Iterable[Any], rows: Iterable[dict], job_key: Callable, row_key: Callable) -> list:
     """The jobs whose `job_key` no row's `row_key` matches: what a table of `rows` still lacks, in order."""
     done = {row_key(r) for r in rows}
@@ -217,3 +248,48 @@ def append_runs(
             fh.flush()
             note = f" {describe(rows)}" if describe else ""
             print(f"[{k}/{len(todo)} {time.perf_counter() - start:6.0f}s]{note}", flush=True)
+
+
+class TableSampler:
+    """Optuna's sampler (`nas.search.study.make_sampler`) proposing configs of a table over its categorical knobs
+    (`space`: each knob's values), both objectives minimised (loss, executed FLOPs per token), asked and told as
+    a search's study is: `ask` gives the next knobs, `tell` their objectives, or None (FAIL) for knobs the table
+    lacks."""
+
+    def __init__(self, space: Mapping[str, Sequence], sampler: str, seed: int):
+        import optuna
+
+        from nas.search.study import make_sampler
+
+        self.space: dict[str, optuna.distributions.BaseDistribution] = {
+            k: optuna.distributions.CategoricalDistribution(list(v)) for k, v in space.items()
+        }
+        self.study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler(sampler, seed))
+        self._trial: optuna.trial.Trial | None = None
+
+    def ask(self) -> dict:
+        self._trial = self.study.ask(self.space)
+        return self._trial.params
+
+    def tell(self, values: tuple[float, float] | None) -> None:
+        import optuna
+
+        assert self._trial is not None, "tell before ask"
+        if values is None:
+            self.study.tell(self._trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(self._trial, values)
+
+
+def sample_table(
+    space: Mapping[str, Sequence], lookup: Callable[[dict], Any], sampler: str, seed: int, trials: int
+) -> list:
+    """A `TableSampler` search of `trials` trials on a table with one run per config, each trial's knobs looked up
+    (`lookup`) and told (a diverged run as an infinite loss); a repeat is a trial, as a search pays for it again.
+    The points, in trial order."""
+    search, picked = TableSampler(space, sampler, seed), []
+    for _ in range(trials):
+        picked.append(lookup(search.ask()))
+        loss = picked[-1].val_loss
+        search.tell((loss if math.isfinite(loss) else math.inf, picked[-1].executed_flops_per_token))
+    return picked
