@@ -48,6 +48,7 @@ LADDER_FIGURES = (  # the same four strategies at 1T on each corpus
 )
 MOD_GAP = ("summary",)
 TRANSFER = ("summary",)
+REPLAY = ("search_replay", "strategies")
 
 ENTRIES: dict[str, Entry] = {
     "ancre_case_study.json": Entry(
@@ -322,6 +323,26 @@ ENTRIES: dict[str, Entry] = {
             Figure("best: bytes", ("summary", "bytes", "best_config"), "{}"),
             Figure("8k", ("summary", "train:8192", "best_config"), "{}"),
             Figure("8k head share of FLOPs", ("summary", "train:8192", "best_head_flops_share"), "{:.0%}"),
+        ),
+    ),
+    "transfer_checks.json": Entry(
+        question="Does a best-rate drift survive equal step counts (iso-token) and a second seed, and what does a "
+        "search at the base shape's rate give up against one that samples the rate?",
+        command="retired script (result kept)",
+        figures=(
+            Figure(
+                "cascaded completep depth drift: iso-token, L2-L16",
+                ("iso_token_check", "cascaded", "completep", "depth", "drift"),
+                "{:.2f}x",
+            ),
+            Figure("mean of 2 seeds, L2-L4", ("seed_check", "cascaded", "drift_seed_mean"), "{:.2f}x"),
+            Figure(
+                "TPE trials to 95% HV: rate sampled",
+                (*REPLAY, "standard_lr_searched", "tpe", "median_trials_to_95pct"),
+                "{:g}",
+            ),
+            Figure("completep base rate", (*REPLAY, "completep_base_lr", "tpe", "median_trials_to_95pct"), "{:g}"),
+            Figure("its HV ceiling", (*REPLAY, "completep_base_lr", "ceiling_share"), "{:.1%}"),
         ),
     ),
     "transfer.json": Entry(

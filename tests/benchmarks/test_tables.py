@@ -106,6 +106,14 @@ def test_a_table_is_searched_as_a_study_of_the_search_samples_it(sampler):
     assert [p.number for p in replayed] == [p.number for p in picked]
 
 
+def test_the_transfer_report_gives_the_committed_figures_from_the_committed_tables(tmp_path):
+    transfer = import_benchmark("transfer")
+    result = json.loads(json.dumps(transfer.report(DATA / "transfer_runs.csv", tmp_path / "transfer.json")))
+    committed = json.loads((RESULTS / "transfer.json").read_text())
+    for key in ("rows", "summary", "goals", "horizon_check", "horizon_rule_rows"):
+        assert_same_figures(result[key], committed[key], key)
+
+
 @pytest.mark.slow  # 20 searches of 30 trials
 def test_the_search_efficiency_replay_gives_the_committed_figures(tmp_path):
     out = tmp_path / "search_efficiency.json"
