@@ -3,7 +3,8 @@
 - `machine_info()`: the record every result JSON keeps under "machine" (CPU, platform, torch, threads).
 - `SIZE`, `BATCH`, `VARIANTS`: the `bench` flavour's size, its batch, and the residual/MoD variants timed
   at it (`cpu_throughput`, and `gpu_session` at a GPU size); `make_step` is one training step at that size.
-- `time_interleaved`: step times of several models, round by round, so machine drift hits each alike.
+- `time_interleaved`: step times of several models, round by round, so machine drift hits each alike;
+  `median_seconds` of one call. `spec_sheet`, `measured_copy_bandwidth`: a GPU's ceilings.
 - `pending`, `append_runs`, `read_table`: a table of real runs built job by job into a CSV, resumed where a
   build stopped, and read back typed (every benchmark that reads a CSV table reads it so).
 - `write_json`, `quantiles_ms`: a result file, and the median/p99 of a list of seconds.
@@ -63,6 +64,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
         if rate != 0.25
         for suffix, granularity in (("", "sublayer"), ("_block", "block"))
     },
+}
+
+
+# Spec sheets, matched against torch.cuda.get_device_name() in this order: (HBM bytes/s, dense bf16 tensor-core
+# FLOP/s without sparsity). The H200 has the H100 SXM's compute; one H200 lent to this project was seen at about
+# 790 TFLOP/s on an 8192^3 bf16 matmul and a 4.3 TB/s copy, which gpu_session.py's `env` stage measures again.
+SPEC_SHEETS = {
+    "H200": (4.8e12, 989e12),
+    "H100 SXM": (3.35e12, 989e12),
+    "H100 NVL": (3.9e12, 835e12),
+    "H100 PCIe": (2.0e12, 756e12),
+    "H100": (3.35e12, 989e12),
+    "A100-SXM4-80GB": (2.039e12, 312e12),
+    "A100 80GB PCIe": (1.935e12, 312e12),
+    "A100": (1.555e12, 312e12),
+    "L40S": (0.864e12, 362e12),
 }
 
 
@@ -131,6 +148,30 @@ def elapsed_s(fn: Callable[[], object], device: torch.device | None = None) -> f
     start_s = time.perf_counter()
     fn()
     return time.perf_counter() - start_s
+
+
+def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> float:
+    """Median wall time of fn() over `repeats` calls (CUDA events on GPU, perf_counter elsewhere)."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    return statistics.median(elapsed_s(fn, device) for _ in range(repeats))
+
+
+def measured_copy_bandwidth(device: torch.device) -> float | None:
+    """Bytes/s of a device-to-device copy of 1 GiB (read + write): the achievable peak."""
+    if device.type != "cuda":
+        return None
+    src = torch.empty(2**28, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    seconds = median_seconds(lambda: dst.copy_(src), device, repeats=20, warmup=3)
+    return 2 * src.numel() * src.element_size() / seconds
+
+
+def spec_sheet(device: torch.device) -> tuple[float | None, float | None]:
+    """The device's spec-sheet (HBM bytes/s, dense bf16 FLOP/s), (None, None) where it has none."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    return next((v for key, v in SPEC_SHEETS.items() if key in name), (None, None))
 
 
 def time_interleaved(
