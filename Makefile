@@ -99,8 +99,8 @@ ladder-efficiency: $(STAMP)
 mod-published: $(STAMP)
 	$(PY) -m benchmarks.mod_published --out benchmarks/results/mod_published.json
 
-# Learning-rate sweeps at widths 64-256 and depths 2-16, standard vs completep, every family, iso-FLOP,
-# and the search replayed on the table; `report` alone re-reads the committed table
+# Learning-rate sweeps at widths 64-256 and depths 2-16, standard vs completep, every family, iso-FLOP, with
+# the horizon check and the horizon rule's; builds only the rows its tables lack, `report` alone re-reads them
 transfer: $(STAMP)
 	$(PY) -m benchmarks.transfer build --runs benchmarks/data/transfer_runs.csv
 	$(PY) -m benchmarks.transfer report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json

@@ -4,30 +4,14 @@
     python -m benchmarks.fidelity build-replicas --corpus plays   # replica rows
     python -m benchmarks.fidelity report                          # both corpora -> results/fidelity.json + .png
 
-Two corpora (`CORPORA`), of different kinds: the shipped plays (24 configs: every family x widths 32/64/96 x
-depths 2/4/6 less the largest, MoD rate 0, 0.25 or 0.5 in a Latin square over width and depth) and Python
-source code (`benchmarks.code_corpus`; 15 configs: every family at five shapes covering the same grid). Every
-run uses `workers.trial.run.run_trial` exactly as a search's worker does, at lr 3e-3 and the search's default
-learning-rate schedule (warmup-stable-decay, cooldown 0.2), with two seeds:
-
-- truth: each config trained at T = 1.8e12 training FLOPs; the truth is the mean of its two seeds;
-- replica rows (`build-replicas`): each config's replica (`workers.trial.replica`) at every budget share of T in
-  `REPLICA_SHARES`, each its own run, so any ladder among them can be replayed (`LAYOUTS`);
-- budget ladder rows: the config itself on a 4-rung ladder (T/80 .. T/10, eta 2) with cooldown branches.
-
-Jobs run in 2 processes of 1 torch thread each; a killed build resumes with the jobs its table lacks.
-
-`report` replays a search on each table through the search's own rung decider (`benchmarks.grading.
-SearchReplay`: promotion with its noise margin, second seeds where the decider asks for them, the front's
-repeats, then `nas.answer.target.answer_at_target`), in the table's order and ORDERS - 1 random ones, and grades the
-answer against the truth (`benchmarks.grading.grade`): Kendall tau-b, regret in truth seed-noise units, the
-true best in the predicted top 3, the hypervolume of the predicted front at true losses over the true front's,
-the compute over the truth's, and how often the 80% bands hold the truth (with the conformity scalings of
-`BAND_GAMMAS`). Beside it: each rung alone, the answer from every rung of every config, the parameter count,
-the truth's seed-vs-seed tau and the noise ceiling. `--smoke` builds every path at tiny size.
-
-`build --space FILE` trains under that space's horizon rule (`OptimConfig.horizon_tokens`), if it has one.
-The grading lives in `benchmarks.grading`; this file builds the tables, reports and plots them.
+Two corpora (`CORPORA`: the shipped plays, Python source from `benchmarks.code_corpus`), each with its `configs`,
+every run `workers.trial.run.run_trial` as a search's worker runs it (lr 3e-3, the default schedule), two seeds:
+the truth (each config at T), replica rungs (`workers.trial.replica`, at every share of T in `REPLICA_SHARES`, each
+its own run, so any ladder of `LAYOUTS` can be replayed) and the budget ladder (4 rungs, T/80 .. T/10, eta 2).
+A build runs 2 processes of 1 torch thread and resumes with the jobs its table lacks; `--space FILE` trains under
+that space's horizon rule. `report` replays a search on each table (`benchmarks.grading`: through the search's
+own rung gate, in ORDERS arrival orders) and grades its answer against the truth, beside rankings without a
+search; a config whose rows are not all in the tables yet is left out. `--smoke`: every path at tiny size.
 """
 
 from __future__ import annotations
@@ -41,10 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.grading import SearchReplay, Truth, bands_with, grade, read_runs, tau
-from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, write_json
+from benchmarks.grading import ORDERS, Truth, baselines, graded_rows, over_orders, tau
+from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, read_table, write_json
 from nas.answer.extrapolate import RungPoint, seed_noise
-from nas.answer.target import answer_at_target
 from nas.space.budget import Budget
 
 HERE = Path(__file__).resolve().parent
@@ -58,24 +41,8 @@ LOWEST_RUNG, RUNGS, ETA, TRUTH_RATIO = 2.25e10, 4, 2.0, 10.0
 # 256 held-out sequences (16k tokens spread over the held-out text; a search's default is 64): the
 # evaluation's sampling noise on a gap between two runs falls to 0.004 nats (0.008 at 64 sequences)
 RUN = dict(batch_size=8, eval_sequences=256, evals=1, report_every=1000)
-COLUMNS = [
-    "config",
-    "residual",
-    "n_layers",
-    "d_model",
-    "mod_rate",
-    "params",
-    "executed_flops_per_token",
-    "kind",
-    "seed",
-    "rung",
-    "budget_flops",
-    "tokens",
-    "val_loss",
-    "compute_flops",
-    "wall_time_s",
-    "status",
-]
+COLUMNS = ["config", "residual", "n_layers", "d_model", "mod_rate", "params", "executed_flops_per_token", "kind",
+           "seed", "rung", "budget_flops", "tokens", "val_loss", "compute_flops", "wall_time_s", "status"]  # fmt: skip
 # Replica rungs (`workers.trial.replica`) are built at every budget share of T below, each its own run, so that
 # the report can replay any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10: a
 # search's default), 3 at eta 2 (T/40, T/20, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
@@ -90,8 +57,6 @@ LAYOUTS = {
     "2 rungs, eta 3": (2, 3.0),
 }
 DEFAULT_LAYOUT = "{} rungs, eta {:g}".format(*(Budget.model_fields[k].default for k in ("rungs", "eta")))  # a search's
-ORDERS = 5  # arrival orders each search is replayed in: the table's, and 4 random permutations
-BAND_GAMMAS = (1.0, 0.75, 0.5)  # conformity scalings whose coverage is measured (`nas.answer.calibration.GAMMA`)
 GOALS = {
     "kendall_tau": 0.8,
     "regret_in_seed_noise": 1.0,
@@ -100,26 +65,19 @@ GOALS = {
     "compute_share": 0.2,
     "band_coverage": [0.7, 0.9],
 }
-REPLICA_COLUMNS = [
-    *COLUMNS,
-    "replica_d_model",
-    "replica_params",
-    "tokens_per_param",
-    "target_tokens_per_param",
-    "on_path",
-]
+REPLICA_COLUMNS = [*COLUMNS, "replica_d_model", "replica_params", "tokens_per_param", "target_tokens_per_param",
+                   "on_path"]  # fmt: skip
 REPLICA_CSV = HERE / "data" / "fidelity_replica_runs.csv"
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """One corpus of the benchmark: where its text is, which configs it measures, and its tables."""
+    """One corpus of the benchmark: where its text is, and its two tables."""
 
     name: str
     source: str  # DataConfig.source: "shipped", or a file of this repository
     runs: Path  # budget ladder and truth rows
     replica_runs: Path
-    out: Path
 
     def data(self):
         from workers.data.config import DataConfig
@@ -128,13 +86,12 @@ class Corpus:
 
 
 CORPORA = {
-    "plays": Corpus("plays", "shipped", RUNS_CSV, REPLICA_CSV, HERE / "results" / "fidelity.json"),
+    "plays": Corpus("plays", "shipped", RUNS_CSV, REPLICA_CSV),
     "code": Corpus(
         "code",
         "benchmarks/data/python_stdlib.jsonl.gz",  # benchmarks/code_corpus.py
         HERE / "data" / "fidelity_code_runs.csv",
         HERE / "data" / "fidelity_code_replica_runs.csv",
-        HERE / "results" / "fidelity_code.json",
     ),
 }
 
@@ -320,7 +277,7 @@ def horizon_rule(space: Path | None) -> dict:
 
 def pending_jobs(out: Path, todo: list[Job]) -> list[Job]:
     """The jobs of `todo` whose rows the table at `out` does not hold yet (all of them without a table)."""
-    rows = read_runs(out) if out.exists() else []
+    rows = read_table(out) if out.exists() else []
     return pending(todo, rows, lambda j: (j.config, j.kind, j.seed), lambda r: (r["config"], r["kind"], r["seed"]))
 
 
@@ -336,125 +293,11 @@ def layout_budgets(target: float, rungs: int, eta: float) -> list[float]:
     return [top / eta ** (rungs - 1 - r) for r in range(rungs)]
 
 
-def rung_rows(rows: Sequence[dict], budgets: Sequence[float], seeds: Sequence[int]) -> list:
-    """The table's runs at `budgets` and `seeds` as the store's rung rows (trial number = config)."""
-    from nas.answer.extrapolate import budget_key
-    from nas.store import RungRow
-
-    keys = {budget_key(b): r for r, b in enumerate(sorted(budgets))}
-    out = []
-    for x in rows:
-        rung = keys.get(budget_key(x["budget_flops"]))
-        if rung is None or x["seed"] not in seeds:
-            continue
-        replica = "replica_d_model" in x
-        out.append(
-            RungRow(
-                x["config"], rung, x["seed"], x["budget_flops"], 1, x["tokens"], x["val_loss"], x["compute_flops"],
-                None, x.get("replica_d_model") if replica else None, x.get("replica_params"),
-                x.get("tokens_per_param"), x.get("target_tokens_per_param"), x.get("on_path"), x["residual"],
-                x["executed_flops_per_token"],
-            )
-        )  # fmt: skip
-    return sorted(out, key=lambda r: (r.number, r.rung, r.seed))
-
-
-def losses_at(rows: Sequence[dict], budget: float, seed: int = 0) -> dict[int, float]:
-    from nas.answer.extrapolate import budget_key
-
-    return {
-        r["config"]: r["val_loss"]
-        for r in rows
-        if r["seed"] == seed and budget_key(r["budget_flops"]) == budget_key(budget)
-    }
-
-
-def replay(
-    rows, truth: Truth, budgets, eta: float, order: Sequence[int], replica: bool = True, noise_rule: bool = True
-) -> dict:
-    """One search replayed on the table (`grading.SearchReplay`), graded: its answer, bands and compute."""
-    search = SearchReplay(rows, budgets, eta, truth.target, replica=replica, noise_rule=noise_rule)
-    try:
-        for config in order:
-            search.propose(config)
-        search.repeat_front()
-        answer = search.answer()
-        predicted = search.by_config({n: p.loss for n, p in answer.predictions.items()})
-        bands = search.by_config(
-            {n: (p.low, p.high) if p.low is not None else None for n, p in answer.predictions.items()}
-        )
-        reached = search.reached()
-        out = grade(predicted, truth, bands)
-        out |= {
-            "compute_share": search.spent / truth.compute,
-            "configs_per_rung_reached": {
-                str(k): sum(v == k for v in reached.values()) for k in range(1, len(budgets) + 1)
-            },
-            "predictor": answer.backtest.chosen,
-            "backtest": answer.backtest.describe(),
-            "bands": answer.calibration.describe(),
-            "band_coverage_by_gamma": {
-                str(g): grade(predicted, truth, search.by_config(bands_with(answer, truth.target, g)))["band_coverage"]
-                for g in BAND_GAMMAS
-            },
-            "reliability": {f"{b:.3g}": r.tau for b, r in answer.reliability.items()},
-            "seed_noise": answer.noise,
-            "predicted": predicted,
-        }
-        return out
-    finally:
-        search.close()
-
-
-def over_orders(rows, truth: Truth, budgets, eta: float, replica: bool = True, noise_rule: bool = True) -> dict:
-    """The replay in table order, and its figures averaged over ORDERS arrival orders (table order first)."""
-    configs = sorted(truth.runs)
-    rng = np.random.default_rng(0)
-    orders = [configs] + [list(rng.permutation(configs)) for _ in range(ORDERS - 1)]
-    runs = [replay(rows, truth, budgets, eta, [int(c) for c in order], replica, noise_rule) for order in orders]
-    keys = ("kendall_tau", "regret_in_seed_noise", "hypervolume_ratio_nadir", "band_coverage", "compute_share")
-    mean = {k: _mean([r[k] for r in runs]) for k in keys}
-    mean["true_best_in_predicted_top3"] = float(np.mean([r["true_best_in_predicted_top3"] for r in runs]))
-    mean["band_coverage_by_gamma"] = {
-        g: _mean([r["band_coverage_by_gamma"][g] for r in runs]) for g in runs[0]["band_coverage_by_gamma"]
-    }
-    mean["kendall_tau_min"] = float(min(r["kendall_tau"] for r in runs))
-    return {"table_order": runs[0], f"mean_over_{ORDERS}_orders": mean}
-
-
-def _mean(values) -> float | None:
-    """The mean of the values that are not None (None if none is)."""
-    kept = [v for v in values if v is not None]
-    return float(np.mean(kept)) if kept else None
-
-
-def baselines(rows, truth: Truth, budgets) -> dict:
-    """Rankings from the table without a search: each rung alone (seed 0), the answer from every rung of every
-    config (seed 0; both seeds), and the parameter count (bigger better)."""
-    out = {
-        f"rung {r} alone (T/{truth.target / b:.0f}, seed 0)": grade(losses_at(rows, b), truth)
-        for r, b in enumerate(budgets)
-    }
-    for label, seeds in (
-        ("every rung of every config, seed 0", (0,)),
-        ("every rung of every config, both seeds", (0, 1)),
-    ):
-        answer = answer_at_target(rung_rows(rows, budgets, seeds), truth.target)
-        bands = {n: (p.low, p.high) if p.low is not None else None for n, p in answer.predictions.items()}
-        out[f"answer, {label}"] = grade({n: p.loss for n, p in answer.predictions.items()}, truth, bands) | {
-            "predictor": answer.backtest.chosen
-        }
-    params = {r["config"]: -float(r["params"]) for r in rows}
-    out["parameter count (bigger better)"] = grade(params, truth)
-    return out
-
-
 def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
     """Every figure of one corpus: its truth, the replica ladder at each layout (as a search runs it) beside its
     baselines, and the budget ladder as a search runs it."""
-    rows = read_runs(runs)
+    rows, replica = graded_rows(read_table(runs), read_table(replica_runs))
     truth = Truth.of(rows)
-    replica = read_runs(replica_runs)
     ladder = [r for r in rows if r["kind"] == "ladder"]
     layouts = {}
     for name, (rungs, eta) in LAYOUTS.items():
@@ -554,25 +397,19 @@ def plot(result: dict, path: Path) -> None:
         answer = c["replica_ladder"]["layouts"][DEFAULT_LAYOUT]["table_order"]
         truth = {int(k): v for k, v in c["truth_per_config"].items()}
         predicted = {int(k): v for k, v in answer["predicted"].items()}
-        keys = sorted(truth)
-        left.scatter([truth[k] for k in keys], [predicted[k] for k in keys])
-        left.set(
-            xlabel="true loss at T (nats/token, mean of 2 seeds)",
-            ylabel="answer at T (nats/token)",
-            title=f"{name}: {DEFAULT_LAYOUT}, tau {answer['kendall_tau']:.2f}",
-        )
+        left.scatter(*zip(*[(truth[k], predicted[k]) for k in sorted(truth)], strict=True))
+        left.set(xlabel="true loss at T (nats/token, mean of 2 seeds)", ylabel="answer at T (nats/token)",
+                 title=f"{name}: {DEFAULT_LAYOUT}, tau {answer['kendall_tau']:.2f}")  # fmt: skip
         taus = {f"answer, {k}": v["table_order"]["kendall_tau"] for k, v in c["replica_ladder"]["layouts"].items()}
         taus |= {k: v["kendall_tau"] for k, v in c["replica_ladder"]["baselines_at_default_layout"].items()}
-        taus["budget ladder, as a search runs it"] = c["budget_ladder"]["as_a_search_runs_it"]["table_order"][
-            "kendall_tau"
-        ]
+        budget_ladder = c["budget_ladder"]["as_a_search_runs_it"]["table_order"]
+        taus["budget ladder, as a search runs it"] = budget_ladder["kendall_tau"]
         right.barh(list(taus), [np.nan if v is None else v for v in taus.values()])
         right.axvline(GOALS["kendall_tau"], color="k", ls="--", lw=1)
         if c["truth"]["tau_ceiling"] is not None:
             right.axvline(c["truth"]["tau_ceiling"], color="tab:red", ls=":", lw=1.5)
-        right.set(
-            xlabel="Kendall tau-b vs the truth (goal dashed; noise ceiling red dotted)", title=f"{name}: rank agreement"
-        )
+        xlabel = "Kendall tau-b vs the truth (goal dashed; noise ceiling red dotted)"
+        right.set(xlabel=xlabel, title=f"{name}: rank agreement")
         right.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

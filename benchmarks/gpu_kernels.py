@@ -1,28 +1,19 @@
 """Fused kernels against eager PyTorch and torch.compile, and whole training steps per family.
 
 One run, on one device, measures side by side (interleaved, median of repeats):
-
-1. per op (NAG epilogue, add + RMSNorm, ANCRe mixing), forward and forward + backward:
-   - the Triton kernel (`use_backend("triton")`),
-   - the eager PyTorch reference (`use_backend("reference")`),
-   - `torch.compile` of the reference (CUDA only: on CPU Inductor's C++ path is not what a
-     GPU worker runs, so it is skipped there);
-   and the forward's achieved bandwidth: the bytes it must move at least (read its inputs, write
-   its outputs) over its time, as a share of the device's spec-sheet peak and of a measured
-   device-to-device copy;
-2. the training step (forward + backward + AdamW, bf16 autocast on CUDA) of each residual family
-   at a GPU-sized proxy, MoD rate 0 and 0.25, with the Triton kernels and with the reference ops.
-
-Targets (H100/H200 class): each fused op >= 2x eager and >= 70% of peak bandwidth; NAG
-and ANCRe steps within 5% of cascaded; MoD 0.25 at <= 0.85x the rate-0 step.
+1. per op (NAG epilogue, add + RMSNorm, ANCRe mixing), forward and forward + backward: the Triton kernel, the
+   eager reference, and `torch.compile` of the reference (CUDA only); and the forward's achieved bandwidth (the
+   bytes it must move at least, over its time) as a share of the spec sheet's and of a measured copy's;
+2. the training step (forward + backward + AdamW, bf16 autocast on CUDA) of each family at a GPU-sized proxy,
+   MoD rate 0 and 0.25, with the Triton kernels and with the reference ops.
+`TARGETS` are an H100/H200-class GPU's. On a lent GPU, `benchmarks.gpu_session` runs both as its stages.
 
     python -m benchmarks.gpu_kernels --out benchmarks/results/gpu_kernels.json          # on a GPU
+    python -m benchmarks.gpu_kernels --reference-only --device cpu --out benchmarks/results/reference_ops_cpu.json
     TRITON_INTERPRET=1 python -m benchmarks.gpu_kernels --smoke --out /tmp/smoke.json   # CPU check
 
-`--smoke` uses tiny shapes and one repeat: it checks that every path runs (the CI test does this
-on CPU through Triton's interpreter); its timings mean nothing. `--reference-only` skips the Triton
-path, which is how the CPU numbers (the reference path's overhead per family) are measured.
-One script for the three kernels: they are measured side by side, in one run, on the lent GPU.
+`--reference-only` skips the Triton path: the CPU figures (the share of each family's step its reference ops
+take). `--smoke`: tiny shapes, one repeat, every path (Triton's interpreter on CPU); its timings mean nothing.
 """
 
 from __future__ import annotations
@@ -32,13 +23,22 @@ import logging
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.harness import BATCH, FAMILIES, SIZE, elapsed_s, synchronize, time_interleaved, write_json
+from benchmarks.harness import (
+    BATCH,
+    FAMILIES,
+    SIZE,
+    measured_copy_bandwidth,
+    median_seconds,
+    spec_sheet,
+    time_interleaved,
+    write_json,
+)
 from benchmarks.harness import machine_info as cpu_machine_info
 from search_spaces.residual_lm import ArchConfig, build_model, flops_per_token
 from search_spaces.residual_lm.ops import TRITON_AVAILABLE, interpreting, triton, use_backend
@@ -48,18 +48,6 @@ from search_spaces.residual_lm.ops.nag_epilogue import nag_epilogue, nag_epilogu
 
 log = logging.getLogger("gpu_kernels")
 
-# Spec-sheet HBM bandwidth (bytes/s), matched against torch.cuda.get_device_name().
-PEAK_BANDWIDTH = {
-    "H200": 4.8e12,
-    "H100 SXM": 3.35e12,
-    "H100 NVL": 3.9e12,
-    "H100 PCIe": 2.0e12,
-    "H100": 3.35e12,
-    "A100-SXM4-80GB": 2.039e12,
-    "A100 80GB PCIe": 1.935e12,
-    "A100": 1.555e12,
-    "L40S": 0.864e12,
-}
 TARGETS = {
     "op_speedup_vs_eager": 2.0,
     "op_share_of_peak_bandwidth": 0.70,
@@ -115,31 +103,6 @@ CPU = Shapes(
     op_repeats=200,
     warmup=3,
 )
-
-
-def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> float:
-    """Median wall time of fn() over `repeats` calls (CUDA events on GPU, perf_counter elsewhere)."""
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    return statistics.median(elapsed_s(fn, device) for _ in range(repeats))
-
-
-def measured_copy_bandwidth(device: torch.device) -> float | None:
-    """Bytes/s of a device-to-device copy of 1 GiB (read + write): the achievable peak."""
-    if device.type != "cuda":
-        return None
-    src = torch.empty(2**28, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    seconds = median_seconds(lambda: dst.copy_(src), device, repeats=20, warmup=3)
-    return 2 * src.numel() * src.element_size() / seconds
-
-
-def spec_bandwidth(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((bw for key, bw in PEAK_BANDWIDTH.items() if key in name), None)
 
 
 # --- the ops: (inputs, the op on them, its minimum forward bytes) -----------------------------
@@ -448,7 +411,7 @@ def main() -> None:
     shapes = SMOKE if args.smoke else FULL if device.type == "cuda" else CPU
     paths, backends = paths_and_backends(device, args.reference_only)
     dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" or args.smoke else [])
-    peak, copy_peak = spec_bandwidth(device), measured_copy_bandwidth(device)
+    peak, copy_peak = spec_sheet(device)[0], measured_copy_bandwidth(device)
     ops = time_ops(shapes, dtypes, device, paths, peak, copy_peak)
     families = time_families(shapes, device, backends)
     ratios = step_ratios(families, backends)
@@ -457,16 +420,7 @@ def main() -> None:
         "smoke": args.smoke,
         "paths": paths,
         "backends": backends,
-        "shapes": {
-            "rows": shapes.rows,
-            "d": shapes.d,
-            "gate_components": shapes.gate_components,
-            "ancre_states": list(shapes.ancre_states),
-            "model": shapes.model,
-            "batch": shapes.batch,
-            "repeats": shapes.repeats,
-            "op_repeats": shapes.op_repeats,
-        },
+        "shapes": asdict(shapes),
         "peak_bandwidth": {"spec_bytes_per_s": peak, "measured_copy_bytes_per_s": copy_peak},
         "ops": ops,
         "steps": families,

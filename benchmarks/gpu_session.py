@@ -23,28 +23,14 @@ timeout still holds every finished stage. Each stage records its wall time besid
 a stage that raises is recorded `failed` with its one-line reason and the rest go on, and a stage
 whose estimate no longer fits the budget left is `skipped` with the reason.
 
-On the lent machine (an H200 with its image's python3: torch 2.11 + Triton 3.6 preinstalled,
-no network), two things must travel with the working tree, both prepared here by
-`bash benchmarks/gpu_session.sh prepare` into the git-ignored folder `.gpu_carry/`:
-- wheels of the pure-Python dependencies the image lacks: pydantic, pydantic-core (cp312,
-  manylinux x86-64), annotated-types, typing-inspection, typing-extensions, at this venv's versions;
-- the tokenised shipped corpus (`RESNAS_CACHE`), since building it needs `datasets`, which the
-  image lacks.
-Then the `run` tool's call is, with `carry: [".gpu_carry"]` and `timeout_s: 600`:
-
-    bash benchmarks/gpu_session.sh
-
-which installs the wheels into /tmp/site, runs this script under `timeout` and leaves
-gpu_session.json and gpu_session.log in $OUT. One stage again, if device time is left:
-`GPU_SESSION_BUDGET_S=120 bash benchmarks/gpu_session.sh --stages mod_ratios`.
+On a lent GPU run `bash benchmarks/gpu_session.sh` (its header says what travels with the working tree in
+`.gpu_carry/` and how to rerun one stage); it leaves gpu_session.json and gpu_session.log in $OUT.
 
 `--smoke` runs every stage at tiny sizes on CPU in under a minute (the CI test does so); with
 TRITON_INTERPRET=1 the Triton paths run in Triton's interpreter, without it only the reference
 paths run. Its timings mean nothing.
 
     TRITON_INTERPRET=1 python -m benchmarks.gpu_session --smoke --out /tmp/gpu_session.json
-
-One file because a lent GPU session runs one prepared script, start to end, within its minutes.
 """
 
 from __future__ import annotations
@@ -73,17 +59,22 @@ from benchmarks.gpu_kernels import (
     TARGETS,
     Shapes,
     machine_info,
-    measured_copy_bandwidth,
-    median_seconds,
     paths_and_backends,
     reference_overhead,
-    spec_bandwidth,
     step_ratios,
     time_families,
     time_ops,
     verdicts,
 )
-from benchmarks.harness import FAMILIES, MOD_RATES, PROXY_BUDGET, VARIANTS
+from benchmarks.harness import (
+    FAMILIES,
+    MOD_RATES,
+    PROXY_BUDGET,
+    VARIANTS,
+    measured_copy_bandwidth,
+    median_seconds,
+    spec_sheet,
+)
 from search_spaces.residual_lm import flavour
 from search_spaces.residual_lm.ops import interpreting
 from workers import DataConfig, RunConfig, TrialResult, load_corpus, run_trial
@@ -93,19 +84,6 @@ log = logging.getLogger("gpu_session")
 
 FLOPS = "executed_forward_flops_per_token"  # gpu_kernels.time_families' per-row count
 SUFFIXES = ("", "_block")  # `harness.VARIANTS`' names: MoD routed per sublayer, per block
-
-# Spec-sheet dense bf16 tensor-core FLOP/s (no sparsity), matched against the device name like
-# gpu_kernels.PEAK_BANDWIDTH. The H200 has the H100 SXM's compute; one H200 lent to this project was
-# seen at about 790 TFLOP/s on an 8192^3 bf16 matmul (and a 4.3 TB/s copy), which `env` measures again.
-PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100 SXM": 989e12,
-    "H100 NVL": 835e12,
-    "H100 PCIe": 756e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-}
 
 
 @dataclass(frozen=True)
@@ -200,12 +178,12 @@ def stage_env(s: Session) -> dict:
     n = s.plan.matmul_n
     a, b = (torch.randn(n, n, device=s.device, dtype=dtype) for _ in range(2))
     matmul = 2 * n**3 / median_seconds(lambda: a @ b, s.device, repeats=10, warmup=3)
-    name = torch.cuda.get_device_name(s.device) if s.device.type == "cuda" else ""
+    spec_bandwidth, spec_flops = spec_sheet(s.device)
     info["peaks"] = {
-        "spec_bf16_flops_per_s": next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None),
+        "spec_bf16_flops_per_s": spec_flops,
         "measured_matmul_flops_per_s": matmul,
         "measured_matmul": f"{n}^3 {str(dtype).removeprefix('torch.')}",
-        "spec_bandwidth_bytes_per_s": spec_bandwidth(s.device),
+        "spec_bandwidth_bytes_per_s": spec_bandwidth,
         "measured_copy_bytes_per_s": measured_copy_bandwidth(s.device),
     }
     return info

@@ -1,27 +1,35 @@
-"""Grading a search's answer at the target against configs trained for real there: the shared parts of
-`benchmarks.fidelity` and `benchmarks.ladder_efficiency`.
+"""Replaying a search on a committed table of real runs, and grading its answer at the target against the configs
+trained for real there: what `benchmarks.fidelity` and `benchmarks.ladder_efficiency` share. Tables are read with
+`benchmarks.harness.read_table`.
 
-- `read_runs`: a table of real runs (`benchmarks.fidelity build`), typed.
-- `Truth`: each config's loss at T (the mean of its seeds), the truth's seed noise, its compute and the noise
-  ceiling of a ranking against it (`tau_ceiling`).
-- `SearchReplay`: a search replayed on a table, through the search's own rung decider
-  (`nas.search.rung_gate.StoreRungGate`) on a real SQLite store: configs arrive in a given order, each climbs the rungs
-  the decider promotes it to, measures a rung again where the decider asks (the table's second seed), and at
-  the end the front's members get their second seed (`nas search --repeat-seeds 1`). What it paid for is
-  counted; what it answers is `nas.answer.target.answer_at_target` over what it stored.
+Replaying:
+- `SearchReplay`: a search replayed through the search's own rung gate (`nas.search.rung_gate.StoreRungGate`) on a
+  real SQLite store: configs arrive in a given order, each climbs the rungs the gate promotes it to, measures a
+  rung again where the gate asks (the table's second seed), and at the end the front's members get their second
+  seed (`nas search --repeat-seeds 1`). What it paid for is counted; what it answers is
+  `nas.answer.target.answer_at_target` over what it stored.
+- Where a sampler proposes the configs (TPE or random), `benchmarks.harness.TableSampler` asks it; a table with one
+  run per config (no rungs to gate) is searched by `benchmarks.harness.sample_table` alone.
+- `graded_rows`: the configs every table holds in full; a config still being built is left out of the grading.
+- `graded_replay`, `over_orders`: a search replayed and graded, in one arrival order and over `ORDERS` of them.
+
+Grading:
+- `Truth`: each config's loss at T (the mean of its seeds), the truth's seed noise, its compute and size, and the
+  noise ceiling of a ranking against it (`tau_ceiling`).
 - `grade`: Kendall tau-b against the truth, regret (nats and truth seed-noise units), whether the true best is
   in the predicted top 3, the hypervolume of the predicted front scored at true losses over the true front's,
-  and the coverage of the bands.
+  and the coverage of the bands: a new figure of a ranking belongs there.
+- `baselines`: rankings from the table without a search (each rung alone, every rung of every config, the
+  parameter count), each graded by `grade`: a new ranking without a search belongs there.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import tempfile
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from scipy.stats import kendalltau
@@ -32,48 +40,46 @@ from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
 from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, Ladder
 from nas.answer.target import Answer, answer_at_target, front_at_target
 from nas.search.rung_gate import StoreRungGate
-from nas.store import Store
+from nas.store import RungRow, Store
 from workers.status import TrialStatus
 
 __all__ = [
+    "BAND_GAMMAS",
+    "ORDERS",
     "SearchReplay",
     "Truth",
     "as_rows",
+    "bands_of",
     "bands_with",
+    "baselines",
     "front_of",
     "grade",
+    "graded_replay",
+    "graded_rows",
     "hv_ratio",
-    "read_runs",
+    "losses_at",
+    "over_orders",
+    "rung_rows",
     "tau",
 ]
 
-_INTS = ("config", "n_layers", "d_model", "params", "seed", "rung", "tokens", "replica_d_model", "replica_params")
-_FLOATS = (
-    "mod_rate",
-    "executed_flops_per_token",
-    "budget_flops",
-    "val_loss",
-    "compute_flops",
-    "wall_time_s",
-    "tokens_per_param",
-    "target_tokens_per_param",
-)
+ORDERS = 5  # arrival orders each search is replayed in: the table's, and 4 random permutations
+BAND_GAMMAS = (1.0, 0.75, 0.5)  # conformity scalings whose coverage is measured (`nas.answer.calibration.GAMMA`)
 
 
-def read_runs(path: Path) -> list[dict]:
-    """The rows of a table of runs, with numbers as numbers."""
-    with path.open() as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:
-        for k in _INTS:
-            if k in r:
-                r[k] = int(r[k])
-        for k in _FLOATS:
-            if k in r:
-                r[k] = float(r[k])
-        if "on_path" in r:
-            r["on_path"] = r["on_path"] == "True"
-    return rows
+def graded_rows(*tables: Sequence[dict]) -> list[list[dict]]:
+    """Each table's rows of the configs that every table holds in full: a config has a row at every (kind, seed,
+    budget) that some config of that table has. A table being built (rows appended job by job) may hold part of a
+    config's runs, or none of its truth; such a config is left out of the grading until its rows are all there."""
+    full: set[int] | None = None
+    for rows in tables:
+        have: dict[int, set] = defaultdict(set)
+        for r in rows:
+            have[r["config"]].add((r["kind"], r["seed"], budget_key(r["budget_flops"])))
+        grid = set().union(*have.values())
+        complete = {c for c, keys in have.items() if keys == grid}
+        full = complete if full is None else full & complete
+    return [[r for r in rows if r["config"] in (full or set())] for rows in tables]
 
 
 def tau(a: Mapping[int, float], b: Mapping[int, float]) -> float | None:
@@ -92,6 +98,7 @@ class Truth:
     target: float
     runs: dict[int, list[float]]  # config -> its loss at T, one per seed
     flops: dict[int, float]  # config -> executed forward FLOPs per token
+    params: dict[int, int]  # config -> parameters
     compute: float  # training FLOPs of one seed of every config at T
 
     @classmethod
@@ -104,6 +111,7 @@ class Truth:
             target=truth[0]["budget_flops"],
             runs=runs,
             flops={r["config"]: r["executed_flops_per_token"] for r in truth},
+            params={r["config"]: r["params"] for r in truth},
             compute=sum(r["compute_flops"] for r in truth if r["seed"] == 0),
         )
 
@@ -189,6 +197,61 @@ def bands_with(answer: Answer, target: float, gamma: float) -> dict[int, tuple[f
         n: calibration.band(p.loss, answer.highest[n], target) if n in answer.highest else None
         for n, p in answer.predictions.items()
     }
+
+
+def bands_of(answer: Answer) -> dict[int, tuple[float, float] | None]:
+    """The answer's band at T of each trial (None where it has none)."""
+    return {n: (p.low, p.high) if p.low is not None else None for n, p in answer.predictions.items()}
+
+
+def losses_at(rows: Sequence[dict], budget: float, seed: int = 0) -> dict[int, float]:
+    """Each config's loss at one budget of the table, one seed: a ranking from one rung alone."""
+    return {
+        r["config"]: r["val_loss"]
+        for r in rows
+        if r["seed"] == seed and budget_key(r["budget_flops"]) == budget_key(budget)
+    }
+
+
+def rung_rows(rows: Sequence[dict], budgets: Sequence[float], seeds: Sequence[int]) -> list[RungRow]:
+    """The table's runs at `budgets` and `seeds` as the store's rung rows (trial number = config): every rung of
+    every config, as if a search had measured them all."""
+    keys = {budget_key(b): r for r, b in enumerate(sorted(budgets))}
+    out = []
+    for x in rows:
+        rung = keys.get(budget_key(x["budget_flops"]))
+        if rung is None or x["seed"] not in seeds:
+            continue
+        out.append(
+            RungRow(
+                number=x["config"], rung=rung, seed=x["seed"], budget_flops=x["budget_flops"], steps=1,
+                tokens=x["tokens"], val_loss=x["val_loss"], training_flops=x["compute_flops"], train_seconds=None,
+                d_model=x.get("replica_d_model"), params=x.get("replica_params"),
+                tokens_per_param=x.get("tokens_per_param"), target_tokens_per_param=x.get("target_tokens_per_param"),
+                on_path=x.get("on_path"), residual=x["residual"],
+                executed_flops_per_token=x["executed_flops_per_token"],
+            )
+        )  # fmt: skip
+    return sorted(out, key=lambda r: (r.number, r.rung, r.seed))
+
+
+def baselines(rows, truth: Truth, budgets) -> dict:
+    """Rankings from the table without a search, graded: each rung alone (seed 0), the answer from every rung of
+    every config (seed 0; both seeds), and the parameter count (bigger better)."""
+    out = {
+        f"rung {r} alone (T/{truth.target / b:.0f}, seed 0)": grade(losses_at(rows, b), truth)
+        for r, b in enumerate(budgets)
+    }
+    for label, seeds in (
+        ("every rung of every config, seed 0", (0,)),
+        ("every rung of every config, both seeds", (0, 1)),
+    ):
+        answer = answer_at_target(rung_rows(rows, budgets, seeds), truth.target)
+        out[f"answer, {label}"] = grade({n: p.loss for n, p in answer.predictions.items()}, truth, bands_of(answer)) | {
+            "predictor": answer.backtest.chosen
+        }
+    out["parameter count (bigger better)"] = grade({c: -float(n) for c, n in truth.params.items()}, truth)
+    return out
 
 
 @dataclass
@@ -290,8 +353,20 @@ class SearchReplay:
         self.spent += spent
         return spent
 
+    def run(self, order: Sequence[int]) -> Answer:
+        """The whole search: every config of `order` proposed in turn, then the front's repeats. Its answer."""
+        for config in order:
+            self.propose(config)
+        self.repeat_front()
+        return self.answer()
+
     def answer(self) -> Answer:
         return answer_at_target(self.store.rungs("replay"), self.target)
+
+    def estimates(self, answer: Answer | None = None) -> dict[int, float]:
+        """The predicted loss at T of every config proposed so far, keyed by config (of `answer`, else now)."""
+        predictions = (answer or self.answer()).predictions
+        return self.by_config({n: p.loss for n, p in predictions.items()})  # type: ignore[return-value]
 
     def by_config(self, per_trial: Mapping[int, object]) -> dict[int, object]:
         """Values keyed by trial number, keyed by config instead."""
@@ -299,3 +374,55 @@ class SearchReplay:
 
     def reached(self) -> dict[int, int]:
         return self.by_config(self._reached)  # type: ignore[return-value]
+
+
+def graded_replay(
+    rows, truth: Truth, budgets, eta: float, order: Sequence[int], replica: bool = True, noise_rule: bool = True
+) -> dict:
+    """One search replayed on the table (`SearchReplay`), configs arriving in `order`; graded, with its compute."""
+    search = SearchReplay(rows, budgets, eta, truth.target, replica=replica, noise_rule=noise_rule)
+    try:
+        answer = search.run(order)
+        predicted = search.estimates(answer)
+        bands = search.by_config(bands_of(answer))
+        reached = search.reached()
+        return grade(predicted, truth, bands) | {
+            "compute_share": search.spent / truth.compute,
+            "configs_per_rung_reached": {
+                str(k): sum(v == k for v in reached.values()) for k in range(1, len(budgets) + 1)
+            },
+            "predictor": answer.backtest.chosen,
+            "backtest": answer.backtest.describe(),
+            "bands": answer.calibration.describe(),
+            "band_coverage_by_gamma": {
+                str(g): grade(predicted, truth, search.by_config(bands_with(answer, truth.target, g)))["band_coverage"]
+                for g in BAND_GAMMAS
+            },
+            "reliability": {f"{b:.3g}": r.tau for b, r in answer.reliability.items()},
+            "seed_noise": answer.noise,
+            "predicted": predicted,
+        }
+    finally:
+        search.close()
+
+
+def over_orders(rows, truth: Truth, budgets, eta: float, replica: bool = True, noise_rule: bool = True) -> dict:
+    """The replay in table order, and its figures averaged over ORDERS arrival orders (table order first)."""
+    configs = sorted(truth.runs)
+    rng = np.random.default_rng(0)
+    orders = [configs] + [list(rng.permutation(configs)) for _ in range(ORDERS - 1)]
+    runs = [graded_replay(rows, truth, budgets, eta, [int(c) for c in order], replica, noise_rule) for order in orders]
+    keys = ("kendall_tau", "regret_in_seed_noise", "hypervolume_ratio_nadir", "band_coverage", "compute_share")
+    mean = {k: _mean([r[k] for r in runs]) for k in keys}
+    mean["true_best_in_predicted_top3"] = float(np.mean([r["true_best_in_predicted_top3"] for r in runs]))
+    mean["band_coverage_by_gamma"] = {
+        g: _mean([r["band_coverage_by_gamma"][g] for r in runs]) for g in runs[0]["band_coverage_by_gamma"]
+    }
+    mean["kendall_tau_min"] = float(min(r["kendall_tau"] for r in runs))
+    return {"table_order": runs[0], f"mean_over_{ORDERS}_orders": mean}
+
+
+def _mean(values) -> float | None:
+    """The mean of the values that are not None (None if none is)."""
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None

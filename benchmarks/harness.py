@@ -3,9 +3,13 @@
 - `machine_info()`: the record every result JSON keeps under "machine" (CPU, platform, torch, threads).
 - `SIZE`, `BATCH`, `VARIANTS`: the `bench` flavour's size, its batch, and the residual/MoD variants timed
   at it (`cpu_throughput`, and `gpu_session` at a GPU size); `make_step` is one training step at that size.
-- `time_interleaved`: step times of several models, round by round, so machine drift hits each alike.
-- `pending`, `append_runs`: a table of real runs built job by job into a CSV, resumed where a build stopped.
+- `time_interleaved`: step times of several models, round by round, so machine drift hits each alike;
+  `median_seconds` of one call. `spec_sheet`, `measured_copy_bandwidth`: a GPU's ceilings.
+- `pending`, `append_runs`, `read_table`: a table of real runs built job by job into a CSV, resumed where a
+  build stopped, and read back typed (every benchmark that reads a CSV table reads it so).
 - `write_json`, `quantiles_ms`: a result file, and the median/p99 of a list of seconds.
+- `TableSampler`, `sample_table`: a search's sampler (TPE, random) proposing configs of a table, for a replay of
+  the search on it (`benchmarks.grading.SearchReplay` replays one through its rung gate).
 
 Run a benchmark as a module from the repository root: `python -m benchmarks.<name> --help`.
 """
@@ -20,7 +24,7 @@ import multiprocessing as mp
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +64,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
         if rate != 0.25
         for suffix, granularity in (("", "sublayer"), ("_block", "block"))
     },
+}
+
+
+# Spec sheets, matched against torch.cuda.get_device_name() in this order: (HBM bytes/s, dense bf16 tensor-core
+# FLOP/s without sparsity). The H200 has the H100 SXM's compute; one H200 lent to this project was seen at about
+# 790 TFLOP/s on an 8192^3 bf16 matmul and a 4.3 TB/s copy, which gpu_session.py's `env` stage measures again.
+SPEC_SHEETS = {
+    "H200": (4.8e12, 989e12),
+    "H100 SXM": (3.35e12, 989e12),
+    "H100 NVL": (3.9e12, 835e12),
+    "H100 PCIe": (2.0e12, 756e12),
+    "H100": (3.35e12, 989e12),
+    "A100-SXM4-80GB": (2.039e12, 312e12),
+    "A100 80GB PCIe": (1.935e12, 312e12),
+    "A100": (1.555e12, 312e12),
+    "L40S": (0.864e12, 362e12),
 }
 
 
@@ -130,6 +150,30 @@ def elapsed_s(fn: Callable[[], object], device: torch.device | None = None) -> f
     return time.perf_counter() - start_s
 
 
+def median_seconds(fn: Callable[[], object], device: torch.device, repeats: int, warmup: int) -> float:
+    """Median wall time of fn() over `repeats` calls (CUDA events on GPU, perf_counter elsewhere)."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    return statistics.median(elapsed_s(fn, device) for _ in range(repeats))
+
+
+def measured_copy_bandwidth(device: torch.device) -> float | None:
+    """Bytes/s of a device-to-device copy of 1 GiB (read + write): the achievable peak."""
+    if device.type != "cuda":
+        return None
+    src = torch.empty(2**28, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    seconds = median_seconds(lambda: dst.copy_(src), device, repeats=20, warmup=3)
+    return 2 * src.numel() * src.element_size() / seconds
+
+
+def spec_sheet(device: torch.device) -> tuple[float | None, float | None]:
+    """The device's spec-sheet (HBM bytes/s, dense bf16 FLOP/s), (None, None) where it has none."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    return next((v for key, v in SPEC_SHEETS.items() if key in name), (None, None))
+
+
 def time_interleaved(
     steps: Mapping[str, Callable[[], object]],
     rounds: int,
@@ -180,6 +224,34 @@ def write_json(path: Path, result: Any) -> None:
     path.write_text(json.dumps(result, indent=2) + "\n")
 
 
+# How each column of the benchmarks' tables that holds a number or a flag reads; any other column is text.
+COLUMN_TYPES: dict[str, Callable[[str], Any]] = {
+    **dict.fromkeys(
+        ("config", "n_layers", "d_model", "params", "seed", "rung", "tokens", "tokens_seen", "steps",
+         "replica_d_model", "replica_params"),
+        int,
+    ),
+    **dict.fromkeys(
+        ("mod_rate", "lr", "lr_used", "nag_gate_lr", "horizon_exponent", "executed_flops_per_token", "budget_flops",
+         "val_loss", "compute_flops", "wall_time_s", "tokens_per_param", "target_tokens_per_param"),
+        float,
+    ),
+    "on_path": lambda text: text == "True",
+}  # fmt: skip
+
+
+def read_table(path: Path) -> list[dict]:
+    """The rows of a CSV table of runs, typed by `COLUMN_TYPES` (an empty cell of a typed column: None)."""
+    with path.open() as fh:
+        return [{k: _cell(k, v) for k, v in r.items()} for r in csv.DictReader(fh)]
+
+
+def _cell(column: str, text: str) -> Any:
+    if column not in COLUMN_TYPES:
+        return text
+    return COLUMN_TYPES[column](text) if text else None
+
+
 def pending(jobs: Iterable[Any], rows: Iterable[dict], job_key: Callable, row_key: Callable) -> list:
     """The jobs whose `job_key` no row's `row_key` matches: what a table of `rows` still lacks, in order."""
     done = {row_key(r) for r in rows}
@@ -217,3 +289,48 @@ def append_runs(
             fh.flush()
             note = f" {describe(rows)}" if describe else ""
             print(f"[{k}/{len(todo)} {time.perf_counter() - start:6.0f}s]{note}", flush=True)
+
+
+class TableSampler:
+    """Optuna's sampler (`nas.search.study.make_sampler`) proposing configs of a table over its categorical knobs
+    (`space`: each knob's values), both objectives minimised (loss, executed FLOPs per token), asked and told as
+    a search's study is: `ask` gives the next knobs, `tell` their objectives, or None (FAIL) for knobs the table
+    lacks."""
+
+    def __init__(self, space: Mapping[str, Sequence], sampler: str, seed: int):
+        import optuna
+
+        from nas.search.study import make_sampler
+
+        self.space: dict[str, optuna.distributions.BaseDistribution] = {
+            k: optuna.distributions.CategoricalDistribution(list(v)) for k, v in space.items()
+        }
+        self.study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler(sampler, seed))
+        self._trial: optuna.trial.Trial | None = None
+
+    def ask(self) -> dict:
+        self._trial = self.study.ask(self.space)
+        return self._trial.params
+
+    def tell(self, values: tuple[float, float] | None) -> None:
+        import optuna
+
+        assert self._trial is not None, "tell before ask"
+        if values is None:
+            self.study.tell(self._trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            self.study.tell(self._trial, values)
+
+
+def sample_table(
+    space: Mapping[str, Sequence], lookup: Callable[[dict], Any], sampler: str, seed: int, trials: int
+) -> list:
+    """A `TableSampler` search of `trials` trials on a table with one run per config, each trial's knobs looked up
+    (`lookup`) and told (a diverged run as an infinite loss); a repeat is a trial, as a search pays for it again.
+    The points, in trial order."""
+    search, picked = TableSampler(space, sampler, seed), []
+    for _ in range(trials):
+        picked.append(lookup(search.ask()))
+        loss = picked[-1].val_loss
+        search.tell((loss if math.isfinite(loss) else math.inf, picked[-1].executed_flops_per_token))
+    return picked

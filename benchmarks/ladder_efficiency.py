@@ -4,52 +4,23 @@
         --replica-runs benchmarks/data/fidelity_replica_runs.csv \
         --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it
 
-Every search here is replayed on the fidelity benchmark's table (`python -m benchmarks.fidelity build`: 24
-configs, each on a 4-rung ladder C0, 2 C0, 4 C0, 8 C0 and trained for real at T = 10 x 8 C0 with
-two seeds), so a search costs CPU seconds and its compute is counted, not spent. A config's seed-0 runs
-are what a search measures; seed 1 stands for a rung measured again; the truth is the mean of the two
-runs at T.
-
-Proposers. `random`: a uniform permutation of the 24 configs (seed s), shared by every strategy of
-seed s, so strategies are compared on the same orders. `tpe`: `nas.search.study.make_sampler("tpe", s)`
-over categorical (residual, n_layers, d_model), told (loss, executed FLOPs/token) after each config,
-the loss being what the strategy knows (below); a combination the table lacks (d_model 96 with 6
-layers) is told FAIL at no cost, and a repeat is told its earlier values at no cost (a real search
-would pay for it again, so this flatters TPE), until every config is proposed or `--max-asks`.
-
-Strategies, each spending compute per proposed config and keeping a front:
-- `ladder`: the search's own method on the budget ladder (the config itself at 4 rungs, eta 2,
-  `fidelity.ETA`): each config arrives as the next trial of a search replayed through its rung decider
-  (`benchmarks.grading.SearchReplay`: MO-ASHA on (predicted loss at T, executed FLOPs/token), ties within
-  twice the seed noise promoted), and the front after each arrival is the search's answer at T
-  (`nas.answer.target.answer_at_target`). TPE is told the config's prediction. A run stopped at rung r costs
-  C_r + cooldown x (C_0 + ... + C_{r-1}): the main run to C_r plus the cooldown branches of the rungs below
-  (`workers.training.plans`; the JSON checks this against the table's measured compute of the full ladder).
-- `replica`: the same on the replica table (`fidelity.py build-replicas`) at the search's default layout
-  (`fidelity.DEFAULT_LAYOUT`); each rung is its own run, so a rung the decider measures again with a
-  second seed costs that run once more. `replica_without_noise_rule`: the same with the noise rule off
-  (`Ladder.noise_rule`: plain MO-ASHA, no ties, no second seeds), to show what the rule buys at
-  equal compute.
-- `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, the top rung or T), costing
-  that budget; the front by the loss measured there. `target` is plain search at the target
-  budget: it measures one run at T (seed 0), the truth being the mean of two.
-
-Scores, after each proposal, of the strategy's front with each member at its TRUE loss (the truth
-run at T), over the true front of all 24 configs (`Scorer`):
-- `hv_ratio`: hypervolume ratio with reference (ln 256, 1.1 x the largest executed FLOPs/token), as
-  `fidelity.hv_ratio`. The loss axis then spans from the configs' losses up to a uniform predictor's,
-  far more than the configs differ by, so the cheapest config proposed (on every front, as nothing
-  proposed has fewer FLOPs) holds most of the area;
-- `hv_ratio_nadir`: the same with the reference loss at the table's worst true loss, so the area
-  measures what the configs differ by;
-- `regret`: the lowest true loss on the front minus the table's lowest (nats).
-A strategy's state at total compute B is the one after the last proposal whose cumulative compute
-is <= B (hypervolume 0, regret undefined, before the first); once it has proposed every config its
-curve stays flat. Reported per (proposer, strategy), over seeds: mean and std of each score at
-B = 0.1 ... 8 x T, the compute from which each seed's ratio stays >= 95% of the true hypervolume to
-the end (a front can lose members; the same for the mean curve), the final scores and compute; the
-PNG plots the mean (+- std) of each score against total compute. The grading it shares with the
-fidelity benchmark is `benchmarks.grading`; what stays here is this experiment's replay and report.
+Every search is replayed on the fidelity benchmark's tables (`benchmarks.fidelity`), so its compute is counted,
+not spent. A proposer gives configs one at a time: `random` (a permutation per seed, shared by every strategy)
+or `tpe` (`harness.TableSampler` over (residual, n_layers, d_model), told the strategy's loss and the executed
+FLOPs/token; a combination the table lacks is told FAIL and a repeat its earlier values, both free, which
+flatters TPE). Each strategy pays for a proposed config and keeps a front:
+- `ladder`, `replica`, `replica_without_noise_rule`: the search's own method (`grading.SearchReplay`, through its
+  rung gate) on the budget ladder (4 rungs, eta 2; a run stopped at rung r costs C_r + cooldown x (C_0 + ... +
+  C_{r-1})) or on the replica rungs at the default layout (each rung its own run; a rung measured again costs
+  it once more), the last with the noise rule off (plain MO-ASHA); its front is its answer at T after each
+  config. The front's repeats, which a search runs once at its end, are not replayed.
+- `rung0`, `top_rung`, `target`: every config trained once at one budget (C0, the top rung, T: plain search at
+  the target, one seed), costing that budget.
+Scores (`Scorer`), after each proposal, of the front with each member at its true loss at T, over the true
+front's: `hv_ratio` (reference loss ln 256), `hv_ratio_nadir` (reference loss the worst true loss, so the area
+measures what the configs differ by), `regret` (nats). A strategy's state at total compute B is the one after
+its last proposal costing <= B. Reported per (proposer, strategy) over seeds: each score at B = 0.1 .. 8 T, the
+compute from which the ratio stays >= 95% to the end, and the final scores; the PNG plots the curves.
 """
 
 from __future__ import annotations
@@ -68,10 +39,9 @@ import numpy as np
 import optuna
 
 from benchmarks.fidelity import DEFAULT_LAYOUT, ETA, LAYOUTS, REPLICA_CSV, RUNS_CSV, layout_budgets
-from benchmarks.grading import SearchReplay, Truth, read_runs
-from benchmarks.harness import machine_info
-from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
-from nas.search.study import make_sampler
+from benchmarks.grading import SearchReplay, Truth, as_rows, graded_rows
+from benchmarks.harness import TableSampler, machine_info, read_table
+from nas.answer.pareto import hypervolume, pareto_rows
 from workers.training.train import OptimConfig
 
 log = logging.getLogger("ladder_efficiency")
@@ -88,7 +58,6 @@ COOLDOWN = OptimConfig().cooldown  # the fidelity table was built with the defau
 class Table:
     """The seed-0 ladder runs of the fidelity table (rung losses) and the truth at T (mean over its seeds)."""
 
-    family: dict[int, str]
     flops: dict[int, float]  # executed forward FLOPs per token
     by_arch: dict[tuple[str, int, int], int]  # (residual, n_layers, d_model) -> config
     rung_loss: dict[int, tuple[float, ...]]  # loss at rung 0, 1, ...
@@ -111,7 +80,9 @@ class Table:
 
 
 def load(path: Path, replica_path: Path | None = None) -> Table:
-    rows = read_runs(path)
+    tables = [read_table(p) for p in (path, replica_path) if p is not None and p.exists()]
+    rows, *rest = graded_rows(*tables)  # a config still being built is left out
+    replica = rest[0] if rest else None
     ladder = [r for r in rows if r["kind"] == "ladder" and r["seed"] == 0]
     truth = {r["config"]: r for r in rows if r["kind"] == "truth" and r["seed"] == 0}
     budgets = tuple(sorted({r["budget_flops"] for r in ladder}))
@@ -121,9 +92,7 @@ def load(path: Path, replica_path: Path | None = None) -> Table:
     if any(not math.isfinite(v) for losses in rung_loss.values() for v in losses):
         raise SystemExit(f"{path}: a config lacks a finite seed-0 loss at some rung")
     target = next(iter(truth.values()))["budget_flops"]
-    replica = read_runs(replica_path) if replica_path is not None and replica_path.exists() else None
     return Table(
-        family={c: r["residual"] for c, r in truth.items()},
         flops={c: r["executed_flops_per_token"] for c, r in truth.items()},
         by_arch={(r["residual"], r["n_layers"], r["d_model"]): c for c, r in truth.items()},
         rung_loss={c: tuple(v) for c, v in rung_loss.items()},
@@ -139,45 +108,7 @@ def load(path: Path, replica_path: Path | None = None) -> Table:
 
 
 # ---------------------------------------------------------------------------------------------
-# strategies: add(config) -> (compute spent, loss the proposer is told); estimates() -> what ranks the front
-
-
-class Ladder:
-    """The search's own method config by config: its rung decider on a real store (`grading.SearchReplay`:
-    promotion with the noise margin, second seeds where asked), its answer at T after each config.
-
-    On the budget ladder (the config itself at each rung) a run stopped at rung r costs `Table.rung_cost(r)`;
-    on the replica ladder (`replica=True`, the search's default layout) each rung is its own run, and a rung
-    measured again costs that run once more. The front's repeats, which a search runs once at its end, are
-    not replayed here."""
-
-    def __init__(self, table: Table, replica: bool = False, noise_rule: bool = True):
-        if replica and table.replica_rows is None:
-            raise SystemExit("the replica strategy needs --replica-runs (fidelity.py build-replicas)")
-        rows = table.replica_rows if replica else table.ladder_rows
-        budgets = table.replica_budgets if replica else table.budgets
-        eta = LAYOUTS[DEFAULT_LAYOUT][1] if replica else ETA
-        self.budgets = budgets
-        self.search = SearchReplay(
-            rows, budgets, eta, table.target, replica=replica, cooldown=COOLDOWN, noise_rule=noise_rule
-        )
-        self._estimates: dict[int, float] = {}
-
-    def add(self, config: int) -> tuple[float, float]:
-        cost = self.search.propose(config)
-        answer = self.search.answer()
-        self._estimates = self.search.by_config({n: p.loss for n, p in answer.predictions.items()})
-        return cost, self._estimates[config]
-
-    def estimates(self) -> dict[int, float]:
-        return self._estimates
-
-    @property
-    def reached(self) -> dict[int, int]:
-        return self.search.reached()
-
-    def close(self) -> None:
-        self.search.close()
+# strategies: propose(config) -> compute spent; estimates() -> what ranks the front (and what TPE is told)
 
 
 class SingleBudget:
@@ -187,17 +118,23 @@ class SingleBudget:
         self.losses, self.cost = losses, cost
         self.seen: dict[int, float] = {}
 
-    def add(self, config: int) -> tuple[float, float]:
+    def propose(self, config: int) -> float:
         self.seen[config] = self.losses[config]
-        return self.cost, self.seen[config]
+        return self.cost
 
     def estimates(self) -> dict[int, float]:
         return self.seen
 
 
-def make_strategy(name: str, table: Table) -> Ladder | SingleBudget:
+def make_strategy(name: str, table: Table) -> SearchReplay | SingleBudget:
     if name in ("ladder", "replica", "replica_without_noise_rule"):
-        return Ladder(table, replica=name != "ladder", noise_rule=name != "replica_without_noise_rule")
+        replica = name != "ladder"
+        if replica and table.replica_rows is None:
+            raise SystemExit("the replica strategy needs --replica-runs (fidelity.py build-replicas)")
+        rows, budgets = (table.replica_rows, table.replica_budgets) if replica else (table.ladder_rows, table.budgets)
+        eta = LAYOUTS[DEFAULT_LAYOUT][1] if replica else ETA
+        noise_rule = name != "replica_without_noise_rule"
+        return SearchReplay(rows, budgets, eta, table.target, replica=replica, cooldown=COOLDOWN, noise_rule=noise_rule)
     if name == "rung0":
         return SingleBudget({c: v[0] for c, v in table.rung_loss.items()}, table.budgets[0])
     if name == "top_rung":
@@ -224,39 +161,37 @@ class RandomProposer:
 
 
 class TpeProposer:
-    """Optuna's TPE over (residual, n_layers, d_model); table gaps fail and repeats are answered, both free."""
+    """TPE (`harness.TableSampler`) over (residual, n_layers, d_model); table gaps fail and repeats are answered,
+    both free."""
 
     def __init__(self, table: Table, seed: int, max_asks: int):
         self.table, self.max_asks = table, max_asks
         keys = list(zip(*table.by_arch, strict=True))
-        self.space = {
-            name: optuna.distributions.CategoricalDistribution(sorted(set(values), key=str))
-            for name, values in zip(("residual", "n_layers", "d_model"), keys, strict=True)
+        space = {
+            name: sorted(set(v), key=str) for name, v in zip(("residual", "n_layers", "d_model"), keys, strict=True)
         }
-        self.study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler("tpe", seed))
+        self.sampler = TableSampler(space, "tpe", seed)
         self.known: dict[int, tuple[float, float]] = {}
         self.asks = self.repeats = self.infeasible = 0
-        self._pending: optuna.trial.Trial | None = None
 
     def ask(self) -> int | None:
         while self.asks < self.max_asks and len(self.known) < len(self.table.truth):
-            trial = self.study.ask(self.space)
+            params = self.sampler.ask()
             self.asks += 1
-            config = self.table.by_arch.get(tuple(trial.params[k] for k in self.space))
+            config = self.table.by_arch.get(tuple(params[k] for k in self.sampler.space))
             if config is None:
                 self.infeasible += 1
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                self.sampler.tell(None)
             elif config in self.known:
                 self.repeats += 1
-                self.study.tell(trial, self.known[config])
+                self.sampler.tell(self.known[config])
             else:
-                self._pending = trial
                 return config
         return None
 
     def tell(self, config: int, loss: float) -> None:
         self.known[config] = (loss, self.table.flops[config])
-        self.study.tell(self._pending, self.known[config])
+        self.sampler.tell(self.known[config])
 
 
 def replay(table: Table, scorer: Scorer, proposer: str, strategy: str, seed: int, max_asks: int) -> dict:
@@ -265,28 +200,24 @@ def replay(table: Table, scorer: Scorer, proposer: str, strategy: str, seed: int
     strat = make_strategy(strategy, table)
     compute, fronts, spent = [], [], 0.0
     while (config := prop.ask()) is not None:
-        cost, loss = strat.add(config)
-        prop.tell(config, loss)
-        spent += cost
+        spent += strat.propose(config)
+        estimates = strat.estimates()
+        prop.tell(config, estimates[config])
         compute.append(spent)
-        fronts.append(front(strat.estimates(), table.flops))
+        fronts.append(front(estimates, table.flops))
     out = dict(compute=compute, fronts=fronts, asks=prop.asks, repeats=prop.repeats)
     scores = [scorer(f) for f in fronts]
     out.update({m: [s[m] for s in scores] for m in Scorer.metrics})
-    if isinstance(strat, Ladder):
-        out["configs_per_rung"] = [sum(k > r for k in strat.reached.values()) for r in range(len(strat.budgets))]
+    if isinstance(strat, SearchReplay):
+        reached = strat.reached().values()
+        out["configs_per_rung"] = [sum(k > r for k in reached) for r in range(len(strat.budgets))]
         strat.close()
     return out
 
 
 def front(estimates: dict[int, float], flops: dict[int, float]) -> list[int]:
-    """The configs non-dominated by (estimated loss, executed FLOPs/token), as `fidelity.hv_ratio` picks them."""
-    return [r.number for r in pareto_rows([_row(c, loss, flops[c]) for c, loss in estimates.items()])]
-
-
-def _row(config: int, loss: float, flops: float) -> FrontPoint:
-    """What `nas.answer.pareto` reads of a trial."""
-    return FrontPoint(number=config, val_loss=loss, executed_flops_per_token=flops)
+    """The configs non-dominated by (estimated loss, executed FLOPs/token), as `grading.front_of` picks them."""
+    return [r.number for r in pareto_rows(as_rows(estimates, flops))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,8 +227,8 @@ def _row(config: int, loss: float, flops: float) -> FrontPoint:
 class Scorer:
     """Metrics of a chosen front, each member at its true loss at T.
 
-    `hv_ratio`: its hypervolume over the true front's, reference (ln 256, 1.1 x max FLOPs/token) as in
-    `fidelity.hv_ratio`. `hv_ratio_nadir`: the same with the reference loss at the table's worst true
+    `hv_ratio`: its hypervolume over the true front's, reference (ln 256, 1.1 x max FLOPs/token).
+    `hv_ratio_nadir`: the same with the reference loss at the table's worst true
     loss, so the loss axis spans what the configs differ by, not the distance to a uniform predictor.
     `regret`: the lowest true loss on the front minus the lowest of the table (nats; NaN when empty).
     """
@@ -311,7 +242,7 @@ class Scorer:
         self.true_hv = {k: self._hv(list(table.truth), ref) for k, ref in self.refs.items()}
 
     def _hv(self, configs: list[int], ref: tuple[float, float]) -> float:
-        return hypervolume([_row(c, self.truth[c], self.flops[c]) for c in configs], ref)
+        return hypervolume(as_rows({c: self.truth[c] for c in configs}, self.flops), ref)
 
     def __call__(self, configs: list[int]) -> dict[str, float]:
         out = {k: self._hv(configs, ref) / self.true_hv[k] for k, ref in self.refs.items()}

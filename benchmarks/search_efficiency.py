@@ -39,9 +39,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from benchmarks.harness import machine_info, write_json
+from benchmarks.harness import machine_info, read_table, sample_table, write_json
 from nas.answer.pareto import FrontPoint, hypervolume, hypervolume_curve, reference_point
-from nas.search.study import make_sampler
 
 log = logging.getLogger("search_efficiency")
 HERE = Path(__file__).resolve().parent
@@ -134,16 +133,15 @@ class GridPoint(FrontPoint):
 def load_grid(path: Path) -> dict[tuple, GridPoint]:
     """The CSV as rows with the attributes `nas.answer.pareto` reads, keyed by the five knob values."""
     table = {}
-    with path.open() as f:
-        for number, raw in enumerate(csv.DictReader(f)):
-            key = tuple(type(GRID[k][0])(raw[k]) for k in GRID)
-            table[key] = GridPoint(
-                number=number,
-                status=raw["status"],
-                val_loss=float(raw["val_loss"]),
-                executed_flops_per_token=float(raw["executed_flops_per_token"]),
-                knobs=dict(zip(GRID, key, strict=False)),
-            )
+    for number, row in enumerate(read_table(path)):
+        key = tuple(row[k] for k in GRID)
+        table[key] = GridPoint(
+            number=number,
+            status=row["status"],
+            val_loss=row["val_loss"],
+            executed_flops_per_token=row["executed_flops_per_token"],
+            knobs=dict(zip(GRID, key, strict=True)),
+        )
     missing = [p for p in grid_points() if tuple(p.values()) not in table]
     if missing:
         raise SystemExit(f"{path}: {len(missing)} grid points missing (first: {missing[0]}); run `build` first")
@@ -151,17 +149,8 @@ def load_grid(path: Path) -> dict[tuple, GridPoint]:
 
 
 def replay(table: dict, sampler: str, seed: int, n_trials: int) -> list:
-    """One study of `n_trials` over the table; the looked-up rows in trial order."""
-    rows = []
-
-    def objective(trial: optuna.Trial) -> tuple[float, float]:
-        key = tuple(trial.suggest_categorical(k, v) for k, v in GRID.items())
-        rows.append(table[key])
-        return rows[-1].val_loss, rows[-1].executed_flops_per_token
-
-    study = optuna.create_study(directions=["minimize", "minimize"], sampler=make_sampler(sampler, seed))
-    study.optimize(objective, n_trials=n_trials)
-    return rows
+    """One study of `n_trials` over the table (`harness.sample_table`); the looked-up rows in trial order."""
+    return sample_table(GRID, lambda knobs: table[tuple(knobs[k] for k in GRID)], sampler, seed, n_trials)
 
 
 def first_reaching(curve: np.ndarray, level: float) -> int | None:

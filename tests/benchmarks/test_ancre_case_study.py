@@ -76,14 +76,16 @@ def test_case_study_writes_both_readings_side_by_side_with_a_verdict(tmp_path):
         for depth_key, per_tau in info["runs"].items():
             depth = int(depth_key[2:])
             assert set(per_tau) == {"tau=0.01", "tau=0.1"}
-            for entry in per_tau.values():
-                assert len(entry["steps"]) == len(entry["losses"]) > 10 and entry["losses"][-1] < entry["losses"][0]
+            for tau_key, entry in per_tau.items():
                 assert entry["convergence"] in {"linear", "sublinear"} and entry["final_loss"] > 0
-                p = entry["p_matrix"]
+                run = result["results"][depth_key][f"ANCRe{'' if reading == 'A' else '-B'}({tau_key})"]
+                assert len(run["steps"]) == len(run["losses"]) > 10 and run["losses"][-1] < run["losses"][0]
+                p = run["p_matrix"]
                 columns = [sum(row[j] for row in p) for j in range(1, depth + 1)]
                 receiving = columns[:-1] if reading == "B" else columns  # B: no shortcut into node K
                 assert all(abs(c - 1) < 1e-9 for c in receiving)
                 assert reading == "A" or columns[-1] == 0
+                assert entry["p_into_output_node"]["0"] == p[0][depth]
     summary = result["summary"]
     assert set(summary["readings_reproduce"]) == {"A", "B"} and "Verdict:" in summary["verdict"]
     assert {"ANCRe(tau=0.01)", "ANCRe-B(tau=0.01)", "0:1", "0:2", "cascaded"} <= set(result["results"]["K=3"])

@@ -146,7 +146,7 @@ def test_compile_benchmark_reports_its_break_even(tmp_path):
 
 
 def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
-    """Build a tiny table (both parametrizations, both sweeps), then report drift, losses and the replay."""
+    """Build tiny tables (both parametrizations, both sweeps, the horizon check, the rule's), then report."""
     runs, out = tmp_path / "transfer.csv", tmp_path / "transfer.json"
     run_script("-m", "benchmarks.transfer", "build", "--smoke", "--runs", str(runs), timeout=600)
     run_script("-m", "benchmarks.transfer", "report", "--runs", str(runs), "--out", str(out))
@@ -161,23 +161,9 @@ def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
         assert result["summary"][family]["standard"]["loss_at_best_lr"][base] == pytest.approx(
             result["summary"][family]["completep"]["loss_at_best_lr"][base], abs=1e-6
         )
-    replay = result["search_replay"]["strategies"]
-    assert set(replay) == {"standard_lr_searched", "standard_base_lr", "completep_base_lr"}
-    for entry in replay.values():
-        assert 0 < entry["ceiling_share"] <= 1 + 1e-9
-        curve = entry["tpe"]["mean_share_per_trial"]
-        assert all(a <= b + 1e-12 for a, b in zip(curve, curve[1:], strict=False))  # hypervolume never falls
     assert out.with_suffix(".png").stat().st_size > 10_000
-    iso = result["iso_token_check"]  # each pair trained for equal steps, every family, both parametrizations
-    assert set(iso) == {"cascaded", "nag", "ancre"}
-    for family in iso.values():
-        assert set(family) == {"standard", "completep"} and all(set(v) == {"width", "depth"} for v in family.values())
-        assert all(pair["drift"] >= 1 for v in family.values() for pair in v.values())
     for family in ("cascaded", "nag", "ancre"):  # the horizon rule: a family whose beta is 0 reads completep's rows
         assert set(result["summary"][family]) == {"standard", "completep", "completep_horizon"}
-    seeds = result["seed_check"]  # the depth sweep's two ends, two seeds each
-    assert set(seeds) == {"cascaded", "ancre"}
-    assert all(set(v["drift_per_seed"]) == {"0", "1"} and v["drift_seed_mean"] >= 1 for v in seeds.values())
     horizon = result["horizon_check"]  # the base shape at two horizons: every family, and NAG uncapped
     assert set(horizon) == {"cascaded", "nag", "ancre", "nag_gates_uncapped"}
     for entry in horizon.values():
@@ -226,23 +212,6 @@ def test_the_horizon_rule_takes_only_exponents_the_check_can_see_and_runs_the_sw
     assert {(j[2], j[3]) for j in jobs} == {(d, n) for d, n, _ in shapes}
     span = (100 * transfer.BATCH * transfer.SEQ_LEN, 1600 * transfer.BATCH * transfer.SEQ_LEN)  # the check's
     assert all(j[1] == "completep" and j[8] == (1000, 0.6, span) for j in jobs)  # base shape (64, 4): 1000 tokens
-
-
-def test_the_seed_check_reports_how_far_the_best_rate_moves_between_seeds():
-    """Two shapes whose loss is a parabola in log lr: seed 0 puts both optima at 2e-3; seed 1 moves the
-    shallow shape's to 8e-3 (4x) and leaves the other's."""
-    transfer = import_benchmark("transfer")
-    best = {(0, 2): 2e-3, (1, 2): 8e-3, (0, 4): 2e-3, (1, 4): 2e-3}
-    rows = [
-        dict(family="cascaded", d_model=64, n_layers=n, seed=seed, lr=lr,
-             val_loss=2.0 + (math.log(lr) - math.log(best[seed, n])) ** 2)
-        for seed in (0, 1) for n in (2, 4) for lr in transfer.RATES
-    ]  # fmt: skip
-    check = transfer.seed_check(rows)["cascaded"]
-    assert check["drift_per_seed"]["0"] == pytest.approx(1.0)
-    assert check["drift_per_seed"]["1"] == pytest.approx(4.0)
-    assert check["seed_ratio_per_shape"] == {"d64_L2": pytest.approx(4.0), "d64_L4": pytest.approx(1.0)}
-    assert check["best_lr_seed_mean"]["d64_L2"] == pytest.approx(4e-3)  # the mean of two parabolas: midway in log
 
 
 @pytest.mark.postgres

@@ -16,8 +16,9 @@ def index():
 
 
 @pytest.fixture
-def entries(index):
-    Entry, Figure = index.Entry, index.Figure
+def entries():
+    from benchmarks.entries import Entry, Figure
+
     figures = (
         Figure("tau", ("summary", "tau"), "{:+.2f}"),
         Figure("share", ("summary", "shares", 1), "{:.1%}"),
@@ -77,15 +78,17 @@ def test_rows_missing_paths_and_unknown_files(index, entries, results):
 
 
 def test_sections_come_in_order_and_an_empty_one_has_no_heading(index, entries, results):
-    entries["beta.json"] = index.Entry(question="Beta?", command="make beta", figures=(), section=index.SPEED)
+    from benchmarks.entries import EXPERIMENTS, SPEED, Entry
+
+    entries["beta.json"] = Entry(question="Beta?", command="make beta", figures=(), section=SPEED)
     text = index.render_table(results, entries)
     headings = [line for line in text.splitlines() if line.startswith("### ")]
-    assert headings == [f"### {index.SPEED}", f"### {index.EXPERIMENTS}"]
+    assert headings == [f"### {SPEED}", f"### {EXPERIMENTS}"]
     assert [row.split(" | ")[2] for row in body_rows(text)] == ["[beta.json](results/beta.json)"] + [
         "[alpha.json](results/alpha.json)"
     ]
     with pytest.raises(ValueError, match="section"):
-        index.Entry(question="?", command="make x", figures=(), section="Elsewhere")
+        Entry(question="?", command="make x", figures=(), section="Elsewhere")
 
 
 def test_invalid_json_and_missing_machine_do_not_break_the_table(index, entries, results):

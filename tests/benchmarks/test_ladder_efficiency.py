@@ -68,6 +68,32 @@ def write_replica_table(path: Path, columns: list[str]) -> Path:
     return path
 
 
+def test_a_config_still_being_built_is_left_out_of_the_table(le, tmp_path):
+    """A build appends a config's rows job by job: a config with its ladder rows but no truth yet, and one with
+    part of its replica rows, are left out; the table is the one without them."""
+    from benchmarks.fidelity import COLUMNS, REPLICA_COLUMNS
+
+    runs, replicas = (
+        write_table(tmp_path / "runs.csv", COLUMNS),
+        write_replica_table(tmp_path / "r.csv", REPLICA_COLUMNS),
+    )
+    whole = le.load(runs, replicas)
+    with runs.open() as f:
+        rows = list(csv.DictReader(f))
+    with runs.open("a", newline="") as f:  # config 9: ladder rows only; config 4's replica rows: seed 0 only
+        csv.DictWriter(f, fieldnames=COLUMNS).writerows({**r, "config": 9} for r in rows if r["kind"] == "ladder")
+    with replicas.open() as f:
+        kept = [r for r in csv.DictReader(f) if r["config"] != "4" or r["seed"] == "0"]
+    with replicas.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=REPLICA_COLUMNS)
+        writer.writeheader()
+        writer.writerows(kept)
+    partial = le.load(runs, replicas)
+    assert set(partial.truth) == set(whole.truth) - {4}
+    assert partial.ladder_rows == tuple(r for r in whole.ladder_rows if r["config"] != 4)
+    assert {r["config"] for r in partial.replica_rows} == set(partial.truth)
+
+
 def _replica_rungs() -> tuple[float, ...]:
     from benchmarks.fidelity import REPLICA_SHARES
 
@@ -88,27 +114,31 @@ def table(le, tmp_path):
 def test_the_replica_ladder_spends_exactly_the_runs_its_decider_had_trained(le, table):
     """Each rung is its own run: the compute is that of every rung row the search stored (a rung measured again
     with a second seed included); the first arrival climbs every rung; plain MO-ASHA measures nothing twice."""
-    for noise_rule in (True, False):
-        replica, spent = le.Ladder(table, replica=True, noise_rule=noise_rule), 0.0
-        for config in table.configs:
-            spent += replica.add(config)[0]
-        stored = replica.search.store.rungs("replay")
+    for name, noise_rule in (("replica", True), ("replica_without_noise_rule", False)):
+        replica = le.make_strategy(name, table)
+        spent = sum(replica.propose(config) for config in table.configs)
+        stored = replica.store.rungs("replay")
         assert spent == pytest.approx(sum(r.training_flops for r in stored), rel=1e-12)
-        assert replica.reached[table.configs[0]] == len(table.replica_budgets)
+        assert replica.reached()[table.configs[0]] == len(table.replica_budgets)
         assert {r.seed for r in stored} == ({0, 1000} if noise_rule else {0})  # the noise is measured first
         replica.close()
 
 
 def test_the_ladder_spends_exactly_the_cost_of_the_rungs_each_config_reached(le, table):
-    ladder, spent = le.Ladder(table, noise_rule=False), 0.0
+    from benchmarks.fidelity import ETA
+    from benchmarks.grading import SearchReplay
+
+    ladder = SearchReplay(
+        table.ladder_rows, table.budgets, ETA, table.target, replica=False, cooldown=le.COOLDOWN, noise_rule=False
+    )
     order = [4, 0, 7, 2, 8, 1, 3, 6, 5]
-    for config in order:
-        spent += ladder.add(config)[0]
-    reached = [ladder.reached[c] for c in order]
+    spent = sum(ladder.propose(config) for config in order)
+    reached = [ladder.reached()[c] for c in order]
     assert reached[0] == len(RUNGS)  # alone at every rung, the first arrival always climbs
     assert 1 in reached  # and some stop early: the ladder is cheaper than training all at the top
     costs = {1: RUNGS[0], 2: RUNGS[1] + 0.2 * RUNGS[0], 3: RUNGS[2] + 0.2 * (RUNGS[0] + RUNGS[1])}
     assert spent == pytest.approx(sum(costs[k] for k in reached), rel=1e-12)
+    ladder.close()
     assert le.table_facts(table, le.Scorer(table))["full_ladder_cost_over_measured"] == pytest.approx(1.0)
 
 
@@ -130,7 +160,8 @@ def _rung_of(table, cost: float) -> int:
 
 def test_scores_are_one_on_the_true_front_and_match_the_grading_hv_ratio(le, table, tmp_path):
     from benchmarks.fidelity import COLUMNS
-    from benchmarks.grading import Truth, hv_ratio, read_runs
+    from benchmarks.grading import Truth, hv_ratio
+    from benchmarks.harness import read_table
 
     scorer = le.Scorer(table)
     true_front = le.front(table.truth, table.flops)
@@ -140,7 +171,7 @@ def test_scores_are_one_on_the_true_front_and_match_the_grading_hv_ratio(le, tab
     assert partial["hv_ratio"] < 1 and partial["hv_ratio_nadir"] < partial["hv_ratio"]  # nadir: a stricter axis
     estimates = {c: v[0] for c, v in table.rung_loss.items()}  # rank by rung 0: a different front
     chosen = scorer(le.front(estimates, table.flops))["hv_ratio_nadir"]
-    truth = Truth.of(read_runs(write_table(tmp_path / "again.csv", COLUMNS)))
+    truth = Truth.of(read_table(write_table(tmp_path / "again.csv", COLUMNS)))
     assert chosen == pytest.approx(hv_ratio(estimates, truth), rel=1e-12) and chosen < 1
     run = le.replay(table, scorer, "random", "target", seed=0, max_asks=100)
     assert run["hv_ratio"][-1] == 1.0 and run["regret"][-1] == 0.0
