@@ -49,7 +49,7 @@ def run_prenorm_sublayer(sublayer: nn.Module, router: LinearRouter | None, h: Te
     score = router.score(h)  # (B, T)
     sel = router.route(score, h)  # None: every token executes
     if sel is not None and sel.skip_all:
-        return Delta(None, sel)  # every token skips: nothing runs
+        return Delta(None)  # every token skips: nothing runs
     gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1) or (B, T, 1)
     return Delta(sublayer(gather_tokens(h, sel), sel) * gate, sel)
 

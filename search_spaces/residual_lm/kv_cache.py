@@ -37,7 +37,7 @@ from torch import Tensor
 
 __all__ = ["CHUNK", "KVCache", "LayerKV"]
 
-CHUNK = 32  # slots a buffer grows by: 32 x 2 x 128 fp32 = 32 KiB per sequence at d 128
+CHUNK = 32  # slots a buffer grows by: K and V of 32 positions, 32 KiB per layer and sequence at d 128 in fp32
 
 
 @dataclass

@@ -89,7 +89,7 @@ class TokenSelection:
 
     @property
     def is_empty(self) -> bool:
-        """No token executes (the index's size is known on the host: no sync)."""
+        """No token executes (the index's size: a host sync on a GPU, as skipping work there needs)."""
         return self.index.numel() == 0
 
     @property
