@@ -37,6 +37,7 @@ class Entry:
 
 CLAIM_MOD = ("summary", "loss_minus_full_depth")
 CPU_RATIOS = ("ratios",)
+DECODE = ("summary", "published_speed_vs_dense")
 FIDELITY = ("summary", "headline")
 GPU_STEPS = ("stages", "kernel_steps", "result", "ratios")
 LADDER = ("summary", "random")
@@ -141,13 +142,16 @@ ENTRIES: dict[str, Entry] = {
     ),
     "generation.json": Entry(
         section=SPEED,
-        question="Generation through Hugging Face's generate: how much does the KV cache buy, with and without MoD?",
+        question="Does Mixture-of-Depths decode faster than dense with the KV cache, and cache less (CPU, batch 1)?",
         command="make generation",
         figures=(
-            Figure("cached: cascaded", ("families", "cascaded", "mod_0.0", "tokens_per_s", "cache"), "{:.0f} tok/s"),
-            Figure("speed-up: cascaded", ("families", "cascaded", "mod_0.0", "cache_speedup"), "{:.1f}x"),
-            Figure("NAG + MoD", ("families", "nag", "mod_0.5", "cache_speedup"), "{:.1f}x"),
-            Figure("ANCRe + MoD", ("families", "ancre", "mod_0.5", "cache_speedup"), "{:.1f}x"),
+            Figure("MoD 0.875 / dense tok/s at 1024: cascaded", (*DECODE, "cascaded"), "{:.2f}x"),
+            Figure("NAG", (*DECODE, "nag"), "{:.2f}x"),
+            Figure("ANCRe", (*DECODE, "ancre"), "{:.2f}x"),
+            Figure("at d 512, slowest", ("summary", "slowest_published_speed_vs_dense_by_width", "512"), "{:.2f}x"),
+            Figure("KV cache MoD / dense", ("summary", "published_kv_reserved_vs_dense_worst"), "{:.2f}x"),
+            Figure("held = counted", ("summary", "kv_held_equals_count"), "{}"),
+            Figure("greedy = uncached", ("summary", "same_greedy_tokens"), "{}"),
         ),
     ),
     "hf_perplexity.json": Entry(

@@ -3,6 +3,7 @@
 from .base import ResidualLM
 from .cheapest import cheapest_config
 from .config import FLAVOURS, ArchConfig, config_error_message, flavour
+from .decode_cost import DecodeCost, decode_cost, decode_flops, kv_cache_bytes
 from .flops import (
     TRAINING_FLOPS_PER_FORWARD_FLOP,
     FlopsPerToken,
@@ -19,16 +20,20 @@ __all__ = [
     "TRAINING_FLOPS_PER_FORWARD_FLOP",
     "FLAVOURS",
     "ArchConfig",
+    "DecodeCost",
     "FlopsPerToken",
     "ResidualLM",
     "build_model",
     "cheapest_config",
     "config_error_message",
     "count_parameters",
+    "decode_cost",
+    "decode_flops",
     "flavour",
     "flops_per_token",
     "forward_flops",
     "forward_flops_per_token",
+    "kv_cache_bytes",
     "tokens_for",
     "training_flops",
 ]

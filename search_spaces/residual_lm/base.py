@@ -40,6 +40,7 @@ class ResidualLM(nn.Module):
         self.recording = False
         self.last_residual_rms: list[Tensor] = []
         self._last_shape: tuple[int, int] = (0, 0)
+        self.kv_cache: KVCache | None = None  # set by `decoding`
 
     @property
     def unembedding(self) -> Tensor:
@@ -101,17 +102,21 @@ class ResidualLM(nn.Module):
         attentions = [m for m in self.modules() if isinstance(m, CausalSelfAttention)]
         for i, attention in enumerate(attentions):
             attention.kv = cache.layer(i)
+        self.kv_cache = cache
         try:
             yield
         finally:
             for attention in attentions:
                 attention.kv = None
+            self.kv_cache = None
 
     def begin_forward(self, idx: Tensor) -> None:
         if idx.dim() != 2 or idx.shape[1] > self.cfg.seq_len:
             raise ValueError(f"idx: expected (B, T) with T <= seq_len={self.cfg.seq_len}, got {tuple(idx.shape)}")
         self._last_shape = (idx.shape[0], idx.shape[1])
         self.last_residual_rms = []
+        if self.kv_cache is not None:
+            self.kv_cache.begin(idx.shape[1], self.cfg.seq_len)  # the new tokens continue its positions
 
     def record_residual_rms(self, stream: Tensor, log_norm: bool = False) -> None:
         """Append the mean over tokens of the residual stream's per-token RMS (one entry per depth).

@@ -47,8 +47,10 @@ def run_prenorm_sublayer(sublayer: nn.Module, router: LinearRouter | None, h: Te
     if router is None:
         return Delta(sublayer(h))
     score = router.score(h)  # (B, T)
-    sel = router.select(score, h)
-    gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1)
+    sel = router.route(score, h)  # None: every token executes
+    if sel is not None and sel.skip_all:
+        return Delta(None)  # every token skips: nothing runs
+    gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1) or (B, T, 1)
     return Delta(sublayer(gather_tokens(h, sel), sel) * gate, sel)
 
 
@@ -78,11 +80,13 @@ class PreNormBlock(nn.Module):
         assert self.block_router is not None
         h = rms_norm(self.attn_norm, x)
         score = self.block_router.score(h)  # (B, T)
-        sel = self.block_router.select(score, h)
-        x_sel = gather_tokens(x, sel)  # (N, d)
+        sel = self.block_router.route(score, h)  # None: every token executes
+        if sel is not None and sel.skip_all:
+            return x if base is None else base  # every token skips: nothing runs
+        x_sel = gather_tokens(x, sel)  # (N, d) or (B, T, d)
         a = self.attn(gather_tokens(h, sel), sel)
         _, h_mlp = add_then_norm(x_sel, Delta(a), self.mlp_norm)  # norm(x + a), on the kept tokens only
-        gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1)
+        gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1) or (B, T, 1)
         return Delta((a + self.mlp(h_mlp)) * gate, sel).added_to(x if base is None else base)
 
 

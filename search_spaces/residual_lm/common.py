@@ -5,7 +5,8 @@ sublayer x: (N, d) together with their `TokenSelection`. Attention then runs ove
 selected tokens only (keys and queries alike), with RoPE at their original positions.
 Each sublayer multiplies its output by `output_multiplier`: CompleteP's branch multiplier 1/m_L
 in the pre-norm families, 1 elsewhere (and skipped when 1). While an attention holds a `LayerKV`
-(`kv`, set by `ResidualLM.decoding`), its input continues the cached positions (`kv_cache`).
+(`kv`, set by `ResidualLM.decoding`), its input continues the cached positions and only its executed
+tokens' keys and values are stored (`kv_cache`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,15 @@ def apply_rope(x: Tensor, freqs: Tensor) -> Tensor:
     return torch.view_as_real(pairs * freqs).flatten(-2).type_as(x)
 
 
+def padded_rows(rows: Tensor, sel: TokenSelection) -> tuple[Tensor, Tensor]:
+    """`sel`'s executed rows (N, ...) laid out per sequence, (B, K, ...) with K = sel.max_count, zero
+    padded, and their positions (B, K). Kept tokens stay in order, so a causal mask over the compact
+    index is causal over the original positions, and padding sits after every real row."""
+    padded = rows.new_zeros(sel.batch * sel.max_count, *rows.shape[1:]).index_copy(0, sel.padded_index, rows)
+    positions = sel.positions.new_zeros(sel.batch * sel.max_count).index_copy(0, sel.padded_index, sel.positions)
+    return padded.unflatten(0, (sel.batch, sel.max_count)), positions.unflatten(0, (sel.batch, sel.max_count))
+
+
 def scaled(y: Tensor, multiplier: float) -> Tensor:
     """y * multiplier, and y itself when the multiplier is 1 (`standard` stays bit-exact)."""
     return y if multiplier == 1.0 else y * multiplier
@@ -57,49 +67,34 @@ class CausalSelfAttention(nn.Module):
         self.kv: LayerKV | None = None  # set while decoding with a cache
 
     def forward(self, x: Tensor, sel: TokenSelection | None = None) -> Tensor:
-        if self.kv is not None:
-            return scaled(self.out_proj(self._attend_cached(self.kv, x, sel)), self.output_multiplier)
         qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (B, T, 3, nh, hs) or (N, ...)
+        if self.kv is not None:
+            return scaled(self.out_proj(self._attend_cached(self.kv, qkv, sel)), self.output_multiplier)
         if sel is None:
             return scaled(self.out_proj(self._attend(qkv, self.freqs[: x.shape[1]])), self.output_multiplier)
         if sel.max_count == 0:
             return x  # (0, d): nothing executed
-        # Pad per sequence: kept tokens stay in order, so a causal mask over the compact index is
-        # causal over the original positions, and padding sits after every real key.
-        padded = qkv.new_zeros(sel.batch * sel.max_count, *qkv.shape[1:]).index_copy(0, sel.padded_index, qkv)
-        positions = sel.positions.new_zeros(sel.batch * sel.max_count).index_copy(0, sel.padded_index, sel.positions)
-        freqs = self.freqs[positions].unflatten(0, (sel.batch, sel.max_count))  # (B, K, hs/2)
-        y = self._attend(padded.unflatten(0, (sel.batch, sel.max_count)), freqs)  # (B, K, d)
+        padded, positions = padded_rows(qkv, sel)
+        y = self._attend(padded, self.freqs[positions])  # (B, K, d)
         return scaled(self.out_proj(y.flatten(0, 1).index_select(0, sel.padded_index)), self.output_multiplier)
 
-    def _attend_cached(self, kv: LayerKV, x: Tensor, sel: TokenSelection | None) -> Tensor:
-        """Attention of the T new positions over the cache and themselves: (B, T, d), or (N, d) for `sel`'s
-        tokens. The new positions are appended to `kv` (all of them; valid where executed)."""
+    def _attend_cached(self, kv: LayerKV, qkv: Tensor, sel: TokenSelection | None) -> Tensor:
+        """Attention of the new executed tokens over the keys `kv` holds and their own, which it then holds:
+        qkv (B, T, 3, nh, hs) -> (B, T, d), or (N, 3, nh, hs) for `sel`'s tokens -> (N, d)."""
         if sel is None:
-            qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (B, T, 3, nh, hs)
-            executed = torch.ones(qkv.shape[:2], dtype=torch.bool, device=x.device)
+            freqs, counts = self.freqs[kv.start : kv.start + qkv.shape[1]], None  # (T, hs/2)
         else:
-            batch, steps = sel.keep.shape
-            rows = self.qkv(x).unflatten(-1, (3, self.n_heads, self.head_dim))  # (N, 3, nh, hs)
-            qkv = (
-                rows.new_zeros(batch * steps, *rows.shape[1:])
-                .index_copy(0, sel.index, rows)
-                .unflatten(0, (batch, steps))
-            )
-            executed = sel.keep
-        start, steps = kv.length, qkv.shape[1]
-        if start + steps > self.freqs.shape[0]:
-            raise ValueError(f"decoding: position {start + steps} is past the model's seq_len {self.freqs.shape[0]}")
-        qk = apply_rope(qkv[:, :, :2], self.freqs[start : start + steps, None, None, :])
+            qkv, positions = padded_rows(qkv, sel)  # (B, K, 3, nh, hs)
+            freqs, counts = self.freqs[kv.start + positions], sel.counts  # (B, K, hs/2)
+        qk = apply_rope(qkv[:, :, :2], freqs[..., None, None, :])
         q, k = qk.transpose(1, 3).unbind(2)  # (B, nh, T, hs)
-        keys, values, valid = kv.append(k, qkv[:, :, 2].transpose(1, 2), executed)
-        position = torch.arange(start + steps, device=x.device)
-        query_position = position[start:, None]  # (T, 1)
-        mask = (position <= query_position) & valid[:, None, :]  # (B, T, S)
-        mask |= position == query_position  # a skipped query attends to itself (its output is dropped)
-        y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask[:, None], scale=self.scale)
+        first = kv.append(k, qkv[:, :, 2].transpose(1, 2), counts)
+        mask, steps = kv.mask(first, q.shape[2]), q.shape[2]
+        y = F.scaled_dot_product_attention(
+            q, *kv.held(), attn_mask=mask, is_causal=mask is None and steps > 1, scale=self.scale
+        )
         y = y.transpose(1, 2).flatten(2)  # (B, T, d)
-        return y if sel is None else y.flatten(0, 1).index_select(0, sel.index)
+        return y if sel is None else y.flatten(0, 1).index_select(0, sel.padded_index)
 
     def _attend(self, qkv: Tensor, freqs: Tensor) -> Tensor:
         """Causal attention of qkv: (B, T, 3, nh, hs), RoPE freqs (T or (B, T), hs/2) -> (B, T, d)."""

@@ -50,7 +50,7 @@ class ResnasForCausalLM(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model keeps its own `KVCache` (routed attentions mark skipped keys)
+        return False  # the model keeps its own `KVCache` (a routed attention holds only the positions it executed)
 
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.model.tok_emb

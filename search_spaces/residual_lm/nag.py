@@ -80,11 +80,12 @@ class NagSublayer(nn.Module):
         if self.router is None:
             self.record(pre, None)
             return self.update(u, s, pre)
-        sel = self.router.select(self.rotation(pre), u)
+        sel = self.router.route(self.rotation(pre), u)  # None: every token executes
+        self.record(pre, sel)
+        if sel is not None and sel.skip_all:
+            return u, s  # every token skips: both lanes unchanged, nothing runs
         u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))  # (N, d), (N,), (N, C)
-        u_next, s_next = self.update(u_sel, s_sel, pre_sel, sel)
-        self.record(pre, pre_sel)
-        return scatter_stream(u, s, sel, u_next, s_next)
+        return scatter_stream(u, s, sel, *self.update(u_sel, s_sel, pre_sel, sel))
 
     @torch.no_grad()
     def rotation(self, pre: Tensor) -> Tensor:
@@ -100,18 +101,23 @@ class NagSublayer(nn.Module):
         return scaled(self.alpha, self.rotation_multiplier)
 
     @torch.no_grad()
-    def record(self, pre: Tensor, pre_executed: Tensor | None) -> None:
-        """Mean gate over all tokens and mean rotation angle over the executed ones."""
+    def record(self, pre: Tensor, sel: TokenSelection | None) -> None:
+        """Mean gate over all tokens and mean rotation angle over the executed ones (`sel`'s; all for None)."""
         if self.recording:
             p, beta = self.gate.shape_params()
             gate = nag_gate(pre.float(), p, beta)
-            executed = gate if pre_executed is None else nag_gate(pre_executed.float(), p, beta)
+            executed = gate if sel is None else gather_tokens(gate, sel)
             self.last_gate = gate.mean()
             self.last_angle = torch.atan((self.scaled_alpha() * executed).abs()).mean()
 
 
-def scatter_stream(u: Tensor, s: Tensor, sel: TokenSelection, u_next: Tensor, s_next: Tensor) -> tuple[Tensor, Tensor]:
-    """(u, s) with the executed tokens' rows replaced by (u_next, s_next); skipped tokens keep theirs."""
+def scatter_stream(
+    u: Tensor, s: Tensor, sel: TokenSelection | None, u_next: Tensor, s_next: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(u, s) with the executed tokens' rows replaced by (u_next, s_next); skipped tokens keep theirs.
+    With sel None every token executed: (u_next, s_next)."""
+    if sel is None:
+        return u_next, s_next
     u = u.flatten(0, 1).index_copy(0, sel.index, u_next).view_as(u)
     return u, s.flatten().index_copy(0, sel.index, s_next).view_as(s)
 
@@ -135,9 +141,11 @@ class NagBlock(nn.Module):
         if self.block_router is None:
             return self.mlp(*self.attn(u, s))
         pre = self.attn.gate.pre(u)
-        sel = self.block_router.select(self.attn.rotation(pre), u)  # one decision for the block
+        sel = self.block_router.route(self.attn.rotation(pre), u)  # one decision for the block; None: all
+        self.attn.record(pre, sel)
+        if sel is not None and sel.skip_all:
+            return u, s  # every token skips: both lanes unchanged, nothing runs
         u_sel, s_sel, pre_sel = (gather_tokens(t, sel) for t in (u, s, pre))
-        self.attn.record(pre, pre_sel)
         u_sel, s_sel = self.mlp(*self.attn.update(u_sel, s_sel, pre_sel, sel))  # the MLP: dense on (N, d)
         return scatter_stream(u, s, sel, u_sel, s_sel)
 

@@ -31,7 +31,10 @@ The cross-entropy is the router's `aux_loss` after a training forward; the train
 language-model loss (`ResidualLM.auxiliary_loss`), and it reaches only the predictor.
 
 Executed tokens are gathered into a flat (N, d) batch (`TokenSelection`), so the projections
-of a routed sublayer really do (1 - mod_rate) of the work; attention pads them per sequence.
+of a routed sublayer really do (1 - mod_rate) of the work; attention pads them per sequence. A block
+acts on `DepthRouter.route`: at evaluation, where no token executes it is the identity and does
+nothing else (no gather, no scatter, no key stored), and where every token executes it runs its dense
+path. Decoding one token at a time meets only these two cases.
 """
 
 from __future__ import annotations
@@ -53,23 +56,46 @@ PREDICTOR_HIDDEN = 32  # hidden width of the auxiliary predictor: 2 (d + 1) * 32
 class TokenSelection:
     """The executed tokens of a (B, T) batch, in ascending (b, t) order.
 
-    The per-sequence padded layout only attention needs (`max_count`, `padded_index`: a host sync
-    and a cumsum) is computed on first use, so routed MLPs never pay for it.
+    Everything but the decision is computed on first use: a decoding step that skips or executes every
+    token reads only the index's size, and routed MLPs never pay for the padded layout only attention
+    needs (`max_count`, `padded_index`: a host sync and a cumsum).
     """
 
     keep: Tensor  # (B, T) bool: the routing decision
-    index: Tensor  # (N,) flat index b * T + t into the (B * T) token rows
-    positions: Tensor  # (N,) position t of each token, for RoPE
-    counts: Tensor  # (B,) executed tokens per sequence
+    skip_all: bool = False  # no token executes, and the caller runs nothing (`DepthRouter.route`)
 
     @classmethod
     def from_mask(cls, keep: Tensor) -> TokenSelection:
-        index = keep.flatten().nonzero().squeeze(1)
-        return cls(keep, index, index % keep.shape[1], keep.sum(1))
+        return cls(keep)
+
+    @functools.cached_property
+    def index(self) -> Tensor:
+        """(N,) flat index b * T + t into the (B * T) token rows."""
+        return self.keep.flatten().nonzero().squeeze(1)
+
+    @functools.cached_property
+    def positions(self) -> Tensor:
+        """(N,) position t of each token, for RoPE."""
+        return self.index % self.keep.shape[1]
+
+    @functools.cached_property
+    def counts(self) -> Tensor:
+        """(B,) executed tokens per sequence."""
+        return self.keep.sum(1)
 
     @property
     def batch(self) -> int:
         return self.keep.shape[0]
+
+    @property
+    def is_empty(self) -> bool:
+        """No token executes (the index's size: a host sync on a GPU, as skipping work there needs)."""
+        return self.index.numel() == 0
+
+    @property
+    def is_full(self) -> bool:
+        """Every token executes."""
+        return self.index.numel() == self.keep.numel()
 
     @functools.cached_property
     def max_count(self) -> int:
@@ -85,20 +111,25 @@ class TokenSelection:
 
 @dataclass
 class Delta:
-    """A sublayer's output: dense (B, T, d) values, or (N, d) values on `sel`'s tokens only."""
+    """A sublayer's output: dense (B, T, d) values, (N, d) values on `sel`'s tokens only, or None where
+    every token skipped the sublayer."""
 
-    values: Tensor
+    values: Tensor | None
     sel: TokenSelection | None = None
 
     def added_to(self, x: Tensor) -> Tensor:
         """x + delta, where skipped tokens get nothing added (the identity)."""
+        if self.values is None:
+            return x
         if self.sel is None:
             return x + self.values
         return x.flatten(0, 1).index_add(0, self.sel.index, self.values).view_as(x)
 
 
-def gather_tokens(x: Tensor, sel: TokenSelection) -> Tensor:
-    """(B, T, ...) -> (N, ...): the executed tokens' rows."""
+def gather_tokens(x: Tensor, sel: TokenSelection | None) -> Tensor:
+    """(B, T, ...) -> (N, ...): the executed tokens' rows; x itself when every token executes (sel None)."""
+    if sel is None:
+        return x
     return x.flatten(0, 1).index_select(0, sel.index)  # backward: index_add, not index_put
 
 
@@ -138,8 +169,6 @@ class DepthRouter(nn.Module):
         self.register_buffer("level", torch.tensor(float(rate)))  # quantile level that hits the rate
         self.register_buffer("eval_threshold", torch.tensor(-math.inf))  # smoothed, for eval and export
         self.last_selection: TokenSelection | None = None
-        self.last_counts: Tensor | None = None
-        self.last_skip_rate: Tensor | None = None
 
     def select(self, score: Tensor, features: Tensor | None = None) -> TokenSelection:
         """score: (B, T), larger = more worth executing; `features` (B, T, d): the router's input, read by
@@ -160,8 +189,31 @@ class DepthRouter(nn.Module):
             if self.training:
                 self._update_threshold(score, keep)  # only then learn from this batch
         sel = TokenSelection.from_mask(keep)
-        self.last_selection, self.last_counts = sel, sel.counts
-        self.last_skip_rate = 1.0 - sel.counts.sum() / keep.numel()
+        self.last_selection = sel
+        return sel
+
+    @property
+    def last_counts(self) -> Tensor | None:
+        """(B,) tokens each sequence executed in the last call."""
+        return None if self.last_selection is None else self.last_selection.counts
+
+    @property
+    def last_skip_rate(self) -> Tensor | None:
+        """The share of the last call's tokens that skipped."""
+        sel = self.last_selection
+        return None if sel is None else 1.0 - sel.counts.sum() / sel.keep.numel()
+
+    def route(self, score: Tensor, features: Tensor | None = None) -> TokenSelection | None:
+        """`select`, for a block to act on. At evaluation: None when every token executes (the block runs
+        densely: no gather, no scatter), `skip_all` when none does (the block is the identity and runs
+        nothing). Training always gets the plain selection: an empty one still runs the sublayer on no
+        tokens, so that its parameters get zero gradients rather than none."""
+        sel = self.select(score, features)
+        if self.training:
+            return sel
+        if sel.is_full:
+            return None
+        sel.skip_all = sel.is_empty
         return sel
 
     def _topk_mask(self, score: Tensor) -> Tensor:

@@ -57,6 +57,19 @@ def test_reference_bf16_is_nn_rmsnorm_up_to_rounding():
 
 
 @pytest.mark.parametrize("with_delta", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_without_gradients_the_cpu_path_gives_the_eager_functions_values_bit_for_bit(with_delta, dtype):
+    """Inference skips the autograd Function (`add_rmsnorm_reference` itself): the same values as with it."""
+    x, delta, weight = inputs((3, 5), 48, dtype, with_delta, device="cpu")
+    with use_backend("reference"):
+        trained = add_rmsnorm(x, delta, weight, EPS)
+        assert trained[1].grad_fn is not None and "AddRMSNormEager" in trained[1].grad_fn.name()
+        with torch.no_grad():
+            inferred = add_rmsnorm(x, delta, weight, EPS)
+    assert inferred[1].grad_fn is None and all(torch.equal(a, b) for a, b in zip(inferred, trained, strict=True))
+
+
+@pytest.mark.parametrize("with_delta", [True, False])
 def test_reference_gradcheck(with_delta):
     x, delta, weight = inputs((3,), 6, torch.float64, with_delta, device="cpu")
     args = (x, weight) if delta is None else (x, delta, weight)
