@@ -2,7 +2,7 @@
 
 Bad input ends with a one-line `error: ...` naming the field, exit code 2, and nothing written.
 Its length is typer's: one parameter per flag (`search` alone declares 31); the checks live in
-`inputs`, the Hugging Face commands in `hf`.
+`inputs`, the commands that read a search in `reports`, the Hugging Face commands in `hf`.
 """
 
 from __future__ import annotations
@@ -13,23 +13,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
-from ..store import STORAGE_ENV
 from .dashboard_launch import dashboard_launch
-from .front_table import format_flops, format_loss, print_front
+from .front_table import print_front
 from .hf import convert, evaluate, generate, write_hf_folder
 from .inputs import (
+    STORAGE_HELP,
     checked_search_inputs,
     console,
     fail,
     join_ray_cluster,
-    storage_url,
+    open_store,
     validated_data,
     with_schedule_override,
 )
+from .reports import export, list_searches, show, status
 
 
 class OneLineErrors(TyperGroup):
@@ -61,19 +61,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Architecture search over residual topologies and depth sparsity.",
 )
-STORAGE_HELP = (
-    f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
-    "command line, else sqlite:///resnas.db in the working directory)."
-)
-
-
-def open_store(storage: str | None):
-    from ..store import Store, StoreError
-
-    try:
-        return Store(storage_url(storage))
-    except StoreError as err:
-        fail(str(err))
 
 
 @app.callback()
@@ -261,114 +248,10 @@ def resume(
     print_front(console, store, report.name)
 
 
-@app.command("list")
-def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -> None:
-    """List the searches in the store with their trial counts, tokenizer and best loss (nats and bits per byte)."""
-    store = open_store(storage)
-    table = Table(
-        "search", "status", "created", "requested", "done", "failed", "running", "tokenizer", "best loss", "best bpb"
-    )
-    tokenizers = {}
-    for s in store.list_searches():
-        corpus = (store.get_search(s.name).settings or {}).get("corpus") or {}
-        tokenizers[corpus.get("tokenizer", "bytes")] = corpus.get("tokenizer_spec", "bytes")
-        table.add_row(
-            s.name,
-            s.status,
-            f"{s.created_at:%Y-%m-%d %H:%M}",
-            str(s.requested_trials),
-            str(s.completed + s.other),
-            str(s.failed),
-            str(s.running),
-            corpus.get("tokenizer_spec", "bytes"),
-            format_loss(s.best_val_loss),
-            format_loss(s.best_val_bpb),
-        )
-    console.print(table)
-    if len(tokenizers) > 1:
-        console.print(
-            f"[yellow]warning:[/] these searches use {len(tokenizers)} different tokenizers "
-            f"({', '.join(sorted(tokenizers.values()))}): nats per token do not compare across them; "
-            "bits per byte do (nas show NAME --bpb)"
-        )
-
-
-@app.command()
-def status(
-    name: str | None = typer.Argument(None, help="A search (default: all)."),
-    storage: str | None = typer.Option(None, help=STORAGE_HELP),
-) -> None:
-    """Show per-trial status of a search (or list all searches)."""
-    from ..store import StoreError
-
-    if name is None:
-        return list_searches(storage)
-    store = open_store(storage)
-    try:
-        rows = store.trials(name)
-    except StoreError as err:
-        fail(str(err))
-    table = Table("trial", "try", "status", "residual", "layers", "d", "mod", "val loss", "FLOPs/tok", "reason")
-    for r in rows:
-        table.add_row(
-            str(r.number),
-            str(r.attempt),
-            r.status,
-            r.residual or "-",
-            str(r.n_layers or "-"),
-            str(r.d_model or "-"),
-            f"{r.mod_rate:g}" if r.mod_rate is not None else "-",
-            format_loss(r.val_loss),
-            format_flops(r.executed_flops_per_token),
-            (r.failure_reason or "")[:60],
-        )
-    console.print(table)
-
-
-@app.command()
-def show(
-    name: str = typer.Argument(..., help="The search."),
-    pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
-    bpb: bool = typer.Option(False, "--bpb", help="Losses in bits per byte (comparable across tokenizers)."),
-    wide: bool = typer.Option(False, "--wide", help="Every column: lr, heads, top replica, held-out error, basis."),
-    storage: str | None = typer.Option(None, help=STORAGE_HELP),
-) -> None:
-    """Show a search's completed trials, or with --pareto its front and hypervolume."""
-    from ..store import StoreError
-
-    store = open_store(storage)
-    try:
-        store.get_search(name)
-    except StoreError as err:
-        fail(str(err))
-    print_front(console, store, name, only_front=pareto, bpb=bpb, wide=wide)
-
-
-@app.command()
-def export(
-    name: str = typer.Argument(..., help="The search."),
-    out: Path = typer.Option(..., "--out", help="Folder for the YAML files and index.json."),
-    pareto: bool = typer.Option(False, "--pareto", help="Every trial on the Pareto front."),
-    trial: int | None = typer.Option(None, "--trial", help="One trial, by number."),
-    target_flops: float | None = typer.Option(None, help="Recommend a token budget for this compute."),
-    freeze_ancre: bool = typer.Option(False, help="Pretrain with ANCRe's learned coefficients frozen."),
-    storage: str | None = typer.Option(None, help=STORAGE_HELP),
-) -> None:
-    """Export the best configurations (one YAML each, plus index.json) for full pretraining."""
-    from ..export import ExportError, export_configs
-    from ..store import StoreError
-
-    if not pareto and trial is None:
-        fail("--pareto or --trial N: say which trials to export")
-    store = open_store(storage)
-    try:
-        paths = export_configs(
-            store, name, out, pareto=pareto, trial=trial, target_flops=target_flops, freeze_ancre=freeze_ancre
-        )
-    except (ExportError, StoreError) as err:
-        fail(str(err))
-    for path in paths:
-        console.print(str(path))
+app.command("list")(list_searches)
+app.command()(status)
+app.command()(show)
+app.command()(export)
 
 
 @app.command()
