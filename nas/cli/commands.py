@@ -70,11 +70,18 @@ def configure_logging(verbose: bool = typer.Option(False, "--verbose", "-v", hel
     )
 
 
+# `nas search --help` in panels: each panel's options get their own columns, so that no option name is cut at
+# 80 columns (tests/nas/test_cli_width.py).
+BUDGET, LADDER, DATA, RUNNING = "Budget", "Ladder: what each rung trains", "Data", "Running"
+
+
 @app.command()
 def search(
     name: str = typer.Option(..., help="Name of the new search."),
     trial_flops: float = typer.Option(
-        ..., help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung."
+        ...,
+        help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung.",
+        rich_help_panel=BUDGET,
     ),
     trials: int | None = typer.Option(
         None,
@@ -84,77 +91,105 @@ def search(
     search_flops: float | None = typer.Option(
         None, help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
     ),
-    workers: int = typer.Option(2, help="Trials run in parallel."),
+    workers: int = typer.Option(2, help="Trials run in parallel.", rich_help_panel=RUNNING),
     space: Path | None = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
     sampler: str = typer.Option("tpe", help="tpe | nsga2 | random | gp."),
     seed: int = typer.Option(0, help="Seed of the sampler and of every trial."),
-    retries: int = typer.Option(1, help="Retries of a trial whose process dies."),
+    retries: int = typer.Option(1, help="Retries of a trial whose process dies.", rich_help_panel=RUNNING),
     data: str = typer.Option(
-        "shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, a token-shard folder, or a hub name."
+        "shipped",
+        help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, a token-shard folder, or a hub name.",
+        rich_help_panel=DATA,
     ),
     tokenizer: str = typer.Option(
         "bytes",
         help="bytes | train:V (a byte-level BPE of V tokens trained here) | a tokenizer.json or its folder | hub name.",
+        rich_help_panel=DATA,
     ),
-    pad_vocab: int = typer.Option(1, help="Pad the model's vocabulary to a multiple of this (64 suits GPUs)."),
-    ray_address: str | None = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
+    pad_vocab: int = typer.Option(
+        1, help="Pad the model's vocabulary to a multiple of this (64 suits GPUs).", rich_help_panel=DATA
+    ),
+    ray_address: str | None = typer.Option(
+        None, help="Join this Ray cluster instead of starting a local one.", rich_help_panel=RUNNING
+    ),
     ray_dir: str | None = typer.Option(
         None,
         help="Ray Tune's storage path; on a cluster, a folder every node "
         "sees at the same path, or a URI such as s3://bucket/prefix "
         "(default: .resnas/ray).",
+        rich_help_panel=RUNNING,
     ),
     gpus_per_trial: float | None = typer.Option(
         None,
         help="GPU share per trial, e.g. 0.25 = 4 trials per GPU; "
         "0 = CPU only (default: the cluster's GPUs shared "
         "among --workers).",
+        rich_help_panel=RUNNING,
     ),
-    max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial."),
-    max_search_seconds: float | None = typer.Option(None, help="Wall-clock limit for the whole search."),
+    max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial.", rich_help_panel=BUDGET),
+    max_search_seconds: float | None = typer.Option(
+        None, help="Wall-clock limit for the whole search.", rich_help_panel=BUDGET
+    ),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
-    rungs: int = typer.Option(2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget)."),
-    repeat_seeds: int = typer.Option(1, help="More seeds for each member of the front at the target (noise)."),
-    eta: float = typer.Option(2.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on."),
+    rungs: int = typer.Option(
+        2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget).", rich_help_panel=LADDER
+    ),
+    repeat_seeds: int = typer.Option(
+        1, help="More seeds for each member of the front at the target (noise).", rich_help_panel=LADDER
+    ),
+    eta: float = typer.Option(
+        2.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on.", rich_help_panel=LADDER
+    ),
     target_flops: float | None = typer.Option(
         None,
         help="Training FLOPs of the pretraining run you plan: the budget the search answers for "
         "(default: 10 x the top rung, the furthest checked by make fidelity).",
+        rich_help_panel=BUDGET,
     ),
     ladder: str = typer.Option(
         "replica",
         help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
         "or 'budget' (the config itself, one run branched at each rung).",
+        rich_help_panel=LADDER,
     ),
     schedule: str | None = typer.Option(
         None,
         help="The target run's learning-rate schedule: wsd (warmup-stable-decay) or cosine; every rung, repeat, "
         "export and nas pretrain follows it (default: the space's, else wsd).",
+        rich_help_panel=LADDER,
     ),
     cooldown: float | None = typer.Option(
-        None, help="wsd: share of each run's last steps spent decaying the LR (default: the space's, else 0.2)."
+        None,
+        help="wsd: share of each run's last steps spent decaying the LR (default: the space's, else 0.2).",
+        rich_help_panel=LADDER,
     ),
     min_replica_width: int = typer.Option(
         8,
         help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
         "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
+        rich_help_panel=LADDER,
     ),
     min_tokens_per_param: float = typer.Option(
         4.0,
         help="Train only configs that see at least this many tokens per parameter at the target T (0: no bound): "
         "a config far below compute-optimal there is not a plausible answer.",
+        rich_help_panel=BUDGET,
     ),
     max_tokens_per_param: float | None = typer.Option(
-        None, help="Train only configs that see at most this many tokens per parameter at T."
+        None,
+        help="Train only configs that see at most this many tokens per parameter at T.",
+        rich_help_panel=BUDGET,
     ),
     stop_grace: float = typer.Option(
-        120.0, help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung."
+        120.0,
+        help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung.",
+        rich_help_panel=RUNNING,
     ),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
     """Define a compute budget and a search space, and launch a search.
-
+    \f
     The signature is long because typer declares one parameter per flag; the checks live in
     `checked_search_inputs`, so this body only launches.
     """
