@@ -16,6 +16,10 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
+from workers.training.train import OptimConfig
+
+from ..search.launch import PROPOSALS_PER_TRIAL
+from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO
 from .dashboard_launch import dashboard_launch
 from .front_table import print_front
 from .hf import convert, evaluate, generate, write_hf_folder
@@ -72,6 +76,7 @@ def configure_logging(verbose: bool = typer.Option(False, "--verbose", "-v", hel
 
 # `nas search --help` in panels: each panel's options get their own columns, so that no option name is cut at
 # 80 columns (tests/nas/test_cli_width.py).
+OPTIM_DEFAULTS = OptimConfig()  # what a run follows when neither the space nor the command line says
 BUDGET, LADDER, DATA, RUNNING = "Budget", "Ladder: what each rung trains", "Data", "Running"
 
 
@@ -85,8 +90,9 @@ def search(
     ),
     trials: int | None = typer.Option(
         None,
-        help="Trials to train (default 20 unless --search-flops); an infeasible proposal (unaffordable, or outside "
-        "the tokens-per-parameter range at T) is recorded and proposed again, up to 10 proposals per trial.",
+        help=f"Trials to train (default {DEFAULT_TRIALS} unless --search-flops); an infeasible proposal (unaffordable, "
+        "or outside the tokens-per-parameter range at T) is recorded and proposed again, up to "
+        f"{PROPOSALS_PER_TRIAL} proposals per trial.",
     ),
     search_flops: float | None = typer.Option(
         None, help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
@@ -116,7 +122,7 @@ def search(
         None,
         help="Ray Tune's storage path; on a cluster, a folder every node "
         "sees at the same path, or a URI such as s3://bucket/prefix "
-        "(default: .resnas/ray).",
+        "(default: .resnas/ray beside a SQLite store, else in the working directory).",
         rich_help_panel=RUNNING,
     ),
     gpus_per_trial: float | None = typer.Option(
@@ -143,7 +149,7 @@ def search(
     target_flops: float | None = typer.Option(
         None,
         help="Training FLOPs of the pretraining run you plan: the budget the search answers for "
-        "(default: 10 x the top rung, the furthest checked by make fidelity).",
+        f"(default: {VALIDATED_TARGET_RATIO:g} x the top rung, the furthest checked by make fidelity).",
         rich_help_panel=BUDGET,
     ),
     ladder: str = typer.Option(
@@ -155,12 +161,13 @@ def search(
     schedule: str | None = typer.Option(
         None,
         help="The target run's learning-rate schedule: wsd (warmup-stable-decay) or cosine; every rung, repeat, "
-        "export and nas pretrain follows it (default: the space's, else wsd).",
+        f"export and nas pretrain follows it (default: the space's, else {OPTIM_DEFAULTS.schedule}).",
         rich_help_panel=LADDER,
     ),
     cooldown: float | None = typer.Option(
         None,
-        help="wsd: share of each run's last steps spent decaying the LR (default: the space's, else 0.2).",
+        help="wsd: share of each run's last steps spent decaying the LR "
+        f"(default: the space's, else {OPTIM_DEFAULTS.cooldown:g}).",
         rich_help_panel=LADDER,
     ),
     min_replica_width: int = typer.Option(
