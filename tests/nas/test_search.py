@@ -268,7 +268,9 @@ def test_two_searches_write_one_store_at_once(url, tmp_path, started):
 
 
 def test_configs_the_budget_cannot_pay_for_are_infeasible_not_run(sqlite_url, tmp_path):
-    run(nas_args("tight", sqlite_url, trials=3, flops="3e7", ladder="budget"), tmp_path)  # one step of the smallest
+    # one step of the smallest; 2 rungs and no repeats: what is checked is which proposals train at the lowest
+    tight = nas_args("tight", sqlite_url, trials=3, flops="3e7", ladder="budget", rungs=2, eta=2, repeat_seeds=0)
+    run(tight, tmp_path)
     with Store(sqlite_url) as store:
         rows = store.trials("tight")
         study = optuna_study(sqlite_url, store, "tight")
