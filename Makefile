@@ -8,10 +8,13 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	# torch first, pinned: the CPU build on this machine; an unpinned resolve may pull a multi-GB CUDA wheel.
-	$(PY) -m pip install --quiet torch==2.13.0
-	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e ".[dev,hf]"
+	# torch first, pinned, by pip: the CPU build on this machine (pip's configuration finds it); an unpinned
+	# resolve may pull a multi-GB CUDA wheel.
+	$(PY) -m pip install --quiet torch==2.13.0 "uv>=0.13,<1"
+	# The rest by uv, which downloads and unpacks wheels in parallel where pip takes them one at a time; it keeps
+	# the torch above, which satisfies the project's range. Compiled to bytecode at install, as pip does: where
+	# PYTHONDONTWRITEBYTECODE is set, every process (each Ray worker, each `nas`) would compile its imports again.
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e ".[dev,hf]"
 	touch $@
 
 install: $(STAMP)

@@ -4,9 +4,9 @@ The figures and tables are pure functions of store rows: `front_figures` the Par
 and hypervolume, `target_figures` the predictions at the target budget, `trial_figures` one trial's
 diagnostics and the width certificate, `tables` the DataFrames, and `style` the encodings and hover texts
 they share. `cost` holds the fronts' x-axes, counted FLOPs or measured seconds per token, and their ratio
-per config; `data` finds the
-store (`--storage URL` after `--`, else $RESNAS_STORAGE, else resnas.db in the working directory)
-and caches reads; `views` holds the pages and `app.py` is the script `streamlit run` executes.
+per config; `reads` finds the store (`--storage URL` after `--`, else $RESNAS_STORAGE, else resnas.db in
+the working directory) and caches reads; `views` names the pages (`search_pages`, `trial_pages`, sharing
+`widgets`) and `app.py` is the script `streamlit run` executes.
 """
 
 from .cost import AXES, COUNTED, MEASURED, CostAxis, cost_ratios, seconds_per_token

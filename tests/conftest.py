@@ -4,6 +4,9 @@ Without CUDA, Triton kernels can only run in Triton's CPU interpreter, and `TRIT
 read when a kernel is decorated (module import): set it here, before any test imports them. It
 changes nothing for the default (reference) path on CPU tensors.
 
+`finished_search` is one real small search, run once per session, for the tests that only read a completed
+search (`searches.py`).
+
 PostgreSQL: `RESNAS_TEST_POSTGRES_URL` (an admin URL of a running server, as `.ci/run` exports)
 is used when set; otherwise one private server is started for the session (`postgres_server.py`)
 and stopped at its end. Without either, PostgreSQL tests are skipped with the reason, unless
@@ -16,6 +19,7 @@ import pytest
 import torch
 
 from postgres_server import LocalPostgres, PostgresUnavailable, create_database, drop_database
+from searches import FinishedSearch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -68,3 +72,11 @@ def postgres_url(_postgres_admin_url):
         _postgres_unavailable(str(err))
     yield url
     drop_database(_postgres_admin_url, url)
+
+
+@pytest.fixture(scope="session")
+def finished_search(tmp_path_factory) -> FinishedSearch:
+    """A completed search on a SQLite store, run once for every test that reads one (read it, never write it:
+    `copy_to` gives a test a copy to write to)."""
+    folder = tmp_path_factory.mktemp("finished_search")
+    return FinishedSearch.run(f"sqlite:///{folder / 'r.db'}", folder)

@@ -173,7 +173,7 @@ def promotion_count(n: int, eta: float) -> int:
     return math.ceil(n / eta)
 
 
-def promotable(candidates: Iterable[Candidate], eta: float = 3) -> set[int]:
+def promotable(candidates: Iterable[Candidate], eta: float) -> set[int]:
     """Trial ids of the best ceil(n / eta) of `candidates` in the order of `rank`, n = len(candidates).
     ValueError if eta <= 1 or a trial id repeats."""
     cands = list(candidates)
@@ -182,7 +182,7 @@ def promotable(candidates: Iterable[Candidate], eta: float = 3) -> set[int]:
     return {c.trial for c in rank(cands)[:k]}
 
 
-def should_promote(trial: int, at_rung: Sequence[Candidate], eta: float = 3) -> bool:
+def should_promote(trial: int, at_rung: Sequence[Candidate], eta: float) -> bool:
     """The asynchronous decision for `trial`, which has just reported at a rung: whether it is in
     `promotable(at_rung, eta)`, `at_rung` being every trial that has reported at that rung so far,
     `trial` included (ValueError if it is missing)."""
@@ -191,7 +191,7 @@ def should_promote(trial: int, at_rung: Sequence[Candidate], eta: float = 3) -> 
     return trial in promotable(at_rung, eta)
 
 
-def tied_with_cut(trial: int, at_rung: Sequence[Candidate], eta: float = 3) -> bool:
+def tied_with_cut(trial: int, at_rung: Sequence[Candidate], eta: float) -> bool:
     """Whether `trial`, not promotable among `at_rung`, would be if its loss were lower by its margin (the
     others unchanged): it is within the noise of the cut. False for a promotable trial or a zero margin."""
     mine = [c for c in at_rung if c.trial == trial]

@@ -2,7 +2,7 @@
 
 Bad input ends with a one-line `error: ...` naming the field, exit code 2, and nothing written.
 Its length is typer's: one parameter per flag (`search` alone declares 31); the checks live in
-`inputs`, the Hugging Face commands in `hf`.
+`inputs`, the commands that read a search in `reports`, the Hugging Face commands in `hf`.
 """
 
 from __future__ import annotations
@@ -13,23 +13,27 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
-from ..store import STORAGE_ENV
+from workers.training.train import OptimConfig
+
+from ..search.launch import PROPOSALS_PER_TRIAL
+from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO
 from .dashboard_launch import dashboard_launch
-from .front_table import format_flops, format_loss, print_front
+from .front_table import print_front
 from .hf import convert, evaluate, generate, write_hf_folder
 from .inputs import (
+    STORAGE_HELP,
     checked_search_inputs,
     console,
     fail,
     join_ray_cluster,
-    storage_url,
+    open_store,
     validated_data,
     with_schedule_override,
 )
+from .reports import export, list_searches, show, status
 
 
 class OneLineErrors(TyperGroup):
@@ -61,19 +65,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Architecture search over residual topologies and depth sparsity.",
 )
-STORAGE_HELP = (
-    f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
-    "command line, else sqlite:///resnas.db in the working directory)."
-)
-
-
-def open_store(storage: str | None):
-    from ..store import Store, StoreError
-
-    try:
-        return Store(storage_url(storage))
-    except StoreError as err:
-        fail(str(err))
 
 
 @app.callback()
@@ -83,91 +74,129 @@ def configure_logging(verbose: bool = typer.Option(False, "--verbose", "-v", hel
     )
 
 
+# `nas search --help` in panels: each panel's options get their own columns, so that no option name is cut at
+# 80 columns (tests/nas/test_cli_width.py).
+OPTIM_DEFAULTS = OptimConfig()  # what a run follows when neither the space nor the command line says
+BUDGET, LADDER, DATA, RUNNING = "Budget", "Ladder: what each rung trains", "Data", "Running"
+
+
 @app.command()
 def search(
     name: str = typer.Option(..., help="Name of the new search."),
     trial_flops: float = typer.Option(
-        ..., help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung."
+        ...,
+        help="Training FLOPs every trial gets: the iso-FLOP budget C of the lowest rung.",
+        rich_help_panel=BUDGET,
     ),
     trials: int | None = typer.Option(
         None,
-        help="Trials to train (default 20 unless --search-flops); an infeasible proposal (unaffordable, or outside "
-        "the tokens-per-parameter range at T) is recorded and proposed again, up to 10 proposals per trial.",
+        help=f"Trials to train (default {DEFAULT_TRIALS} unless --search-flops); an infeasible proposal (unaffordable, "
+        "or outside the tokens-per-parameter range at T) is recorded and proposed again, up to "
+        f"{PROPOSALS_PER_TRIAL} proposals per trial.",
     ),
     search_flops: float | None = typer.Option(
         None, help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
     ),
-    workers: int = typer.Option(2, help="Trials run in parallel."),
+    workers: int = typer.Option(2, help="Trials run in parallel.", rich_help_panel=RUNNING),
     space: Path | None = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
     sampler: str = typer.Option("tpe", help="tpe | nsga2 | random | gp."),
     seed: int = typer.Option(0, help="Seed of the sampler and of every trial."),
-    retries: int = typer.Option(1, help="Retries of a trial whose process dies."),
+    retries: int = typer.Option(1, help="Retries of a trial whose process dies.", rich_help_panel=RUNNING),
     data: str = typer.Option(
-        "shipped", help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, a token-shard folder, or a hub name."
+        "shipped",
+        help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, a token-shard folder, or a hub name.",
+        rich_help_panel=DATA,
     ),
     tokenizer: str = typer.Option(
         "bytes",
         help="bytes | train:V (a byte-level BPE of V tokens trained here) | a tokenizer.json or its folder | hub name.",
+        rich_help_panel=DATA,
     ),
-    pad_vocab: int = typer.Option(1, help="Pad the model's vocabulary to a multiple of this (64 suits GPUs)."),
-    ray_address: str | None = typer.Option(None, help="Join this Ray cluster instead of starting a local one."),
+    pad_vocab: int = typer.Option(
+        1, help="Pad the model's vocabulary to a multiple of this (64 suits GPUs).", rich_help_panel=DATA
+    ),
+    ray_address: str | None = typer.Option(
+        None, help="Join this Ray cluster instead of starting a local one.", rich_help_panel=RUNNING
+    ),
     ray_dir: str | None = typer.Option(
         None,
         help="Ray Tune's storage path; on a cluster, a folder every node "
         "sees at the same path, or a URI such as s3://bucket/prefix "
-        "(default: .resnas/ray).",
+        "(default: .resnas/ray beside a SQLite store, else in the working directory).",
+        rich_help_panel=RUNNING,
     ),
     gpus_per_trial: float | None = typer.Option(
         None,
         help="GPU share per trial, e.g. 0.25 = 4 trials per GPU; "
         "0 = CPU only (default: the cluster's GPUs shared "
         "among --workers).",
+        rich_help_panel=RUNNING,
     ),
-    max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial."),
-    max_search_seconds: float | None = typer.Option(None, help="Wall-clock limit for the whole search."),
+    max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial.", rich_help_panel=BUDGET),
+    max_search_seconds: float | None = typer.Option(
+        None, help="Wall-clock limit for the whole search.", rich_help_panel=BUDGET
+    ),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
-    rungs: int = typer.Option(2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget)."),
-    repeat_seeds: int = typer.Option(1, help="More seeds for each member of the front at the target (noise)."),
-    eta: float = typer.Option(2.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on."),
+    rungs: int = typer.Option(
+        2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget).", rich_help_panel=LADDER
+    ),
+    repeat_seeds: int = typer.Option(
+        1, help="More seeds for each member of the front at the target (noise).", rich_help_panel=LADDER
+    ),
+    eta: float = typer.Option(
+        2.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on.", rich_help_panel=LADDER
+    ),
     target_flops: float | None = typer.Option(
         None,
         help="Training FLOPs of the pretraining run you plan: the budget the search answers for "
-        "(default: 10 x the top rung, the furthest checked by make fidelity).",
+        f"(default: {VALIDATED_TARGET_RATIO:g} x the top rung, the furthest checked by make fidelity).",
+        rich_help_panel=BUDGET,
     ),
     ladder: str = typer.Option(
         "replica",
         help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
         "or 'budget' (the config itself, one run branched at each rung).",
+        rich_help_panel=LADDER,
     ),
     schedule: str | None = typer.Option(
         None,
         help="The target run's learning-rate schedule: wsd (warmup-stable-decay) or cosine; every rung, repeat, "
-        "export and nas pretrain follows it (default: the space's, else wsd).",
+        f"export and nas pretrain follows it (default: the space's, else {OPTIM_DEFAULTS.schedule}).",
+        rich_help_panel=LADDER,
     ),
     cooldown: float | None = typer.Option(
-        None, help="wsd: share of each run's last steps spent decaying the LR (default: the space's, else 0.2)."
+        None,
+        help="wsd: share of each run's last steps spent decaying the LR "
+        f"(default: the space's, else {OPTIM_DEFAULTS.cooldown:g}).",
+        rich_help_panel=LADDER,
     ),
     min_replica_width: int = typer.Option(
         8,
         help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
         "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
+        rich_help_panel=LADDER,
     ),
     min_tokens_per_param: float = typer.Option(
         4.0,
         help="Train only configs that see at least this many tokens per parameter at the target T (0: no bound): "
         "a config far below compute-optimal there is not a plausible answer.",
+        rich_help_panel=BUDGET,
     ),
     max_tokens_per_param: float | None = typer.Option(
-        None, help="Train only configs that see at most this many tokens per parameter at T."
+        None,
+        help="Train only configs that see at most this many tokens per parameter at T.",
+        rich_help_panel=BUDGET,
     ),
     stop_grace: float = typer.Option(
-        120.0, help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung."
+        120.0,
+        help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung.",
+        rich_help_panel=RUNNING,
     ),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
     progress: bool = typer.Option(True, help="Show the progress bar."),
 ) -> None:
     """Define a compute budget and a search space, and launch a search.
-
+    \f
     The signature is long because typer declares one parameter per flag; the checks live in
     `checked_search_inputs`, so this body only launches.
     """
@@ -261,114 +290,10 @@ def resume(
     print_front(console, store, report.name)
 
 
-@app.command("list")
-def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -> None:
-    """List the searches in the store with their trial counts, tokenizer and best loss (nats and bits per byte)."""
-    store = open_store(storage)
-    table = Table(
-        "search", "status", "created", "requested", "done", "failed", "running", "tokenizer", "best loss", "best bpb"
-    )
-    tokenizers = {}
-    for s in store.list_searches():
-        corpus = (store.get_search(s.name).settings or {}).get("corpus") or {}
-        tokenizers[corpus.get("tokenizer", "bytes")] = corpus.get("tokenizer_spec", "bytes")
-        table.add_row(
-            s.name,
-            s.status,
-            f"{s.created_at:%Y-%m-%d %H:%M}",
-            str(s.requested_trials),
-            str(s.completed + s.other),
-            str(s.failed),
-            str(s.running),
-            corpus.get("tokenizer_spec", "bytes"),
-            format_loss(s.best_val_loss),
-            format_loss(s.best_val_bpb),
-        )
-    console.print(table)
-    if len(tokenizers) > 1:
-        console.print(
-            f"[yellow]warning:[/] these searches use {len(tokenizers)} different tokenizers "
-            f"({', '.join(sorted(tokenizers.values()))}): nats per token do not compare across them; "
-            "bits per byte do (nas show NAME --bpb)"
-        )
-
-
-@app.command()
-def status(
-    name: str | None = typer.Argument(None, help="A search (default: all)."),
-    storage: str | None = typer.Option(None, help=STORAGE_HELP),
-) -> None:
-    """Show per-trial status of a search (or list all searches)."""
-    from ..store import StoreError
-
-    if name is None:
-        return list_searches(storage)
-    store = open_store(storage)
-    try:
-        rows = store.trials(name)
-    except StoreError as err:
-        fail(str(err))
-    table = Table("trial", "try", "status", "residual", "layers", "d", "mod", "val loss", "FLOPs/tok", "reason")
-    for r in rows:
-        table.add_row(
-            str(r.number),
-            str(r.attempt),
-            r.status,
-            r.residual or "-",
-            str(r.n_layers or "-"),
-            str(r.d_model or "-"),
-            f"{r.mod_rate:g}" if r.mod_rate is not None else "-",
-            format_loss(r.val_loss),
-            format_flops(r.executed_flops_per_token),
-            (r.failure_reason or "")[:60],
-        )
-    console.print(table)
-
-
-@app.command()
-def show(
-    name: str = typer.Argument(..., help="The search."),
-    pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
-    bpb: bool = typer.Option(False, "--bpb", help="Losses in bits per byte (comparable across tokenizers)."),
-    wide: bool = typer.Option(False, "--wide", help="Every column: lr, heads, top replica, held-out error, basis."),
-    storage: str | None = typer.Option(None, help=STORAGE_HELP),
-) -> None:
-    """Show a search's completed trials, or with --pareto its front and hypervolume."""
-    from ..store import StoreError
-
-    store = open_store(storage)
-    try:
-        store.get_search(name)
-    except StoreError as err:
-        fail(str(err))
-    print_front(console, store, name, only_front=pareto, bpb=bpb, wide=wide)
-
-
-@app.command()
-def export(
-    name: str = typer.Argument(..., help="The search."),
-    out: Path = typer.Option(..., "--out", help="Folder for the YAML files and index.json."),
-    pareto: bool = typer.Option(False, "--pareto", help="Every trial on the Pareto front."),
-    trial: int | None = typer.Option(None, "--trial", help="One trial, by number."),
-    target_flops: float | None = typer.Option(None, help="Recommend a token budget for this compute."),
-    freeze_ancre: bool = typer.Option(False, help="Pretrain with ANCRe's learned coefficients frozen."),
-    storage: str | None = typer.Option(None, help=STORAGE_HELP),
-) -> None:
-    """Export the best configurations (one YAML each, plus index.json) for full pretraining."""
-    from ..export import ExportError, export_configs
-    from ..store import StoreError
-
-    if not pareto and trial is None:
-        fail("--pareto or --trial N: say which trials to export")
-    store = open_store(storage)
-    try:
-        paths = export_configs(
-            store, name, out, pareto=pareto, trial=trial, target_flops=target_flops, freeze_ancre=freeze_ancre
-        )
-    except (ExportError, StoreError) as err:
-        fail(str(err))
-    for path in paths:
-        console.print(str(path))
+app.command("list")(list_searches)
+app.command()(status)
+app.command()(show)
+app.command()(export)
 
 
 @app.command()

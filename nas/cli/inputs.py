@@ -33,6 +33,22 @@ def storage_url(storage: str | None) -> str:
     return storage or os.environ.get(STORAGE_ENV) or default_url(Path.cwd())
 
 
+STORAGE_HELP = (
+    f"SQLAlchemy URL of the store (default: ${STORAGE_ENV} if set, so a password need not appear on a "
+    "command line, else sqlite:///resnas.db in the working directory)."
+)
+
+
+def open_store(storage: str | None):
+    """The store at `--storage` (`storage_url`), or a one-line `fail` saying why it cannot be opened."""
+    from ..store import Store, StoreError
+
+    try:
+        return Store(storage_url(storage))
+    except StoreError as err:
+        fail(str(err))
+
+
 def checked_search_inputs(
     name: str,
     space: Path | None,

@@ -3,8 +3,8 @@
 `Budget` holds what the user gives on the command line: `--trial-flops` (C, the iso-FLOP budget every
 trial gets: the lowest rung of its budget ladder) and either `--trials` or `--search-flops`
 (C x trials; the number of trials is then floor(search / trial)), plus optional wall-clock caps.
-The ladder has `--rungs` budgets C, eta C, eta^2 C, ... (`--eta`, default 3); promoted trials climb
-it. `--ladder` says what a rung trains: `replica` (default) a width-shrunk replica of the trial's
+The ladder has `--rungs` budgets C, eta C, eta^2 C, ... (`--eta`; the defaults are the fields `rungs` and `eta`);
+promoted trials climb it. `--ladder` says what a rung trains: `replica` (default) a width-shrunk replica of the trial's
 architecture at the target's tokens per parameter (`workers.trial.replica`), `budget` the architecture itself
 on one warmup-stable-decay run (`workers.training.plans`). `--target-flops` T is the training compute the user
 plans to pretrain with, the budget the search answers for: its default is `VALIDATED_TARGET_RATIO` (10)
@@ -85,7 +85,7 @@ class Budget(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     trial_flops: float = Field(gt=0, allow_inf_nan=False, description="training FLOPs of every trial (C)")
-    trials: int | None = Field(None, ge=1, description="number of trials (default 20)")
+    trials: int | None = Field(None, ge=1, description=f"number of trials (default {DEFAULT_TRIALS})")
     search_flops: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="FLOPs of the whole search: floor(search / trial) trials"
     )

@@ -1,4 +1,4 @@
-"""The store's tables, as SQLAlchemy 2 ORM classes and nothing else (queries live in `access.py`).
+"""The store's tables, as SQLAlchemy 2 ORM classes and nothing else (queries live in `reads.py` and `writes.py`).
 
 Types are portable: every float column is double precision (`Double`: REAL on SQLite, DOUBLE
 PRECISION on PostgreSQL), so +/-inf round-trips on both; NaN is written as NULL (SQLite would do

@@ -1,5 +1,6 @@
 """Real-browser smoke test: headless Chromium loads the running dashboard (`nas dashboard`, on
-127.0.0.1) and finds the Pareto plot's points in the DOM. The screenshot is kept as a CI artifact
+127.0.0.1) over the session's finished search (a real one, conftest.py) and finds the Pareto plot's points in the
+DOM. The screenshot is kept as a CI artifact
 under test-artifacts/. Chromium comes from Debian's package (.ci/run installs it); Playwright
 drives that binary, it never downloads a browser of its own.
 """
@@ -14,9 +15,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from test_dashboard import EXP1, EXP2, _seed_search  # the same realistic seeded store as the AppTest tests
-
-from nas.store import Store, default_url
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -58,15 +56,10 @@ def wait_until_serving(url: str, proc: subprocess.Popen, timeout: float = 90) ->
 
 
 @pytest.fixture
-def dashboard_url(tmp_path):
-    url = default_url(tmp_path)
-    with Store(url) as store:
-        _seed_search(store, "exp1", EXP1)
-        _seed_search(store, "exp2", EXP2)
-        store.set_search_status("exp2", "completed")
+def dashboard_url(tmp_path, finished_search):
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nas.cli", "dashboard", "--storage", url, "--port", str(port)],
+        [sys.executable, "-m", "nas.cli", "dashboard", "--storage", finished_search.url, "--port", str(port)],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -97,4 +90,4 @@ def test_chromium_finds_the_pareto_points(dashboard_url):
             page.screenshot(path=str(ARTIFACTS / "dashboard_pareto.png"), full_page=True)
         finally:
             browser.close()
-    assert points >= 3  # at least the completed trials of the shown search
+    assert points >= 3  # at least the completed trials of the shown search (it has 4)

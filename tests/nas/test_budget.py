@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -16,9 +19,14 @@ from nas.space.budget import (
     check_budget_fits,
     space_batch_size,
     stored_budget,
+    tokens_per_param_reason,
     trial_is_feasible,
 )
+from nas.space.sampling import to_configs
 from search_spaces.residual_lm import ArchConfig, flops_per_token
+from workers.training.plans import plan_budget
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +187,66 @@ def test_configs_outside_the_tokens_per_parameter_range_at_the_target_are_not_tr
     assert trial_is_feasible(ArchConfig(vocab_size=256, seq_len=128, n_layers=8, d_model=192, n_heads=2),
                              Budget(trial_flops=1e11, min_tokens_per_param=None), 16) is None  # fmt: skip
     assert stored_budget({"trial_flops": 1e11, "ladder": "replica"}).min_tokens_per_param is None  # stored before
+
+
+def make_demo_options() -> dict[str, str]:
+    """The `--option value` pairs `make demo` passes to `nas search` (the Makefile's `demo:` recipe)."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    return dict(re.findall(r"--([a-z-]+) (\S+)", recipe.replace("\\\n", " ")))
+
+
+def short(flops: float) -> str:
+    return f"{flops:.0e}".replace("e+", "e")  # 1e12, as the README writes it
+
+
+def test_the_demo_space_and_the_readme_say_what_make_demo_runs():
+    """space_demo.yaml's header: at `make demo`'s target every depth, width and MoD rate of the space is trained
+    in some config, only wide, deep ones being refused; the README's account of the demo is the Makefile's."""
+    options = make_demo_options()
+    space = load_space(ROOT / options["space"])
+    assert options["space"].endswith("space_demo.yaml")
+    budget_fields = {k.replace("-", "_"): v for k, v in options.items() if k.replace("-", "_") in Budget.model_fields}
+    budget = Budget(**budget_fields)
+    batch = space_batch_size(space)
+    any_value = {name: getattr(p, "choices", [getattr(p, "low", None)])[0] for name, p in space.params.items()}
+
+    def trained(n_layers: int, d_model: int, mlp_ratio: float, mod_rate: float) -> bool:
+        knobs = dict(n_layers=n_layers, d_model=d_model, mlp_ratio=mlp_ratio, mod_rate=mod_rate, residual="nag")
+        arch, _, _ = to_configs(space, {**any_value, **knobs})  # nag: the fewest tokens per parameter of the families
+        return tokens_per_param_reason(arch, budget, batch) is None
+
+    depths = range(space.params["n_layers"].low, space.params["n_layers"].high + 1)
+    widths, ratios, rates = (space.params[k].choices for k in ("d_model", "mlp_ratio", "mod_rate"))
+    # Tokens per parameter at T fall with depth, width and MLP ratio, and rise with the MoD rate.
+    assert all(trained(depth, min(widths), max(ratios), 0.0) for depth in depths)  # every depth, even dense
+    assert all(trained(min(depths), width, min(ratios), 0.0) for width in widths)  # every width
+    assert all(trained(min(depths), min(widths), min(ratios), rate) for rate in rates)  # every MoD rate
+    assert not trained(max(depths), max(widths), max(ratios), 0.0)  # the widest deep ones are refused
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    default_rungs = Budget.model_fields["rungs"].default
+    assert f"It trains {options['trials']} trials, {options['workers']} at a time" in readme
+    assert f"the default {default_rungs}-rung replica ladder from {options['trial-flops']} training FLOPs" in readme
+    assert f"at the target T = {short(budget.target)} ({VALIDATED_TARGET_RATIO:g}x the top rung)" in readme
+
+
+def test_the_default_space_header_counts_the_steps_of_its_largest_and_cheapest_configs(space):
+    """space.yaml's header: at its `--trial-flops` the largest config gets ~N steps of batch x seq_len tokens
+    and the cheapest ~M steps (within 15%: the header rounds)."""
+    header = " ".join(
+        line.lstrip("# ")
+        for line in (ROOT / "search_spaces/residual_lm/space.yaml").read_text().splitlines()
+        if line.startswith("#")
+    )
+    flops = float(re.search(r"`--trial-flops (\S+)`", header)[1])
+    largest_steps, batch, seq_len, cheapest_steps = map(
+        int, re.search(r"~(\d+) steps of (\d+) x (\d+) tokens.*?~(\d+) steps", header).groups()
+    )
+    assert (batch, seq_len) == (space_batch_size(space), space.fixed["seq_len"])
+    any_value = {name: getattr(p, "choices", [getattr(p, "low", None)])[0] for name, p in space.params.items()}
+    largest = {"n_layers": space.params["n_layers"].high, "d_model": max(space.params["d_model"].choices),
+               "mlp_ratio": max(space.params["mlp_ratio"].choices), "mod_rate": 0.0}  # fmt: skip
+    arch, _, _ = to_configs(space, {**any_value, **largest})
+    assert plan_budget(arch, flops, batch).steps == pytest.approx(largest_steps, rel=0.15)
+    assert plan_budget(cheapest_of(space), flops, batch).steps == pytest.approx(cheapest_steps, rel=0.15)

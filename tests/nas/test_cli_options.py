@@ -1,12 +1,17 @@
 """`nas search`'s options say what the typed configs say: each option that sets a field of `Budget`,
 `SearchSettings` or `DataConfig` has that field's default, so `nas search --help` and a search launched
-from Python (`launch_search` with the models' defaults) cannot drift apart. The fields' ranges are not
+from Python (`launch_search` with the models' defaults) cannot drift apart, nor can the docs that name a
+default. The fields' ranges are not
 restated by the CLI: the models check them (`checked_search_inputs`)."""
 
 import inspect
+import re
+from pathlib import Path
 
+import typer
 from pydantic_core import PydanticUndefined
 
+from nas.cli import app
 from nas.cli.commands import search
 from nas.search.settings import SearchSettings
 from nas.space.budget import Budget
@@ -19,6 +24,7 @@ FIELD_OF = {"early_stop": (SearchSettings, "early_stopping"), "data": (DataConfi
 # Options whose None means "what the search space says, else the field's default".
 FROM_THE_SPACE = {"schedule": (OptimConfig, "schedule"), "cooldown": (OptimConfig, "cooldown")}
 CLI_ONLY = {"name", "space", "storage", "progress"}  # nothing a config holds
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def model_fields(model) -> dict:
@@ -52,3 +58,29 @@ def test_every_search_option_has_its_fields_default():
         assert cli_default == expected, f"--{name}: the CLI's default {cli_default!r}, the model's {expected!r}"
         checked.add(name)
     assert {"trial_flops", "rungs", "eta", "workers", "sampler", "stop_grace", "tokenizer", "data"} <= checked
+
+
+DOCUMENTED_DEFAULT = re.compile(
+    r"`--([a-z][a-z-]*)(?: [^`]*)?`(?: seconds)?(?:,? \(?default:? | \()([0-9][0-9.e+]*)(?=[);,])"
+)
+
+
+def test_the_docs_state_each_options_default_as_the_cli_has_it():
+    """Where the README or docs/ give an option's default in numbers ("`--rungs` (default 2", "`--stop-grace`
+    seconds (120)"), it is the CLI's (whose defaults are the models', above), or for an option the search
+    space may set, the model's."""
+    defaults: dict[str, set] = {}
+    for command in typer.main.get_command(app).commands.values():
+        for param in command.params:
+            for opt in param.opts:
+                defaults.setdefault(opt, set()).add(param.default)
+    for name, (model, field) in FROM_THE_SPACE.items():
+        defaults[f"--{name}"].add(model_fields(model)[field].default)
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for option, value in DOCUMENTED_DEFAULT.findall(" ".join(doc.read_text().split())):
+            assert f"--{option}" in defaults, f"{doc.name}: --{option} is no option of nas"
+            numeric = {d for d in defaults[f"--{option}"] if isinstance(d, (int, float))}
+            assert float(value) in numeric, f"{doc.name}: --{option} default {value}, the CLI's {numeric}"
+            found.append(option)
+    assert {"rungs", "eta", "min-tokens-per-param", "stop-grace"} <= set(found)

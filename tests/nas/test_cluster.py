@@ -36,9 +36,10 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
-from test_search import DATA, assert_listening_on_loopback_only, wait_for
+from test_search import assert_listening_on_loopback_only, wait_for
 
 from nas.store import Store, UnknownSearch
+from searches import DATA
 from workers.trial.contract import TICKET_KEY
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.cluster, pytest.mark.slow]

@@ -4,8 +4,9 @@ Each test runs `nas` as its own process (its own local Ray, on 127.0.0.1) over a
 models, so a trial takes a second or two. Faults are caused for real: SIGKILL of a trial's Ray
 worker, SIGKILL of the driver, NaN losses, two drivers writing one store. The search, the fault
 and the two-driver tests run on both stores (a SQLite file, a PostgreSQL database, with the Optuna
-study in the same database); the others on SQLite. Every process a test starts is stopped by PID,
-and only those.
+study in the same database); the others on SQLite. The end-to-end search on SQLite is the session's
+finished search (`finished_search`, conftest.py), which every test that only reads one shares. Every
+process a test starts is stopped by PID, and only those.
 """
 
 import math
@@ -19,12 +20,13 @@ from pathlib import Path
 import optuna
 import psutil
 import pytest
+from typer.testing import CliRunner
 
+from nas.cli import app
 from nas.search.study import optuna_storage
 from nas.store import Store, UnknownSearch
+from searches import FinishedSearch, nas_args, run
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data"
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # real Ray searches: 30-100 s each
 
 
@@ -37,73 +39,6 @@ def url(request, tmp_path) -> str:
 @pytest.fixture
 def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'r.db'}"
-
-
-def nas_args(
-    name: str,
-    url: str,
-    trials: int,
-    flops: str = "2e9",
-    space: str = "tiny_space.yaml",
-    ladder: str = "replica",
-    rungs: int = 3,
-    eta: int = 3,
-    repeat_seeds: int = 1,
-) -> list[str]:
-    """A search of the tiny space on a ladder of `rungs` rungs (`eta` apart; replicas by default): `flops`
-    for the lowest rung; `repeat_seeds` more seeds for the front at the end (0: none).
-
-    The target is 3 x the top rung (the default is 10 x): the replicas are then no narrower than a third
-    of the trial's width, so they take about as many steps as the trial itself would. At so small a target
-    the tiny configs see under 4 tokens per parameter, so the plausibility bound is off.
-
-    The defaults (3 rungs, eta 3, one repeat seed) are what the smaller tests were written for. The search
-    and fault tests ask for the smallest search that still shows what they check (2 rungs, eta 2, the
-    product's default; small budgets; no repeats where the test reads none): on 2 CPUs a real search costs
-    its Ray start-up plus every step trained, and they used to spend minutes on rungs, repeats and trials
-    their assertions never needed."""
-    return [
-        sys.executable,
-        "-m",
-        "nas.cli",
-        "search",
-        "--name",
-        name,
-        "--trial-flops",
-        flops,
-        "--trials",
-        str(trials),
-        "--workers",
-        "2",
-        "--space",
-        str(DATA / space),
-        "--storage",
-        url,
-        "--ladder",
-        ladder,
-        "--rungs",
-        str(rungs),
-        "--eta",
-        str(eta),
-        "--repeat-seeds",
-        str(repeat_seeds),
-        "--target-flops",
-        f"{target_flops(flops, rungs, eta):g}",
-        "--min-tokens-per-param",
-        "0",
-        "--no-progress",
-    ]
-
-
-def target_flops(flops: str, rungs: int, eta: int) -> float:
-    """The target `nas_args` asks for: 3 x the top rung."""
-    return 3 * eta ** (rungs - 1) * float(flops)
-
-
-def run(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    done = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return done
 
 
 class Started:
@@ -179,28 +114,35 @@ def optuna_study(url: str, store: Store, name: str) -> optuna.Study:
     return optuna.load_study(study_name=store.get_search(name).optuna_study_name, storage=optuna_storage(url))
 
 
-def test_search_end_to_end_then_show_list_status(url, tmp_path):
-    # Two rungs of small budgets: enough for a trial to climb, the noise rule and the front's repeats to run.
-    flops, rungs, eta = "5e8", 2, 2
-    done = run(nas_args("e2e", url, trials=4, flops=flops, rungs=rungs, eta=eta), tmp_path)
-    target = f"T = {target_flops(flops, rungs, eta):.3g} training FLOPs"
-    assert f"Pareto front at the target, {target}" in done.stdout and "hypervolume" in done.stdout
-    assert "replica ladder; predictor: " in done.stdout
+@pytest.fixture(params=["sqlite", "postgresql"])
+def e2e(request, tmp_path) -> FinishedSearch:
+    """The end-to-end search: on SQLite the session's finished search (conftest.py), read as every test that reads
+    one does; on PostgreSQL the same search, run here into an empty database (with its Optuna study)."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("finished_search")
+    return FinishedSearch.run(request.getfixturevalue("postgres_url"), tmp_path)
+
+
+def test_search_end_to_end_then_show_list_status(e2e, tmp_path):
+    url, said = e2e.url, e2e.stdout  # what `nas search` printed
+    target = f"T = {e2e.target:.3g} training FLOPs"
+    assert f"Pareto front at the target, {target}" in said and "hypervolume" in said
+    assert "replica ladder; predictor: " in said
     with Store(url) as store:
         rows = store.trials("e2e")
         rungs = store.rungs("e2e")
-        assert len(rows) == 4 and {r.status for r in rows} == {"completed"}
+        assert len(rows) == e2e.trials and {r.status for r in rows} == {"completed"}
         assert all(math.isfinite(r.val_loss) and r.tokens_seen > 0 and r.executed_flops_per_token > 0 for r in rows)
         assert store.curve(rows[0].id) and store.diagnostics(rows[0].id)
         assert store.get_search("e2e").status == "completed"
         study = optuna_study(url, store, "e2e")
-    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * e2e.trials
     # The ladder: every trial measured at the lowest rung, rungs climbed in order, the first trial promoted
     # (it is the best of one), each rung at its iso-FLOP budget, and the trial's loss its last rung's.
     reached = {r.number: [g.rung for g in rungs if g.number == r.number and g.seed == 0] for r in rows}
     assert all(climbed == list(range(len(climbed))) and climbed for climbed in reached.values())
     assert max(len(c) for c in reached.values()) >= 2
-    assert all(g.budget_flops == pytest.approx(float(flops) * eta**g.rung) for g in rungs)
+    assert all(g.budget_flops == pytest.approx(float(e2e.flops) * e2e.eta**g.rung) for g in rungs)
     for r in rows:  # the trial's loss: its last rung's, the seed mean where that rung was measured again
         last = max(reached[r.number])
         seeds = [g.val_loss for g in rungs if (g.number, g.rung) == (r.number, last) and g.seed in (0, 1000)]
@@ -223,15 +165,16 @@ def test_search_end_to_end_then_show_list_status(url, tmp_path):
             "cooldown": 0.2,
         }
     assert all(r.config["optim"]["schedule"] == "wsd" for r in rows)
-    assert "seed noise" in done.stdout
+    assert "seed noise" in said
     assert sorted(t.number for t in study.trials) == sorted(r.optuna_trial_number for r in rows)
     shown = run([sys.executable, "-m", "nas.cli", "show", "e2e", "--pareto", "--storage", url], tmp_path)
     assert "Pareto front" in shown.stdout and "80% band" in shown.stdout
     assert max(len(line) for line in shown.stdout.splitlines()) <= 120  # the compact table, outside a terminal
-    wide = run([sys.executable, "-m", "nas.cli", "show", "e2e", "--wide", "--storage", url], tmp_path)
-    assert "predicted from" in wide.stdout and "held-out err" in wide.stdout
-    listed = run([sys.executable, "-m", "nas.cli", "list", "--storage", url], tmp_path)
-    assert "e2e" in listed.stdout and "completed" in listed.stdout
+    # The other reads in this process (a `nas` process costs seconds of imports): the same commands, the same code.
+    wide = CliRunner().invoke(app, ["show", "e2e", "--wide", "--storage", url])
+    assert wide.exit_code == 0 and "predicted from" in wide.stdout and "held-out err" in wide.stdout
+    listed = CliRunner().invoke(app, ["list", "--storage", url])
+    assert listed.exit_code == 0 and "e2e" in listed.stdout and "completed" in listed.stdout
 
 
 def test_diverged_trials_are_stored_with_inf_and_told_to_optuna(sqlite_url, tmp_path):
@@ -325,7 +268,9 @@ def test_two_searches_write_one_store_at_once(url, tmp_path, started):
 
 
 def test_configs_the_budget_cannot_pay_for_are_infeasible_not_run(sqlite_url, tmp_path):
-    run(nas_args("tight", sqlite_url, trials=3, flops="3e7", ladder="budget"), tmp_path)  # one step of the smallest
+    # one step of the smallest; 2 rungs and no repeats: what is checked is which proposals train at the lowest
+    tight = nas_args("tight", sqlite_url, trials=3, flops="3e7", ladder="budget", rungs=2, eta=2, repeat_seeds=0)
+    run(tight, tmp_path)
     with Store(sqlite_url) as store:
         rows = store.trials("tight")
         study = optuna_study(sqlite_url, store, "tight")

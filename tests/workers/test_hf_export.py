@@ -195,11 +195,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
 
 @pytest.mark.slow
 def test_the_harness_perplexity_of_held_out_text_is_pretrains_validation_loss(data, tmp_path):
-    """A few hundred steps on the shipped corpus, validated on every held-out window; the harness scores
-    the same held-out text (documents joined by the separator) in its own disjoint windows."""
+    """A hundred steps on the shipped corpus (a validation loss near 3.2 nats, far below the 4.5 that shows it
+    learned), validated on every held-out window; the harness scores the same held-out text (documents joined
+    by the separator) in its own disjoint windows."""
     corpus = load_corpus(data)
     windows = corpus.val.numel() // 48
-    run_dir = small_run(tmp_path / "run", data, "nag", 0.5, tokens=300 * 8 * 48, eval_sequences=windows + 1)
+    run_dir = small_run(tmp_path / "run", data, "nag", 0.5, tokens=100 * 8 * 48, eval_sequences=windows + 1)
     val_loss = json.loads((run_dir / "summary.json").read_text())["val_loss"]
     text = tmp_path / "held_out.txt"
     text.write_text(SEPARATOR_TEXT.join(ByteTokenizer().decode(corpus.val.numpy())), encoding="utf-8")

@@ -65,7 +65,7 @@ def test_a_rungs_branch_equals_a_run_that_stops_at_that_rung(corpus, family):
     top = top_budget(cfg, 36)
     full = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LADDER)
     assert [r["rung"] for r in full.state.rungs] == [0, 1, 2]
-    shorter = train(cfg, top / 3, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LadderConfig(rungs=2))
+    shorter = train(cfg, top / 3, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LadderConfig(rungs=2, eta=3.0))
     assert full.state.rungs[1]["val_loss"] == shorter.state.rungs[1]["val_loss"] == shorter.state.val_loss
     assert full.state.rungs[1]["tokens"] == shorter.state.tokens_seen
     assert full.state.rungs[1]["training_flops"] == pytest.approx(shorter.state.training_flops, rel=1e-12)

@@ -72,7 +72,7 @@ def test_a_plain_wsd_run_is_a_ladder_of_one_rung_bit_for_bit(corpus):
     """The benchmark's truth runs are ladders of one rung: a search's plain runs must be exactly them."""
     cfg = tiny(residual="ancre", mod_rate=0.25)
     plain = train(cfg, 2e9, corpus, run=RUN, seed=4)
-    one_rung = train(cfg, 2e9, corpus, run=RUN, seed=4, ladder=LadderConfig(rungs=1))
+    one_rung = train(cfg, 2e9, corpus, run=RUN, seed=4, ladder=LadderConfig(rungs=1, eta=3.0))
     assert plain.state.val_loss == one_rung.state.val_loss
     assert [p["lr"] for p in plain.state.curve] == [p["lr"] for p in one_rung.state.curve]
 
@@ -81,7 +81,9 @@ def test_cosine_on_request_step_by_step_and_never_on_a_budget_ladder(corpus):
     optim = OptimConfig(lr=3e-3, schedule="cosine", warmup=0.1)
     out = train(tiny(), 3e9, corpus, optim=optim, run=RUN)
     assert applied(out.state.curve) == pytest.approx(expected_cosine(out.plan.steps, optim), rel=1e-12)
-    failed = run_trial(tiny(), 9e9, corpus, optim=optim, run=RUN, ladder=LadderConfig(rungs=2), width_probe=False)
+    failed = run_trial(
+        tiny(), 9e9, corpus, optim=optim, run=RUN, ladder=LadderConfig(rungs=2, eta=3.0), width_probe=False
+    )
     assert failed.status == "failed" and "schedule 'wsd'" in failed.failure_reason
 
 

@@ -29,12 +29,12 @@ __all__ = ["BudgetPlan", "InfeasibleBudget", "LadderConfig", "Rung", "plan_budge
 
 class LadderConfig(BaseModel):
     """How many rungs, and their budget ratio (each rung's cooldown share is the schedule's:
-    `OptimConfig.cooldown`)."""
+    `OptimConfig.cooldown`). No defaults: a search's are its `Budget`'s (`nas.space.budget`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    rungs: int = Field(3, ge=1, le=8, description="budgets measured per trial, the top one the trial budget")
-    eta: float = Field(3.0, ge=1.5, le=10, description="budget ratio between successive rungs")
+    rungs: int = Field(ge=1, le=8, description="budgets measured per trial, the top one the trial budget")
+    eta: float = Field(ge=1.5, le=10, description="budget ratio between successive rungs")
 
 
 class InfeasibleBudget(ValueError):
