@@ -33,7 +33,7 @@ from workers.training.train import RunConfig
 from workers.trial.contract import Measurement
 from workers.trial.replica import DEFAULT_MIN_WIDTH, plan_replica, rung_budgets, target_path
 
-from . import IntParam, SearchSpace, cheapest_of, describe
+from . import CategoricalParam, SearchSpace, cheapest_of, describe
 from .messages import options_message
 
 __all__ = [
@@ -189,6 +189,7 @@ class Budget(BaseModel):
         """`trials`, or floor(search_flops / trial_flops)."""
         if self.trials is not None:
             return self.trials
+        assert self.search_flops is not None  # validation: either trials or search_flops
         return math.floor(self.search_flops / self.trial_flops)  # >= 1: validation checked search >= trial
 
     @property
@@ -215,7 +216,9 @@ def space_batch_size(space: SearchSpace) -> int:
         return int(space.fixed["batch_size"])
     p = space.params.get("batch_size")
     if p is not None:
-        return int(p.low if isinstance(p, IntParam) else min(p.choices))
+        if isinstance(p, CategoricalParam):
+            return min(int(c) for c in p.choices if c is not None)
+        return int(p.low)
     return RunConfig.model_fields["batch_size"].default
 
 

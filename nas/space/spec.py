@@ -207,10 +207,12 @@ def _field_info(name: str):
 def _field_adapter(name: str) -> TypeAdapter:
     """Validates one value exactly as the owning config's field would (type and range)."""
     info = _field_info(name)
-    return TypeAdapter(Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation)
+    annotated: tuple[Any, ...] = (info.annotation, *info.metadata)
+    annotation: Any = Annotated[annotated] if info.metadata else info.annotation
+    return TypeAdapter(annotation)
 
 
-def _unknown(name: str, where: str) -> tuple[tuple, str, Any]:
+def _unknown(name: str, where: str) -> tuple[tuple[Any, ...], str, Any]:
     known = "; ".join(
         f"{owner} ({model.__name__}): {', '.join(model.model_fields)}" for owner, model in CONFIG_MODELS.items()
     )
@@ -257,7 +259,8 @@ class SearchSpace(_Frozen):
         """YAML form `{int: {...}}` / `{categorical: [...]}` -> the models' `{kind: ..., ...}` form."""
         if not isinstance(params, dict):
             return params  # pydantic reports the type error
-        errors, out = [], {}
+        errors: list[tuple[tuple[Any, ...], str, Any]] = []
+        out: dict[str, Any] = {}
         for name, entry in params.items():
             if isinstance(entry, BaseModel) or (isinstance(entry, dict) and "kind" in entry):
                 out[name] = entry
@@ -341,7 +344,7 @@ class SearchSpace(_Frozen):
 
     def spec(self) -> dict:
         """The YAML form of this space (plain types); `SearchSpace.model_validate(spec)` rebuilds it."""
-        params = {}
+        params: dict[str, dict[str, Any]] = {}
         for name, p in self.params.items():
             if isinstance(p, CategoricalParam):
                 params[name] = {"categorical": list(p.choices)}
