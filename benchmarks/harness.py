@@ -228,7 +228,7 @@ def write_json(path: Path, result: Any) -> None:
 COLUMN_TYPES: dict[str, Callable[[str], Any]] = {
     **dict.fromkeys(
         ("config", "n_layers", "d_model", "params", "seed", "rung", "tokens", "tokens_seen", "steps",
-         "replica_d_model", "replica_params"),
+         "replica_d_model", "replica_params", "n_heads"),
         int,
     ),
     **dict.fromkeys(

@@ -1,0 +1,121 @@
+"""Replica bias: what a replica's narrowing does to its view of the architecture at the top rung.
+
+    python -m benchmarks.replica_bias build --corpus plays    # top rungs, seed 0 -> data/replica_bias_runs.csv
+    python -m benchmarks.replica_bias report                  # both corpora -> results/replica_bias.json
+
+`make fidelity`'s replica tables narrow each config as a search does by default (`workers.trial.replica`: the
+head count kept, the head size shrinking, no narrower than 8). Against the truth at T their top rung (T/10) misses
+by more than its seed noise, in a pattern that lines up with family and depth. Each `VARIANTS` entry trains the top
+rung of every config of `benchmarks.fidelity` again with another `Narrowing` (seed 0, the fidelity runs' recipe):
+
+- a width floor at half the target's width, the head count kept;
+- the same floor with heads of the target's size, fewer of them (attention scaled as at the target).
+
+`report` grades each view, the default narrowing's top rung beside them (`benchmarks.architecture`): Kendall tau,
+architecture tau, decision accuracy at matched cost, and the bias: the spread of each config's error (top rung
+minus truth, after the error's own size trend) against what the rung's seed noise alone would give. The variant
+is chosen on one corpus (highest architecture tau) and read on the other: leave one corpus out.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks import fidelity
+from benchmarks.harness import append_runs, machine_info, pending, read_table, write_json
+from workers.trial.replica import Narrowing
+
+HERE = Path(__file__).resolve().parent
+RUNS_CSV = HERE / "data" / "replica_bias_runs.csv"
+VARIANTS = {
+    "floor d_T/2, keep heads": Narrowing(min_share=0.5, keep="heads"),
+    "floor d_T/2, keep head size": Narrowing(min_share=0.5, keep="head_size"),
+}
+DEFAULT = "default (floor 8, keep heads)"
+COLUMNS = [*fidelity.REPLICA_COLUMNS, "corpus", "variant", "n_heads"]
+
+
+@dataclass(frozen=True)
+class BiasJob:
+    config: int
+    arch: dict
+    corpus: str
+    variant: str
+    seed: int = 0
+
+    @property
+    def target(self) -> float:
+        return fidelity.TRUTH_RATIO * fidelity.LOWEST_RUNG * fidelity.ETA ** (fidelity.RUNGS - 1)
+
+
+def jobs(corpus: str, variants: list[str]) -> list[BiasJob]:
+    return [BiasJob(i, arch, corpus, v) for v in variants for i, arch in enumerate(fidelity.configs(False, corpus))]
+
+
+def run_job(job: BiasJob) -> list[dict]:
+    """The top replica rung (REPLICA_TOP_SHARE x T) of one config under one narrowing, as a worker trains it."""
+    import torch
+
+    from search_spaces.residual_lm import ArchConfig
+    from workers.data.corpus import load_corpus
+    from workers.training.train import OptimConfig, RunConfig
+    from workers.trial.replica import run_replica_trial
+
+    torch.set_num_threads(1)
+    cfg = ArchConfig(**job.arch)
+    keep_head_size = VARIANTS[job.variant].keep == "head_size"
+    result = run_replica_trial(
+        cfg,
+        job.target,
+        [fidelity.REPLICA_TOP_SHARE * job.target],
+        load_corpus(fidelity.CORPORA[job.corpus].data()),
+        seed=job.seed,
+        optim=OptimConfig(lr=3e-3),
+        run=RunConfig(**fidelity.RUN),
+        width_probe=False,
+        min_width=VARIANTS[job.variant],
+    )
+    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", job.seed, job.target), cfg, "")
+    base |= {"status": str(result.status), "corpus": job.corpus, "variant": job.variant}
+    return [
+        {
+            **base,
+            **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss", "tokens_per_param", "on_path")},
+            "compute_flops": r["training_flops"],
+            "wall_time_s": r["train_seconds"],
+            "replica_d_model": r["d_model"],
+            "replica_params": r["params"],
+            "target_tokens_per_param": r["target_tokens_per_param"],
+            "n_heads": r["d_model"] // cfg.head_dim if keep_head_size else cfg.n_heads,
+        }
+        for r in result.rungs
+    ]
+
+
+def build(out: Path, todo: list[BiasJob], processes: int) -> None:
+    rows = read_table(out) if out.exists() else []
+    key = lambda j: (j.corpus, j.variant, j.config, j.seed)  # noqa: E731
+    left = pending(todo, rows, key, lambda r: (r["corpus"], r["variant"], r["config"], r["seed"]))
+    append_runs(out, left, run_job, columns=COLUMNS, processes=processes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("build", "report"))
+    parser.add_argument("--corpus", choices=sorted(fidelity.CORPORA), default="plays")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="build: comma-separated VARIANTS names")
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "replica_bias.json")
+    args = parser.parse_args()
+    if args.command == "build":
+        build(RUNS_CSV, jobs(args.corpus, args.variants.split(",")), args.processes)
+    else:
+        from benchmarks.architecture import bias_report
+
+        write_json(args.out, bias_report(read_table(RUNS_CSV)) | {"machine": machine_info()})
+
+
+if __name__ == "__main__":
+    main()
