@@ -30,10 +30,10 @@ from workers.trial.replica import Narrowing
 HERE = Path(__file__).resolve().parent
 RUNS_CSV = HERE / "data" / "replica_bias_runs.csv"
 VARIANTS = {
-    "floor d_T/2, keep heads": Narrowing(min_share=0.5, keep="heads"),
-    "floor d_T/2, keep head size": Narrowing(min_share=0.5, keep="head_size"),
+    "floor d_T/2 keep heads": Narrowing(min_share=0.5, keep="heads"),
+    "floor d_T/2 keep head size": Narrowing(min_share=0.5, keep="head_size"),
 }
-DEFAULT = "default (floor 8, keep heads)"
+DEFAULT = "default: floor 8 keep heads"
 COLUMNS = [*fidelity.REPLICA_COLUMNS, "corpus", "variant", "n_heads"]
 
 
