@@ -25,8 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import architecture
+from benchmarks.fidelity_plot import plot
 from benchmarks.grading import ORDERS, Truth, baselines, graded_rows, over_orders, tau
 from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, read_table, write_json
+from nas.answer.decisions import Architecture
 from nas.answer.extrapolate import RungPoint, seed_noise
 from nas.space.budget import Budget
 
@@ -308,6 +311,9 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
     default = layout_budgets(truth.target, *LAYOUTS[DEFAULT_LAYOUT])
     plain = over_orders(replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1], noise_rule=False)
     layouts[DEFAULT_LAYOUT]["without_the_noise_rule"] = plain
+    archs = architectures(rows, corpus.name)
+    tokens = {r["config"]: r["tokens"] for r in rows if r["kind"] == "truth"}
+    answer = layouts[DEFAULT_LAYOUT]["table_order"]["predicted"]
     return {
         "corpus": corpus.name,
         "configs": len(truth.runs),
@@ -337,7 +343,22 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
             "baselines": baselines(ladder, truth, ladder_budgets),
             "rung_flops": ladder_budgets,
         },
+        "architecture": architecture.fidelity_section(
+            truth, archs, tokens, answer, replica, default, ladder, ladder_budgets
+        ),  # fmt: skip
         "truth_per_config": truth.loss,
+    }
+
+
+def architectures(rows: Sequence[dict], corpus: str) -> dict[int, Architecture]:
+    """Each config's architecture: its entry in `configs` where the row is that config (MoD's routing with it),
+    else the row's own fields (a smoke table's configs)."""
+    known, keys = configs(False, corpus), ("residual", "n_layers", "d_model", "mod_rate")
+    return {
+        r["config"]: Architecture.of(
+            known[r["config"]] if r["config"] < len(known) and all(known[r["config"]][k] == r[k] for k in keys) else r
+        )  # fmt: skip
+        for r in rows
     }
 
 
@@ -378,41 +399,10 @@ def report(corpora: Sequence[tuple[Corpus, Path, Path]], out: Path, dashboard_su
     }
     result = {"summary": summary, "corpora": graded, "machine": machine_info()}
     write_json(out, result)
-    plot(result, out.with_suffix(".png"))
+    plot(result, out.with_suffix(".png"), DEFAULT_LAYOUT, GOALS)
     if dashboard_summary is not None:
         dashboard_summary.write_text(json.dumps({"summary": summary, "machine": result["machine"]}, indent=2) + "\n")
     return result
-
-
-def plot(result: dict, path: Path) -> None:
-    """Per corpus: the answer at T against the truth, and the Kendall tau of every layout and baseline."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    corpora = result["corpora"]
-    fig, axes = plt.subplots(len(corpora), 2, figsize=(13, 4.8 * len(corpora)), squeeze=False)
-    for (name, c), (left, right) in zip(corpora.items(), axes, strict=True):
-        answer = c["replica_ladder"]["layouts"][DEFAULT_LAYOUT]["table_order"]
-        truth = {int(k): v for k, v in c["truth_per_config"].items()}
-        predicted = {int(k): v for k, v in answer["predicted"].items()}
-        left.scatter(*zip(*[(truth[k], predicted[k]) for k in sorted(truth)], strict=True))
-        left.set(xlabel="true loss at T (nats/token, mean of 2 seeds)", ylabel="answer at T (nats/token)",
-                 title=f"{name}: {DEFAULT_LAYOUT}, tau {answer['kendall_tau']:.2f}")  # fmt: skip
-        taus = {f"answer, {k}": v["table_order"]["kendall_tau"] for k, v in c["replica_ladder"]["layouts"].items()}
-        taus |= {k: v["kendall_tau"] for k, v in c["replica_ladder"]["baselines_at_default_layout"].items()}
-        budget_ladder = c["budget_ladder"]["as_a_search_runs_it"]["table_order"]
-        taus["budget ladder, as a search runs it"] = budget_ladder["kendall_tau"]
-        right.barh(list(taus), [np.nan if v is None else v for v in taus.values()])
-        right.axvline(GOALS["kendall_tau"], color="k", ls="--", lw=1)
-        if c["truth"]["tau_ceiling"] is not None:
-            right.axvline(c["truth"]["tau_ceiling"], color="tab:red", ls=":", lw=1.5)
-        xlabel = "Kendall tau-b vs the truth (goal dashed; noise ceiling red dotted)"
-        right.set(xlabel=xlabel, title=f"{name}: rank agreement")
-        right.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
 
 
 def main() -> None:

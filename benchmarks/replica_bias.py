@@ -11,6 +11,10 @@ rung of every config of `benchmarks.fidelity` again with another `Narrowing` (se
 - a width floor at half the target's width, the head count kept;
 - the same floor with heads of the target's size, fewer of them (attention scaled as at the target).
 
+A learning-rate sweep (`LR_SWEEP`: 1.5e-3, 3e-3, 6e-3 around the runs' 3e-3) trains the two matched-cost shapes
+8x32 and 2x64 of every family at the top rung twice: as its replica, and at the target's own width for the same
+compute. If the best rate moves by family, or differs between the two, the transfer rule is a source of bias.
+
 `report` grades each view, the default narrowing's top rung beside them (`benchmarks.architecture`): Kendall tau,
 architecture tau, decision accuracy at matched cost, and the bias: the spread of each config's error (top rung
 minus truth, after the error's own size trend) against what the rung's seed noise alone would give. The variant
@@ -94,6 +98,54 @@ def run_job(job: BiasJob) -> list[dict]:
     ]
 
 
+LR_SWEEP = (1.5e-3, 3e-3, 6e-3)
+LR_SHAPES = ((8, 32), (2, 64))  # (n_layers, d_model), routed at neither: CONTRAST_SHAPES' first pair
+LR_CSV = HERE / "data" / "replica_lr_runs.csv"
+LR_COLUMNS = [*COLUMNS, "lr", "view"]
+
+
+@dataclass(frozen=True)
+class LrJob:
+    config: int
+    arch: dict
+    corpus: str
+    lr: float
+    view: str  # "replica" (the top rung's replica) or "target width" (the target itself, for the same compute)
+
+    @property
+    def target(self) -> float:
+        return BiasJob(self.config, self.arch, self.corpus, DEFAULT).target
+
+
+def lr_jobs(corpus: str) -> list[LrJob]:
+    chosen = [(i, a) for i, a in enumerate(fidelity.configs(False, corpus))
+              if (a["n_layers"], a["d_model"]) in LR_SHAPES and not a["mod_rate"]]  # fmt: skip
+    return [LrJob(i, a, corpus, lr, v) for i, a in chosen for lr in LR_SWEEP for v in ("replica", "target width")]
+
+
+def run_lr_job(job: LrJob) -> list[dict]:
+    """One config's top rung at one learning rate: its replica, or the target at T / 10."""
+    import torch
+
+    from search_spaces.residual_lm import ArchConfig
+    from workers.data.corpus import load_corpus
+    from workers.training.train import OptimConfig, RunConfig
+    from workers.trial.replica import run_replica_trial
+
+    torch.set_num_threads(1)
+    cfg, top = ArchConfig(**job.arch), fidelity.REPLICA_TOP_SHARE * job.target
+    narrowing = Narrowing() if job.view == "replica" else Narrowing(min_share=1.0)
+    result = run_replica_trial(cfg, job.target, [top], load_corpus(fidelity.CORPORA[job.corpus].data()), seed=0,
+                               optim=OptimConfig(lr=job.lr), run=RunConfig(**fidelity.RUN), width_probe=False,
+                               min_width=narrowing)  # fmt: skip
+    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", 0, job.target), cfg, str(result.status))
+    base |= {"corpus": job.corpus, "variant": DEFAULT, "lr": job.lr, "view": job.view, "n_heads": cfg.n_heads}
+    return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss", "tokens_per_param", "on_path")},
+             "compute_flops": r["training_flops"], "wall_time_s": r["train_seconds"], "replica_d_model": r["d_model"],
+             "replica_params": r["params"], "target_tokens_per_param": r["target_tokens_per_param"]}
+            for r in result.rungs]  # fmt: skip
+
+
 def build(out: Path, todo: list[BiasJob], processes: int) -> None:
     rows = read_table(out) if out.exists() else []
     key = lambda j: (j.corpus, j.variant, j.config, j.seed)  # noqa: E731
@@ -103,7 +155,7 @@ def build(out: Path, todo: list[BiasJob], processes: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("build", "report"))
+    parser.add_argument("command", choices=("build", "build-lr", "report"))
     parser.add_argument("--corpus", choices=sorted(fidelity.CORPORA), default="plays")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="build: comma-separated VARIANTS names")
     parser.add_argument("--processes", type=int, default=2)
@@ -111,10 +163,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "build":
         build(RUNS_CSV, jobs(args.corpus, args.variants.split(",")), args.processes)
+    elif args.command == "build-lr":
+        rows = read_table(LR_CSV) if LR_CSV.exists() else []
+        key = lambda j: (j.corpus, j.config, j.lr, j.view)  # noqa: E731
+        left = pending(lr_jobs(args.corpus), rows, key, lambda r: (r["corpus"], r["config"], r["lr"], r["view"]))
+        append_runs(LR_CSV, left, run_lr_job, columns=LR_COLUMNS, processes=args.processes)
     else:
         from benchmarks.architecture import bias_report
 
-        write_json(args.out, bias_report(read_table(RUNS_CSV)) | {"machine": machine_info()})
+        lr_rows = read_table(LR_CSV) if LR_CSV.exists() else []
+        write_json(args.out, bias_report(read_table(RUNS_CSV), lr_rows) | {"machine": machine_info()})
 
 
 if __name__ == "__main__":

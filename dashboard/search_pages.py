@@ -10,7 +10,9 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
+from nas.answer.decisions import rests_on, trial_facts
 from nas.answer.pareto import reference_point
+from nas.answer.target import front_at_target
 from nas.space.budget import VALIDATED_TARGET_RATIO, Budget
 from workers.status import TrialStatus
 
@@ -194,6 +196,9 @@ def target_page(url: str, summaries: Sequence) -> None:
             st.caption(moved_target_note(budget))
         st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
         unmeasured_caption(rows, axis)
+        st.subheader("What the answer rests on")
+        front = [r.number for r in front_at_target(rows, answer.predictions)]
+        st.markdown("\n".join(f"- {line}" for line in rests_on(answer, front, *trial_facts(rows))))
         st.subheader("Trials at the target")
         st.dataframe(
             target_frame(rows, predictions, axis),

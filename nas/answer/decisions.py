@@ -104,7 +104,8 @@ def size_trend(losses: Mapping[int, float], params: Mapping[int, float], degree:
 def architecture_tau(
     predicted: Mapping[int, float], truth: Mapping[int, float], params: Mapping[int, float]
 ) -> float | None:
-    """Kendall tau-b of the two sets' residuals, each against its own size trend (over the configs both have)."""
+    """Kendall tau-b of the two sets' residuals, each against its own size trend (over the configs both have);
+    0 when one set is exactly its size trend."""
     keys = set(predicted) & set(truth) & set(params)
     fits = [size_trend({c: side[c] for c in keys}, params) for side in (predicted, truth)]
     if fits[0] is None or fits[1] is None:
@@ -114,6 +115,8 @@ def architecture_tau(
         {c: round(r, 9) for c, r in fit.residuals({c: side[c] for c in keys}, params).items()}
         for fit, side in zip(fits, (predicted, truth), strict=True)
     ]
+    if len(keys) >= 3 and any(len(set(side.values())) == 1 for side in residuals):
+        return 0.0  # one side is its size trend exactly: it knows nothing of the architecture
     return kendall(*residuals)
 
 

@@ -30,7 +30,8 @@ from dashboard.trial_figures import (
 )
 from dashboard.width_advice import WidthPoint, width_advice
 from nas.answer.pareto import hypervolume_curve, pareto_rows, reference_point
-from nas.answer.target import answer_at_target, at_target, predict_search
+from nas.answer.decisions import rests_on, trial_facts
+from nas.answer.target import answer_at_target, at_target, front_at_target, predict_search
 from nas.store import Store, default_url
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
@@ -676,7 +677,7 @@ def test_app_pareto_front_compares_trials_at_one_rung(app, rows, rungs1):
         assert any(f"each trial's loss measured at rung {rung}" in c.value for c in at.caption)
 
 
-def test_app_fronts_on_measured_seconds_per_token(app, rows, predictions1):
+def test_app_fronts_on_measured_seconds_per_token(app, rows, rungs1, predictions1):
     at = _goto(app, "Pareto front")
     at.multiselect(key="pareto_searches").set_value(["exp1"]).run()
     at.radio(key="pareto_rung").set_value(TOP_REACHED_LABEL).run()
@@ -704,6 +705,10 @@ def test_app_fronts_on_measured_seconds_per_token(app, rows, predictions1):
     on_time = pareto_rows(at_target(rows["exp1"], predictions1), key=seconds_per_token)
     assert [c[0] for c in _named(target, "front at T")["customdata"]] == [r.number for r in on_time]
     assert any("3 trials without a measured speed" in c.value for c in at.caption)
+    facts = trial_facts(rows["exp1"])
+    front = [r.number for r in front_at_target(rows["exp1"], predictions1)]
+    rests = rests_on(answer_at_target(rungs1, TARGET), front, *facts)
+    assert rests and "\n".join(f"- {line}" for line in rests) in [m.value for m in at.markdown]
     table = at.dataframe[0].value
     assert set(table.loc[table["on_front_at_T"], "number"]) == {r.number for r in on_time}
     at = _goto(at, "Trial table")

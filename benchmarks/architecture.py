@@ -1,0 +1,221 @@
+"""Grading a ranking at the target apart from size: what `benchmarks.fidelity` and `benchmarks.replica_bias` report
+beside Kendall tau (`nas.answer.decisions` holds the maths).
+
+- `size_baselines`: the rankings a user gets without a search, from the stored counts: by parameters (bigger
+  better), by executed FLOPs per token (bigger better), the smallest config first, and the config nearest 20
+  training tokens per parameter at T first (the compute-optimal rule of thumb). Each graded by `grading.grade`.
+- `architecture_grade`: a ranking's Kendall tau, its architecture tau (both sides' size trend in log-parameters
+  removed) and its decision accuracy on the matched-cost contrasts the truth resolves (gap above twice the truth's
+  seed noise), overall and by kind of contrast.
+- `truth_ceilings`: the truth's own seed 0 against seed 1 on the same figures, the ceiling of a perfect proxy.
+- `bias`: a ranking's error against the truth (prediction minus truth, per config), its own size trend removed:
+  its spread against what seed noise alone gives, and its mean by family and by depth.
+- `bias_report`: `benchmarks.replica_bias`'s variants graded on every corpus, and the variant chosen on one
+  corpus read on the other (leave one corpus out).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from benchmarks.grading import Truth, grade, losses_at, rung_rows, tau
+from nas.answer.decisions import Architecture, architecture_tau, decision_accuracy, matched_contrasts, size_trend
+from nas.answer.extrapolate import RungPoint, seed_noise
+from nas.answer.target import Answer, answer_at_target
+
+__all__ = [
+    "architecture_grade",
+    "bias",
+    "bias_report",
+    "fidelity_section",
+    "size_baselines",
+    "truth_ceilings",
+    "weighed",
+]
+
+TOKENS_PER_PARAM_RULE = 20.0
+SUMMARY_KEYS = ("kendall_tau", "architecture_tau", "decision_accuracy", "decision_se", "resolvable", "regret_nats")
+
+
+def size_baselines(truth: Truth, tokens: Mapping[int, float]) -> dict:
+    """The size rules (module docstring), each graded against the truth; `tokens`: each config's tokens at T."""
+    rules = {
+        "parameters (bigger better)": {c: -float(n) for c, n in truth.params.items()},
+        "FLOPs per token (bigger better)": {c: -float(f) for c, f in truth.flops.items()},
+        "pick the smallest (fewest parameters)": {c: float(n) for c, n in truth.params.items()},
+        f"nearest {TOKENS_PER_PARAM_RULE:g} tokens per parameter": {
+            c: abs(math.log(tokens[c] / truth.params[c] / TOKENS_PER_PARAM_RULE)) for c in truth.params
+        },
+    }
+    return {name: grade(ranking, truth) for name, ranking in rules.items()}
+
+
+def architecture_grade(predicted: Mapping[int, float], truth: Truth, archs: Mapping[int, Architecture]) -> dict:
+    """Tau, regret, architecture tau and decision accuracy of `predicted` (config -> loss at T) against the truth."""
+    graded = grade(predicted, truth)
+    accuracy = _accuracy(predicted, truth.loss, truth, archs)
+    return {
+        "kendall_tau": graded["kendall_tau"],
+        "regret_nats": graded["regret_nats"],
+        "regret_in_seed_noise": graded["regret_in_seed_noise"],
+        "true_best_in_predicted_top3": graded["true_best_in_predicted_top3"],
+        "architecture_tau": architecture_tau(predicted, truth.loss, truth.params),
+        "decision_accuracy": accuracy["all"]["accuracy"],
+        "decision_se": accuracy["all"]["standard_error"],
+        "resolvable": accuracy["all"]["resolvable"],
+        "decisions_by_kind": accuracy,
+    }
+
+
+def _accuracy(predicted, true, truth: Truth, archs) -> dict:
+    contrasts = matched_contrasts({c: archs[c] for c in true}, truth.flops)
+    return decision_accuracy(contrasts, predicted, true, 2.0 * (truth.noise or 0.0))
+
+
+def truth_ceilings(truth: Truth, archs: Mapping[int, Architecture]) -> dict:
+    """Seed 0 against seed 1 of the truth: tau, architecture tau and decision accuracy (on the contrasts that the
+    mean of both seeds resolves): what one more truth run would agree."""
+    seeds = [{c: v[s] for c, v in truth.runs.items() if len(v) > s} for s in (0, 1)]
+    accuracy = _accuracy(seeds[0], seeds[1], truth, archs)
+    return {
+        "kendall_tau": tau(seeds[0], seeds[1]),
+        "architecture_tau": architecture_tau(seeds[0], seeds[1], truth.params),
+        "decision_accuracy": accuracy["all"]["accuracy"],
+        "resolvable": accuracy["all"]["resolvable"],
+        "size_trend_r2": _r2(truth.loss, truth.params),
+        "resolvable_contrasts": {
+            k: v["resolvable"] for k, v in _accuracy(truth.loss, truth.loss, truth, archs).items()
+        },
+    }
+
+
+def _r2(losses, params) -> float | None:
+    trend = size_trend(losses, params)
+    return None if trend is None else trend.r2
+
+
+def bias(predicted: Mapping[int, float], truth: Truth, archs: Mapping[int, Architecture], noise: float | None) -> dict:
+    """The error of `predicted` per config, its size trend removed (module docstring); `noise`: the seed noise of
+    one `predicted` value, with the truth's (of a mean of its seeds) the spread seed noise alone would give."""
+    true = truth.loss
+    error = {c: predicted[c] - true[c] for c in true if c in predicted}
+    trend = size_trend(error, truth.params)
+    residual = trend.residuals(error, truth.params) if trend is not None else error
+    seeds = float(np.mean([len(v) for v in truth.runs.values()]))
+    expected = math.sqrt((noise or 0.0) ** 2 + (truth.noise or 0.0) ** 2 / seeds)
+    by: dict[str, dict] = {"family": defaultdict(list), "depth": defaultdict(list)}
+    for c, r in residual.items():
+        by["family"][archs[c].residual].append(r)
+        by["depth"][str(archs[c].n_layers)].append(r)
+    return {
+        "residual_sd": float(np.std(list(residual.values()), ddof=1)),
+        "expected_from_seed_noise": expected,
+        "mean_by": {k: {g: float(np.mean(v)) for g, v in sorted(groups.items())} for k, groups in by.items()},
+    }
+
+
+def weighed(answers: Sequence[Answer]) -> dict[int, float]:
+    """Several views' predictions at T of each trial, weighed by the inverse of each view's own backtest error
+    (the mean squared error of its chosen predictor on its held-out highest rungs): chosen without the truth."""
+    weights = []
+    for answer in answers:
+        errors = [h.error(answer.backtest.chosen) ** 2 for h in answer.backtest.held_out]
+        weights.append(1.0 / float(np.mean(errors)) if errors and np.mean(errors) > 0 else 0.0)
+    common = set.intersection(*(set(a.predictions) for a in answers))
+    total = sum(weights) or 1.0
+    return {t: sum(w * a.predictions[t].loss for w, a in zip(weights, answers, strict=True)) / total for t in common}
+
+
+def fidelity_section(
+    truth: Truth,
+    archs: Mapping[int, Architecture],
+    tokens: Mapping[int, float],
+    answer: Mapping[int, float],
+    replica: Sequence[dict],
+    replica_budgets: Sequence[float],
+    ladder: Sequence[dict],
+    ladder_budgets: Sequence[float],
+) -> dict:
+    """`make fidelity`'s figures apart from size, on one corpus: the truth's ceilings, the size rules, and each
+    view graded (`answer`: the search's answer at the default layout as a search runs it, config -> loss at T)."""
+    top = max(replica_budgets)
+    seeds = [losses_at(replica, top, s) for s in (0, 1)]
+    both = {c: (seeds[0][c] + seeds[1][c]) / 2 for c in seeds[0] if c in seeds[1]}
+    answers = [answer_at_target(rung_rows(rows, budgets, (0,)), truth.target)
+               for rows, budgets in ((replica, replica_budgets), (ladder, ladder_budgets))]  # fmt: skip
+    views = {
+        "answer as a search runs it (default layout, table order)": answer,
+        "top replica rung alone, seed 0": seeds[0],
+        "top replica rung, mean of both seeds": both,
+        "budget-ladder top rung alone (full width), seed 0": losses_at(ladder, max(ladder_budgets)),
+        "replica and budget-ladder answers (every rung, seed 0) weighed by their backtests": weighed(answers),
+    }
+    noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica
+                        if r["budget_flops"] == top])  # fmt: skip
+    return {
+        "truth_ceilings": truth_ceilings(truth, archs),
+        "size_baselines": size_baselines(truth, tokens),
+        "views": {name: architecture_grade(p, truth, archs) for name, p in views.items()},
+        "bias_of_the_top_replica_rung": bias(both, truth, archs, noise / math.sqrt(2) if noise else None),
+    }
+
+
+def summary(graded: Mapping) -> dict:
+    """The headline figures of an `architecture_grade`."""
+    return {k: graded[k] for k in SUMMARY_KEYS}
+
+
+def bias_report(bias_rows: Sequence[dict]) -> dict:
+    """Each corpus: the default narrowing's top replica rung (seed 0, `benchmarks.fidelity`'s replica table) and
+    each variant's, graded; then the variant with the highest architecture tau on one corpus, read on the other."""
+    from benchmarks import fidelity, replica_bias
+    from benchmarks.grading import graded_rows
+    from benchmarks.harness import read_table
+
+    corpora: dict[str, dict] = {}
+    for name, corpus in fidelity.CORPORA.items():
+        rows, replica = graded_rows(read_table(corpus.runs), read_table(corpus.replica_runs))
+        truth = Truth.of(rows)
+        archs = {i: Architecture.of(a) for i, a in enumerate(fidelity.configs(False, name))}
+        top = fidelity.REPLICA_TOP_SHARE * truth.target
+        views = {replica_bias.DEFAULT: (losses_at(replica, top), replica)}
+        for variant in replica_bias.VARIANTS:
+            mine = [r for r in bias_rows if r["corpus"] == name and r["variant"] == variant]
+            if {r["config"] for r in mine} >= set(truth.runs):
+                views[variant] = (losses_at(mine, top), mine)
+        noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica
+                            if r["budget_flops"] == top])  # fmt: skip
+        corpora[name] = {
+            "truth_ceilings": truth_ceilings(truth, archs),
+            "views": {
+                v: architecture_grade(p, truth, archs) | {"bias": bias(p, truth, archs, noise)} | _widths(rows_, top)
+                for v, (p, rows_) in views.items()
+            },
+        }
+    return {"corpora": corpora, "leave_one_corpus_out": _leave_one_out(corpora)}
+
+
+def _widths(rows: Sequence[dict], top: float) -> dict:
+    chosen = [r for r in rows if r["budget_flops"] == top and r["seed"] == 0]
+    share = [r["replica_d_model"] / r["d_model"] for r in chosen]
+    return {"replica_width_share": {"min": float(min(share)), "median": float(np.median(share))}} if share else {}
+
+
+def _leave_one_out(corpora: Mapping[str, dict]) -> dict:
+    """For each corpus: the view chosen on the others (highest mean architecture tau there), and its figures here
+    beside the default's."""
+    out = {}
+    for held in corpora:
+        others = [c for c in corpora if c != held]
+        common = set.intersection(*(set(corpora[c]["views"]) for c in corpora))
+        chosen = max(
+            sorted(common), key=lambda v: np.mean([corpora[c]["views"][v]["architecture_tau"] or -1 for c in others])
+        )
+        views = corpora[held]["views"]
+        out[held] = {"chosen_on_the_others": chosen, "chosen": summary(views[chosen])}
+        out[held] |= {"default": summary(views[next(iter(views))])}
+    return out
