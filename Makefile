@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench generation hf-perplexity precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-wall index mod-published transfer tokenizers soak compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench generation hf-perplexity precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-bias replica-wall index mod-published transfer tokenizers soak compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -91,6 +91,16 @@ replica-wall: $(STAMP)
 	$(PY) -m benchmarks.replica_wall --out benchmarks/results/replica_wall.json
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
+# What biases a replica's view of the architecture: each config's top replica rung under other narrowings, a
+# learning-rate sweep at the replica's and the target's width, and an aspect-ratio correction read across corpora
+# (reads make fidelity's tables and results/fidelity.json).
+replica-bias: $(STAMP)
+	for corpus in code plays; do \
+		$(PY) -m benchmarks.replica_bias build --corpus $$corpus && \
+		$(PY) -m benchmarks.replica_bias build-lr --corpus $$corpus || exit 1; \
+	done
+	$(PY) -m benchmarks.replica_bias report --out benchmarks/results/replica_bias.json
+
 ladder-efficiency: $(STAMP)
 	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
 		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/ladder_efficiency.json

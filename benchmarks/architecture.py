@@ -10,8 +10,9 @@ beside Kendall tau (`nas.answer.decisions` holds the maths).
 - `truth_ceilings`: the truth's own seed 0 against seed 1 on the same figures, the ceiling of a perfect proxy.
 - `bias`: a ranking's error against the truth (prediction minus truth, per config), its own size trend removed:
   its spread against what seed noise alone gives, and its mean by family and by depth.
-- `bias_report`: `benchmarks.replica_bias`'s variants graded on every corpus, and the variant chosen on one
-  corpus read on the other (leave one corpus out).
+- `aspect_slope`, `corrected`: the slope of a view's error in ln(depth / width) of the target, and a view with
+  that slope taken out (`benchmarks.replica_bias` fits it on one corpus and reads it on the other).
+- `lr_sweep`: the best learning rate by family of a sweep's rows.
 """
 
 from __future__ import annotations
@@ -28,9 +29,13 @@ from nas.answer.extrapolate import RungPoint, seed_noise
 from nas.answer.target import Answer, answer_at_target
 
 __all__ = [
+    "ANSWER_VIEW",
     "architecture_grade",
     "bias",
-    "bias_report",
+    "aspect_slope",
+    "corrected",
+    "lr_sweep",
+    "summary",
     "fidelity_section",
     "size_baselines",
     "truth_ceilings",
@@ -38,6 +43,7 @@ __all__ = [
 ]
 
 TOKENS_PER_PARAM_RULE = 20.0
+ANSWER_VIEW = "answer as a search runs it (default layout, table order)"
 SUMMARY_KEYS = ("kendall_tau", "architecture_tau", "decision_accuracy", "decision_se", "resolvable", "regret_nats")
 
 
@@ -148,7 +154,7 @@ def fidelity_section(
     answers = [answer_at_target(rung_rows(rows, budgets, (0,)), truth.target)
                for rows, budgets in ((replica, replica_budgets), (ladder, ladder_budgets))]  # fmt: skip
     views = {
-        "answer as a search runs it (default layout, table order)": answer,
+        ANSWER_VIEW: answer,
         "top replica rung alone, seed 0": seeds[0],
         "top replica rung, mean of both seeds": both,
         "budget-ladder top rung alone (full width), seed 0": losses_at(ladder, max(ladder_budgets)),
@@ -169,53 +175,36 @@ def summary(graded: Mapping) -> dict:
     return {k: graded[k] for k in SUMMARY_KEYS}
 
 
-def bias_report(bias_rows: Sequence[dict]) -> dict:
-    """Each corpus: the default narrowing's top replica rung (seed 0, `benchmarks.fidelity`'s replica table) and
-    each variant's, graded; then the variant with the highest architecture tau on one corpus, read on the other."""
-    from benchmarks import fidelity, replica_bias
-    from benchmarks.grading import graded_rows
-    from benchmarks.harness import read_table
+def aspect_slope(predicted: Mapping[int, float], truth: Truth, archs: Mapping[int, Architecture]) -> float:
+    """The slope of a view's error (its size trend removed) in ln(depth / width) of the target, nats per unit."""
+    error = {c: predicted[c] - truth.loss[c] for c in truth.loss if c in predicted}
+    trend = size_trend(error, truth.params)
+    residual = trend.residuals(error, truth.params) if trend is not None else error
+    keys = sorted(residual)
+    x = [math.log(archs[c].n_layers / archs[c].d_model) for c in keys]
+    return float(np.polyfit(x, [residual[c] for c in keys], 1)[0])
 
-    corpora: dict[str, dict] = {}
-    for name, corpus in fidelity.CORPORA.items():
-        rows, replica = graded_rows(read_table(corpus.runs), read_table(corpus.replica_runs))
-        truth = Truth.of(rows)
-        archs = {i: Architecture.of(a) for i, a in enumerate(fidelity.configs(False, name))}
-        top = fidelity.REPLICA_TOP_SHARE * truth.target
-        views = {replica_bias.DEFAULT: (losses_at(replica, top), replica)}
-        for variant in replica_bias.VARIANTS:
-            mine = [r for r in bias_rows if r["corpus"] == name and r["variant"] == variant]
-            if {r["config"] for r in mine} >= set(truth.runs):
-                views[variant] = (losses_at(mine, top), mine)
-        noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica
-                            if r["budget_flops"] == top])  # fmt: skip
-        corpora[name] = {
-            "truth_ceilings": truth_ceilings(truth, archs),
-            "views": {
-                v: architecture_grade(p, truth, archs) | {"bias": bias(p, truth, archs, noise)} | _widths(rows_, top)
-                for v, (p, rows_) in views.items()
-            },
+
+def corrected(predicted: Mapping[int, float], archs: Mapping[int, Architecture], slope: float) -> dict[int, float]:
+    return {c: p - slope * math.log(archs[c].n_layers / archs[c].d_model) for c, p in predicted.items()}
+
+
+def lr_sweep(rows: Sequence[dict]) -> dict:
+    """Per corpus, view and family: the loss of each config at each rate, and the best rate of the family (the
+    lowest mean loss over its configs)."""
+    table: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list))))
+    for r in rows:
+        table[r["corpus"]][r["view"]][r["residual"]][f"{r['lr']:g}"].append(r["val_loss"])
+    return {
+        corpus: {
+            view: {
+                family: {
+                    "mean_loss": {lr: float(np.mean(v)) for lr, v in sorted(rates.items())},
+                    "best_lr": min(rates, key=lambda lr: np.mean(rates[lr])),
+                }  # fmt: skip
+                for family, rates in families.items()
+            }
+            for view, families in views.items()
         }
-    return {"corpora": corpora, "leave_one_corpus_out": _leave_one_out(corpora)}
-
-
-def _widths(rows: Sequence[dict], top: float) -> dict:
-    chosen = [r for r in rows if r["budget_flops"] == top and r["seed"] == 0]
-    share = [r["replica_d_model"] / r["d_model"] for r in chosen]
-    return {"replica_width_share": {"min": float(min(share)), "median": float(np.median(share))}} if share else {}
-
-
-def _leave_one_out(corpora: Mapping[str, dict]) -> dict:
-    """For each corpus: the view chosen on the others (highest mean architecture tau there), and its figures here
-    beside the default's."""
-    out = {}
-    for held in corpora:
-        others = [c for c in corpora if c != held]
-        common = set.intersection(*(set(corpora[c]["views"]) for c in corpora))
-        chosen = max(
-            sorted(common), key=lambda v: np.mean([corpora[c]["views"][v]["architecture_tau"] or -1 for c in others])
-        )
-        views = corpora[held]["views"]
-        out[held] = {"chosen_on_the_others": chosen, "chosen": summary(views[chosen])}
-        out[held] |= {"default": summary(views[next(iter(views))])}
-    return out
+        for corpus, views in table.items()
+    }

@@ -138,6 +138,32 @@ ENTRIES: dict[str, Entry] = {
             Figure("code", (*FIDELITY, "code", "band_coverage"), "{:.0%}"),
             Figure("compute: plays", (*FIDELITY, "plays", "compute_share"), "{:.1%}"),
             Figure("code", (*FIDELITY, "code", "compute_share"), "{:.1%}"),
+            Figure("best size rule's tau: plays", (*FIDELITY, "plays", "best_size_rule_kendall_tau"), "{:+.2f}"),
+            Figure("code", (*FIDELITY, "code", "best_size_rule_kendall_tau"), "{:+.2f}"),
+            Figure("architecture tau: plays", (*FIDELITY, "plays", "architecture_tau"), "{:+.2f}"),
+            Figure("ceiling", (*FIDELITY, "plays", "architecture_tau_ceiling"), "{:+.2f}"),
+            Figure("code", (*FIDELITY, "code", "architecture_tau"), "{:+.2f}"),
+            Figure("ceiling", (*FIDELITY, "code", "architecture_tau_ceiling"), "{:+.2f}"),
+            Figure("decisions at matched cost: plays", (*FIDELITY, "plays", "decision_accuracy"), "{:.0%}"),
+            Figure("code", (*FIDELITY, "code", "decision_accuracy"), "{:.0%}"),
+        ),
+    ),
+    "replica_bias.json": Entry(
+        question="What biases a replica's view of the architecture, and does a correction chosen on one corpus "
+        "help on the other?",
+        command="make replica-bias",
+        figures=(
+            Figure("chosen on code, read on plays", ("leave_one_corpus_out", "plays", "chosen_on_the_others"), "{}"),
+            Figure("architecture tau", ("leave_one_corpus_out", "plays", "chosen", "architecture_tau"), "{:+.2f}"),
+            Figure("default", ("leave_one_corpus_out", "plays", "default", "architecture_tau"), "{:+.2f}"),
+            Figure("decisions", ("leave_one_corpus_out", "plays", "chosen", "decision_accuracy"), "{:.0%}"),
+            Figure("default", ("leave_one_corpus_out", "plays", "default", "decision_accuracy"), "{:.0%}"),
+            Figure(
+                "on code: architecture tau", ("leave_one_corpus_out", "code", "chosen", "architecture_tau"), "{:+.2f}"
+            ),  # fmt: skip
+            Figure("default", ("leave_one_corpus_out", "code", "default", "architecture_tau"), "{:+.2f}"),
+            Figure("decisions", ("leave_one_corpus_out", "code", "chosen", "decision_accuracy"), "{:.0%}"),
+            Figure("default", ("leave_one_corpus_out", "code", "default", "decision_accuracy"), "{:.0%}"),
         ),
     ),
     "generation.json": Entry(

@@ -24,11 +24,26 @@ is chosen on one corpus (highest architecture tau) and read on the other: leave 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks import fidelity
+from benchmarks.architecture import (
+    architecture_grade,
+    aspect_slope,
+    bias,
+    corrected,
+    lr_sweep,
+    summary,
+    truth_ceilings,
+)
+from benchmarks.grading import Truth, graded_rows, losses_at
 from benchmarks.harness import append_runs, machine_info, pending, read_table, write_json
+from nas.answer.extrapolate import RungPoint, seed_noise
 from workers.trial.replica import Narrowing
 
 HERE = Path(__file__).resolve().parent
@@ -153,6 +168,68 @@ def build(out: Path, todo: list[BiasJob], processes: int) -> None:
     append_runs(out, left, run_job, columns=COLUMNS, processes=processes)
 
 
+ANSWER = "answer as a search runs it (make fidelity, default layout)"
+ASPECT = " + aspect correction fit on the other corpus"
+
+
+def bias_report(bias_rows: Sequence[dict], lr_rows: Sequence[dict] = (), fidelity_json: Path | None = None) -> dict:
+    """Each corpus: the default narrowing's top replica rung (seed 0, `benchmarks.fidelity`'s replica table), each
+    variant's, and the search's answer (from `fidelity_json`), graded; each of them corrected by the slope of its
+    error in ln(depth / width) fitted on the other corpus; the variant with the highest architecture tau on one
+    corpus read on the other; and the learning-rate sweep's best rate by family at both widths."""
+    answers = json.loads(fidelity_json.read_text())["corpora"] if fidelity_json and fidelity_json.exists() else {}
+    loaded = {}
+    for name, corpus in fidelity.CORPORA.items():
+        rows, replica = graded_rows(read_table(corpus.runs), read_table(corpus.replica_runs))
+        truth, archs = Truth.of(rows), fidelity.architectures(rows, name)
+        top = fidelity.REPLICA_TOP_SHARE * truth.target
+        views = {DEFAULT: losses_at(replica, top)}
+        for variant in VARIANTS:
+            mine = [r for r in bias_rows if r["corpus"] == name and r["variant"] == variant]
+            if {r["config"] for r in mine} >= set(truth.runs):
+                views[variant] = losses_at(mine, top)
+        if name in answers:
+            answer = answers[name]["replica_ladder"]["layouts"][fidelity.DEFAULT_LAYOUT]["table_order"]["predicted"]
+            views[ANSWER] = {int(c): v for c, v in answer.items()}
+        noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica
+                            if r["budget_flops"] == top])  # fmt: skip
+        loaded[name] = (truth, archs, views, noise)
+    corpora: dict[str, dict] = {}
+    for name, (truth, archs, views, noise) in loaded.items():
+        others = [o for o in loaded if o != name]
+        graded = {v: architecture_grade(p, truth, archs) | {"bias": bias(p, truth, archs, noise)}
+                  for v, p in views.items()}  # fmt: skip
+        for v in (DEFAULT, ANSWER):
+            if v in views and all(v in loaded[o][2] for o in others):
+                slope = float(np.mean([aspect_slope(loaded[o][2][v], loaded[o][0], loaded[o][1]) for o in others]))
+                graded[v + ASPECT] = architecture_grade(corrected(views[v], archs, slope), truth, archs)
+                graded[v + ASPECT]["slope_nats_per_ln_aspect"] = slope
+        corpora[name] = {"truth_ceilings": truth_ceilings(truth, archs), "views": graded}
+    return {"corpora": corpora, "leave_one_corpus_out": _leave_one_out(corpora), "lr_sweep": lr_sweep(lr_rows)}
+
+
+def _leave_one_out(corpora: Mapping[str, dict]) -> dict:
+    """For each corpus: the view chosen on the others (highest mean architecture tau there), and its figures here
+    beside the default's."""
+    out = {}
+    for held in corpora:
+        others = [c for c in corpora if c != held]
+        common = set.intersection(*(set(corpora[c]["views"]) for c in corpora)) - {ANSWER, ANSWER + ASPECT}
+        chosen = max(
+            sorted(common), key=lambda v: np.mean([corpora[c]["views"][v]["architecture_tau"] or -1 for c in others])
+        )
+        views = corpora[held]["views"]
+        out[held] = {"chosen_on_the_others": chosen, "chosen": summary(views[chosen])}
+        out[held] |= {"default": summary(views[next(iter(views))])}
+    return out
+
+
+def _widths(rows: Sequence[dict], top: float) -> dict:
+    chosen = [r for r in rows if r["budget_flops"] == top and r["seed"] == 0]
+    share = [r["replica_d_model"] / r["d_model"] for r in chosen]
+    return {"replica_width_share": {"min": float(min(share)), "median": float(np.median(share))}} if share else {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("build", "build-lr", "report"))
@@ -169,10 +246,9 @@ def main() -> None:
         left = pending(lr_jobs(args.corpus), rows, key, lambda r: (r["corpus"], r["config"], r["lr"], r["view"]))
         append_runs(LR_CSV, left, run_lr_job, columns=LR_COLUMNS, processes=args.processes)
     else:
-        from benchmarks.architecture import bias_report
-
         lr_rows = read_table(LR_CSV) if LR_CSV.exists() else []
-        write_json(args.out, bias_report(read_table(RUNS_CSV), lr_rows) | {"machine": machine_info()})
+        result = bias_report(read_table(RUNS_CSV), lr_rows, HERE / "results" / "fidelity.json")
+        write_json(args.out, result | {"machine": machine_info()})
 
 
 if __name__ == "__main__":

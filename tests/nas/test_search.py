@@ -9,6 +9,7 @@ finished search (`finished_search`, conftest.py), which every test that only rea
 process a test starts is stopped by PID, and only those.
 """
 
+import json
 import math
 import os
 import signal
@@ -170,9 +171,15 @@ def test_search_end_to_end_then_show_list_status(e2e, tmp_path):
     shown = run([sys.executable, "-m", "nas.cli", "show", "e2e", "--pareto", "--storage", url], tmp_path)
     assert "Pareto front" in shown.stdout and "80% band" in shown.stdout
     assert max(len(line) for line in shown.stdout.splitlines()) <= 120  # the compact table, outside a terminal
+    # what the answer rests on: size against architecture, and the recommended config's decisions at matched cost
+    basis = ("explained by size", "beyond size", "at matched cost", "no architecture effect can be told")
+    assert any(phrase in " ".join(shown.stdout.split()) for phrase in basis)
     # The other reads in this process (a `nas` process costs seconds of imports): the same commands, the same code.
     wide = CliRunner().invoke(app, ["show", "e2e", "--wide", "--storage", url])
     assert wide.exit_code == 0 and "predicted from" in wide.stdout and "held-out err" in wide.stdout
+    exported = CliRunner().invoke(app, ["export", "e2e", "--pareto", "--out", str(tmp_path / "best"), "--storage", url])
+    index = json.loads((tmp_path / "best" / "index.json").read_text())
+    assert exported.exit_code == 0 and index["rests_on"] and any(p in " ".join(index["rests_on"]) for p in basis)
     listed = CliRunner().invoke(app, ["list", "--storage", url])
     assert listed.exit_code == 0 and "e2e" in listed.stdout and "completed" in listed.stdout
 
