@@ -1,11 +1,13 @@
 """The Optuna side of a search: samplers, the define-by-run space, the RDB storage, stale-trial repair.
 
 The Optuna study lives in the store's own database (Optuna's RDB storage), so optuna-dashboard
-can open it too. Both objectives are minimised: `target_loss` (the loss predicted at the search's
-target budget; nas.answer.target) and `executed_flops_per_token`.
+can open it too. Its objectives, all minimised, are the search's (`SearchSettings.objectives`):
+`target_loss` (the loss predicted at the search's target budget; nas.answer.target) and
+`executed_flops_per_token`, and `kv_bytes_per_token` when the search chose `loss,flops,kv`.
 `DefineByRun` samples the knobs and computes each config's `TrialTicket` (its number, FLOPs per token and
-why it will not be trained, if so); infeasible configs (an invalid head split, a budget that cannot pay for
-one step) are marked with an Optuna constraint and never trained.
+why it will not be trained, if so) and its counted inference costs (stored with the trial); infeasible
+configs (an invalid head split, a budget that cannot pay for one step) are marked with an Optuna
+constraint and never trained.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from workers.trial.contract import TICKET_KEY, TrialTicket
 
 from ..space import SearchSpace, suggest, to_configs
 from ..space.budget import Budget, trial_is_feasible
+from ..space.objectives import inference_cost
 from ..store import call_with_retries, retry_window, schema_lock
 from .optuna_adapter import CACHED_STORAGE_CALLS, missing_calls
 from .settings import SAMPLERS
@@ -58,12 +61,23 @@ class DefineByRun:
         self.space, self.budget = space, budget
 
     def __call__(self, trial) -> dict:
-        """Sample the knobs (Ray's captor records them as the trial's config) and return the ticket beside them."""
+        """Sample the knobs (Ray's captor records them as the trial's config) and return the ticket and the
+        config's inference costs beside them (constants of the trial's config, stored when it starts)."""
         params = suggest(self.space, trial)
         ot_trial = getattr(trial, "ot_trial", trial)  # Ray wraps the Optuna trial in a captor
         ticket = self.ticket(ot_trial.number, params)
         ot_trial.set_constraint("infeasible", 1.0 if ticket.infeasible_reason else 0.0)
-        return {TICKET_KEY: ticket}
+        return {TICKET_KEY: ticket, **self.inference_costs(params)}
+
+    def inference_costs(self, params: dict) -> dict[str, float]:
+        """`kv_bytes_per_token` and `decode_flops_per_token` of sampled `params` at their seq_len; none for
+        an invalid config."""
+        try:
+            arch, _, _ = to_configs(self.space, params)
+        except ValidationError:
+            return {}
+        cost = inference_cost(arch)
+        return {} if cost is None else {k: getattr(cost, k) for k in ("kv_bytes_per_token", "decode_flops_per_token")}
 
     def ticket(self, number: int, params: dict) -> TrialTicket:
         """What the search computes about sampled `params`: FLOPs per token and why it will not be trained."""

@@ -38,7 +38,7 @@ from .rung_gate import StoreRungGate
 from .settings import SearchSettings, data_config
 from .spool import Spool, store_unreachable
 from .study import DefineByRun, make_sampler, optuna_storage
-from .trainable import OBJECTIVES, RUNG_DONE, TrialPlanner, Worker, outcome_of, tune_trial
+from .trainable import RUNG_DONE, TrialPlanner, Worker, metric_keys, outcome_of, tune_trial
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,13 @@ def trial_planner(
     no rungs and tells the measured loss)."""
     gate = None
     if budget.rungs > 1:
-        ladder = Ladder(budget.target, budget.eta, budget.rungs, remeasure=budget.ladder == "replica")
+        ladder = Ladder(
+            budget.target,
+            budget.eta,
+            budget.rungs,
+            remeasure=budget.ladder == "replica",
+            objectives=settings.objectives,
+        )
         gate = StoreRungGate(store.url, name, ladder, study_name)
     return TrialPlanner(space, data_config(settings), settings.seed, budget.measurement(), gate)
 
@@ -313,8 +319,8 @@ def run_tuner(
         stop=stop,
         spool=spool,
         space=DefineByRun(space, budget),
-        metric=list(OBJECTIVES),
-        mode=["min", "min"],
+        metric=metric_keys(settings.objectives),  # the study's directions: one "min" per objective
+        mode=["min"] * len(settings.objectives),
         sampler=make_sampler(settings.sampler, settings.seed),
         study_name=study_name,
         storage=optuna_storage(store.url),

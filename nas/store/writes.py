@@ -18,6 +18,7 @@ from .rows import SearchExists, SearchRow, StoreError
 from .schema import (
     ARCH_FIELDS,
     CURVE_FIELDS,
+    INFERENCE_COST_FIELDS,
     RESULT_FLOAT_FIELDS,
     RESULT_INT_FIELDS,
     RUNG_FIELDS,
@@ -122,6 +123,7 @@ class StoreWrites(StoreSession):
                 # Known from the config before any training (the search samples it): rung promotion
                 # compares running trials on it.
                 executed_flops_per_token=config.get("executed_flops_per_token"),
+                **{name: config.get(name) for name in INFERENCE_COST_FIELDS},
                 **_arch_columns(config),
             ).items():
                 setattr(trial, key, value)
