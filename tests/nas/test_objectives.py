@@ -158,3 +158,32 @@ def test_nas_search_accepts_stores_and_refuses_objectives(tmp_path, monkeypatch)
     with Store(url) as store:
         assert [s.name for s in store.list_searches()] == ["kv"]
         assert store.get_search("kv").settings["objectives"] == ["loss", "flops", "kv"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_real_search_minimises_kv_bytes_as_its_third_objective(tmp_path):
+    """The smallest real search (2 trials, 2 rungs, no repeats) with `--objectives loss,flops,kv`: its Optuna
+    study has three minimise directions, each completed trial told its counted KV bytes, which the store
+    keeps and `nas show --wide` prints."""
+    import optuna
+
+    from nas.search.study import optuna_storage
+    from searches import nas_args, run
+
+    url = f"sqlite:///{tmp_path}/kv.db"
+    args = nas_args("kv", url, trials=2, flops="5e8", rungs=2, eta=2, repeat_seeds=0)
+    run([*args, "--objectives", "loss,flops,kv"], tmp_path)
+    with Store(url) as store:
+        rows = {r.number: r for r in store.trials("kv")}
+        study = optuna.load_study(study_name=store.get_search("kv").optuna_study_name, storage=optuna_storage(url))
+    assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * 3
+    told = [
+        t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and rows[t.number].status == "completed"
+    ]
+    assert told
+    for t in told:
+        arch = ArchConfig(**rows[t.number].config["arch"])
+        assert t.values[2] == rows[t.number].kv_bytes_per_token == kv_cache_bytes(arch, arch.seq_len) / arch.seq_len
+    wide = CliRunner().invoke(app, ["show", "kv", "--wide", "--storage", url])
+    assert wide.exit_code == 0 and "KV bytes/tok @ctx" in wide.stdout and "objectives loss,flops,kv" in wide.stdout
