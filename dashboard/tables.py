@@ -49,16 +49,7 @@ TRIAL_COLUMNS = (
     "on_front",
     "trial_id",
 )
-_CONFIG_NOISE = {
-    "arch",
-    "optim",
-    "run",
-    "optuna_number",
-    "infeasible_reason",
-    "executed_flops_per_token",
-    "kv_bytes_per_token",  # counted inference costs, stored beside the knobs: columns of their own
-    "decode_flops_per_token",
-}
+_CONFIG_NOISE = {"arch", "optim", "run", "optuna_number", "infeasible_reason", "executed_flops_per_token"}
 
 
 def _config_params(row) -> dict:

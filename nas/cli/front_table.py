@@ -177,7 +177,7 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
 
 
 def print_front(
-    console, store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False, wide_width: int = 260
+    console, store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False, wide_width: int = 220
 ) -> None:
     """The front at the search's target budget on `console`, then the predictor, the bands and the hypervolume
     at T. Outside a terminal `wide` renders at `wide_width` columns, uncropped."""

@@ -5,7 +5,7 @@ can open it too. Its objectives, all minimised, are the search's (`SearchSetting
 `target_loss` (the loss predicted at the search's target budget; nas.answer.target) and
 `executed_flops_per_token`, and `kv_bytes_per_token` when the search chose `loss,flops,kv`.
 `DefineByRun` samples the knobs and computes each config's `TrialTicket` (its number, FLOPs per token and
-why it will not be trained, if so) and its counted inference costs (stored with the trial); infeasible
+why it will not be trained, if so, and its counted inference costs, stored with the trial); infeasible
 configs (an invalid head split, a budget that cannot pay for one step) are marked with an Optuna
 constraint and never trained.
 """
@@ -61,32 +61,24 @@ class DefineByRun:
         self.space, self.budget = space, budget
 
     def __call__(self, trial) -> dict:
-        """Sample the knobs (Ray's captor records them as the trial's config) and return the ticket and the
-        config's inference costs beside them (constants of the trial's config, stored when it starts)."""
+        """Sample the knobs (Ray's captor records them as the trial's config) and return the ticket beside them."""
         params = suggest(self.space, trial)
         ot_trial = getattr(trial, "ot_trial", trial)  # Ray wraps the Optuna trial in a captor
         ticket = self.ticket(ot_trial.number, params)
         ot_trial.set_constraint("infeasible", 1.0 if ticket.infeasible_reason else 0.0)
-        return {TICKET_KEY: ticket, **self.inference_costs(params)}
-
-    def inference_costs(self, params: dict) -> dict[str, float]:
-        """`kv_bytes_per_token` and `decode_flops_per_token` of sampled `params` at their seq_len; none for
-        an invalid config."""
-        try:
-            arch, _, _ = to_configs(self.space, params)
-        except ValidationError:
-            return {}
-        cost = inference_cost(arch)
-        return {} if cost is None else {k: getattr(cost, k) for k in ("kv_bytes_per_token", "decode_flops_per_token")}
+        return {TICKET_KEY: ticket}
 
     def ticket(self, number: int, params: dict) -> TrialTicket:
-        """What the search computes about sampled `params`: FLOPs per token and why it will not be trained."""
+        """What the search computes about sampled `params`: FLOPs per token, why it will not be trained, and its
+        counted KV-cache bytes and decode FLOPs per token at its seq_len (stored when the trial starts)."""
         try:
             arch, _, run = to_configs(self.space, params)
         except ValidationError as err:
             return TrialTicket(number, math.inf, config_error_message(err))
         reason = trial_is_feasible(arch, self.budget, run.batch_size)
-        return TrialTicket(number, flops_per_token(arch).executed, reason)
+        cost = inference_cost(arch)
+        kv, decode = (None, None) if cost is None else (cost.kv_bytes_per_token, cost.decode_flops_per_token)
+        return TrialTicket(number, flops_per_token(arch).executed, reason, kv, decode)
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:

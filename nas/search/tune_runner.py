@@ -79,15 +79,19 @@ class StoreCallback(tune.Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         knobs, ticket = split_config(trial.config)
         number, attempt = ticket.number, int(trial.num_failures)
+        costs = {
+            "kv_bytes_per_token": ticket.kv_bytes_per_token,
+            "decode_flops_per_token": ticket.decode_flops_per_token,
+        }
         try:
             self.counts.rows[trial.trial_id] = self.store.start_trial(
-                self.name, number=number, attempt=attempt, config=knobs, optuna_trial_number=number
+                self.name, number=number, attempt=attempt, config=knobs, optuna_trial_number=number, **costs
             )
         except StoreError as err:
             if not store_unreachable(err):
                 raise
             self.stop.store_unreachable()  # its row is written with its result, from the spool
-            self.counts.rows[trial.trial_id] = {"number": number, "attempt": attempt, "config": knobs}
+            self.counts.rows[trial.trial_id] = {"number": number, "attempt": attempt, "config": knobs, **costs}
         self.counts.running += 1
         self._refresh()
 

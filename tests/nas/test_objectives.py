@@ -93,12 +93,11 @@ def test_each_trial_reports_and_stores_its_counted_costs_at_its_seq_len():
         {"family": "residual_lm", "fixed": {"vocab_size": 256, "seq_len": 64, "d_model": 64, "n_heads": 2},
          "params": {"n_layers": {"int": {"low": 2, "high": 4}}}}
     )  # fmt: skip
-    costs = DefineByRun(space, Budget(trial_flops=1e10, min_tokens_per_param=None)).inference_costs({"n_layers": 3})
+    ticket = DefineByRun(space, Budget(trial_flops=1e10, min_tokens_per_param=None)).ticket(0, {"n_layers": 3})
     arch = ArchConfig(vocab_size=256, seq_len=64, d_model=64, n_heads=2, n_layers=3)
-    assert costs == {
-        "kv_bytes_per_token": kv_cache_bytes(arch, 64) / 64,
-        "decode_flops_per_token": decode_cost(arch, 64).flops_per_token,
-    }
+    assert ticket.kv_bytes_per_token == kv_cache_bytes(arch, 64) / 64
+    assert ticket.decode_flops_per_token == decode_cost(arch, 64).flops_per_token
+    costs = {"kv_bytes_per_token": ticket.kv_bytes_per_token}
     result = TrialResult.untrained(TrialStatus.COMPLETED, "", 1e6, 0.0)
     report = final_report(TrialOutcome(0, replace(result, arch=arch.model_dump()), 2.0))
     assert report["kv_bytes_per_token"] == costs["kv_bytes_per_token"] and report["target_loss"] == 2.0
@@ -112,8 +111,8 @@ def test_the_store_keeps_a_trials_costs_and_show_wide_prints_them(tmp_path):
         settings = {"objectives": ["loss", "flops", "kv"]}
         store.create_search("s", requested_trials=1, budget={}, space={}, settings=settings, optuna_study_name=None,
                             code_version=None)  # fmt: skip
-        tid = store.start_trial("s", number=0, config={"n_layers": 4, "kv_bytes_per_token": 123.0,
-                                                       "decode_flops_per_token": 456.0})  # fmt: skip
+        tid = store.start_trial("s", number=0, config={"n_layers": 4}, kv_bytes_per_token=123.0,
+                                decode_flops_per_token=456.0)  # fmt: skip
         store.finish_trial(tid, {"status": "completed", "val_loss": 2.0, "executed_flops_per_token": 1e6, "arch": arch})
         rows = store.trials("s")
         assert objectives_of(store.get_search("s").settings) == KV
