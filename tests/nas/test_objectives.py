@@ -186,3 +186,20 @@ def test_a_real_search_minimises_kv_bytes_as_its_third_objective(tmp_path):
         assert t.values[2] == rows[t.number].kv_bytes_per_token == kv_cache_bytes(arch, arch.seq_len) / arch.seq_len
     wide = CliRunner().invoke(app, ["show", "kv", "--wide", "--storage", url])
     assert wide.exit_code == 0 and "KV bytes/tok @ctx" in wide.stdout and "objectives loss,flops,kv" in wide.stdout
+
+
+def test_a_rung_decision_promotes_on_kv_bytes_only_when_the_search_minimises_them():
+    """Four trials at rung 0 of two, equal FLOPs: the routed one (third by loss) climbs only with kv."""
+    from nas.answer.rung_decision import Ladder, decide_rung
+    from nas.store import RungRow
+
+    routed_kv = kv_cache_bytes(ROUTED, ROUTED.seq_len) / ROUTED.seq_len
+    dense_kv = kv_cache_bytes(DENSE, DENSE.seq_len) / DENSE.seq_len
+    losses, caches = (2.0, 2.05, 2.1, 2.2), (dense_kv, dense_kv, routed_kv, dense_kv)
+    rows = [
+        RungRow(n, 0, 0, 1e10, 1, 1, loss, 1e10, 1.0, None, None, None, None, None, "cascaded", 1e6, kv)
+        for n, (loss, kv) in enumerate(zip(losses, caches, strict=True))
+    ]
+    for objectives, climbs in ((DEFAULT_OBJECTIVES, False), (KV, True)):
+        ladder = Ladder(1e11, 2.0, 2, noise_rule=False, objectives=objectives)
+        assert decide_rung(ladder, rows, 2, 0, 1e6).promote is climbs
