@@ -1,4 +1,4 @@
-"""Measured cost beside counted cost: the two x-axes of the dashboard's fronts, and their ratio per config.
+"""Measured cost beside counted cost: the x-axes of the dashboard's fronts, and their ratio per config.
 
 Counted cost is the search's objective, executed forward FLOPs per token (`search_spaces` counts them
 factor by factor). Measured cost is the training step's seconds per token on the worker that ran the
@@ -16,6 +16,9 @@ tokens, `branch_flops` at the run's FLOPs per token, are counted too.
 The ratio of a config is (seconds/token) / (FLOPs/token) over its study's median: 1 runs as fast per
 counted FLOP as the study's middle config, 2 takes twice the time its FLOPs say (e.g. skipped
 Mixture-of-Depths FLOPs that save no time on a CPU).
+
+Two more counted axes price inference rather than training (`nas.space.objectives`, at each config's seq_len):
+KV-cache bytes per token and decode FLOPs per token.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nas.space.objectives import decode_flops_of, kv_bytes_of
 from workers.status import PENDING
 
 
@@ -68,11 +72,25 @@ MEASURED = CostAxis(
     "step s/token",
     seconds_per_token,
 )
-AXES = {axis.name: axis for axis in (COUNTED, MEASURED)}
+KV_BYTES = CostAxis(
+    "KV-cache bytes / token",
+    "KV-cache bytes per context token (counted at each config's seq_len)",
+    "KV bytes/token",
+    kv_bytes_of,
+)
+DECODE = CostAxis(
+    "decode FLOPs / token",
+    "decode FLOPs per generated token after seq_len cached ones (counted)",
+    "decode FLOPs/token",
+    decode_flops_of,
+)
+AXES = {axis.name: axis for axis in (COUNTED, KV_BYTES, DECODE, MEASURED)}
 AXIS_HELP = (
-    "counted: executed forward FLOPs per token, the search's objective. measured: seconds per token inside "
-    "the training steps (forward, backward, optimiser; not data loading or evaluation), timed on the worker "
-    "that ran the trial (the store records no device). The front is recomputed on the chosen axis."
+    "counted: executed forward FLOPs per token, the search's objective. KV-cache bytes and decode FLOPs per "
+    "token: the cost of generating, counted at each config's seq_len (MoD's skipped positions hold no key). "
+    "measured: seconds per token inside the training steps (forward, backward, optimiser; not data loading or "
+    "evaluation), timed on the worker that ran the trial (the store records no device). The front is "
+    "recomputed on the chosen axis: the trials no other beats on both loss and that cost."
 )
 
 

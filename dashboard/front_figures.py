@@ -1,8 +1,9 @@
 """The Pareto fronts of an overlay of searches: loss against cost, measured over counted cost, hypervolume.
 
 `pareto_figure` draws validation loss against cost per token, one front per search; its x-axis is a
-`dashboard.cost.CostAxis` (counted executed FLOPs per token, the default and the search's objective, or
-measured training-step seconds per token), and the front is recomputed on the axis drawn.
+`dashboard.cost.CostAxis` (counted executed FLOPs per token, the default and the search's objective; counted
+KV-cache bytes or decode FLOPs per token; or measured training-step seconds per token), and the front is
+recomputed on the axis drawn.
 `cost_ratio_figure` shows each config's measured over counted cost (each search's median 1), and
 `hypervolume_figure` the hypervolume after each trial. Markers follow `dashboard.style`: colour the family,
 symbol the MoD rate, outline and line dash the search. Pure functions of store rows.
@@ -68,7 +69,7 @@ def _points_trace(
 
 def _unfinished_x(row, axis: CostAxis = COUNTED) -> float | None:
     """Where to draw a trial without a loss: its executed FLOPs, else nominal, else the sampled estimate
-    (measured axis: its measured seconds per token, or None)."""
+    (another axis: its cost there, or None)."""
     if axis is not COUNTED:
         return axis.of(row)
     for x in (row.executed_flops_per_token, row.nominal_flops_per_token, row.config.get("executed_flops_per_token")):

@@ -15,6 +15,7 @@ import pandas as pd
 
 from nas.answer.pareto import hypervolume, pareto_rows, reference_point
 from nas.answer.target import Prediction, front_at_target
+from nas.space.objectives import decode_flops_of, kv_bytes_of
 
 from .cost import COUNTED, CostAxis, cost_ratios, seconds_per_token
 from .style import format_number, group_label, trial_lr
@@ -35,6 +36,8 @@ TRIAL_COLUMNS = (
     "executed_flops_per_token",
     "nominal_flops_per_token",
     "realised_flops_per_token",
+    "kv_bytes_per_token",
+    "decode_flops_per_token",
     "tokens_seen",
     "training_flops",
     "wall_time_s",
@@ -72,6 +75,8 @@ def trials_frame(rows: Sequence, axis: CostAxis = COUNTED) -> pd.DataFrame:
         record.update(
             lr=trial_lr(r),
             measured_s_per_token=seconds_per_token(r),
+            kv_bytes_per_token=kv_bytes_of(r),  # stored, or counted from an older row's config
+            decode_flops_per_token=decode_flops_of(r),
             cost_ratio=ratios.get(r.id),
             on_front=r.id in front,
             trial_id=r.id,

@@ -10,12 +10,16 @@ import streamlit as st
 from nas.store import SearchStatus
 
 from . import reads
-from .cost import AXES, AXIS_HELP, COUNTED, CostAxis, unmeasured_note
+from .cost import AXES, AXIS_HELP, MEASURED, CostAxis, unmeasured_note
 
 FLOPS = st.column_config.NumberColumn(format="%.3e")
 LOSS = st.column_config.NumberColumn(format="%.4f")
 COSTS = {
     "executed_flops_per_token": FLOPS,
+    "kv_bytes_per_token": st.column_config.NumberColumn(
+        format="%.4g", help="KV-cache bytes per context token, counted at the config's seq_len"
+    ),
+    "decode_flops_per_token": FLOPS,
     "measured_s_per_token": st.column_config.NumberColumn(
         format="%.3e", help="training-step seconds per token, on the worker that ran the trial"
     ),
@@ -56,12 +60,13 @@ def any_running(summaries: Sequence, names: Sequence[str]) -> bool:
 
 
 def pick_axis(key: str) -> CostAxis:
-    """The fronts' x-axis: counted executed FLOPs per token (default) or measured seconds per token."""
+    """The fronts' x-axis: counted executed FLOPs per token (default), KV-cache bytes or decode FLOPs per token,
+    or measured seconds per token."""
     return AXES[st.radio("x axis", list(AXES), index=0, horizontal=True, key=key, help=AXIS_HELP)]
 
 
 def unmeasured_caption(rows: Sequence, axis: CostAxis) -> None:
     """On the measured axis, how many finished trials have no measured speed and so are not drawn."""
-    note = unmeasured_note(rows) if axis is not COUNTED else None
+    note = unmeasured_note(rows) if axis is MEASURED else None
     if note:
         st.caption(note)

@@ -36,6 +36,7 @@ from workers.training.train import OptimConfig, RunConfig
 from .answer.decisions import rests_on, trial_facts
 from .answer.target import Prediction, answer_at_target, front_at_target
 from .space.budget import BudgetError, stored_budget
+from .space.objectives import DEFAULT_OBJECTIVES, Objective, front_costs, inference_cost, objectives_of
 from .store import Store, TrialRow
 from .version import code_version
 
@@ -145,6 +146,7 @@ def exported_config(
             "exported_at": datetime.now(timezone.utc).replace(microsecond=0),
         },
     }
+    data["provenance"] |= inference_fields(arch)
     try:
         return ExportedConfig.model_validate(data)
     except ValidationError as err:
@@ -175,10 +177,17 @@ def _recommendation(arch: ArchConfig, target_flops: float, prediction: Predictio
 
 
 def chosen_trials(
-    store: Store, name: str, *, pareto: bool, trial: int | None, predictions: dict[int, Prediction] | None = None
+    store: Store,
+    name: str,
+    *,
+    pareto: bool,
+    trial: int | None,
+    predictions: dict[int, Prediction] | None = None,
+    objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES,
 ) -> list[TrialRow]:
     """Trial `trial` (which must be completed), else the completed Pareto front at the target (by the
-    `predictions`; by the measured loss for a search without rungs); ExportError if none."""
+    `predictions`; by the measured loss for a search without rungs) on the search's `objectives`; ExportError
+    if none."""
     rows = store.trials(name)  # UnknownSearch (a StoreError naming it) if there is no such search
     if trial is not None:
         found = [r for r in rows if r.number == trial]
@@ -196,7 +205,8 @@ def chosen_trials(
     if not pareto:
         raise ExportError("choose the trials: --pareto or --trial N")
     by_number = {r.number: r for r in rows}  # the stored rows, with their measured losses
-    front = [by_number[r.number] for r in front_at_target(rows, predictions)]
+    key, also = front_costs(objectives)
+    front = [by_number[r.number] for r in front_at_target(rows, predictions, key=key, also=also)]
     if not front:
         raise ExportError(f"--pareto: search {name!r} has no completed trials with a finite loss")
     return front
@@ -230,11 +240,12 @@ def export_configs(
     rungs = store.rungs(name)
     answer = answer_at_target(rungs, target) if target is not None and rungs else None
     predictions = answer.predictions if answer is not None else {}
-    rows = chosen_trials(store, name, pareto=pareto, trial=trial, predictions=predictions)
+    objectives = objectives_of(search.settings)
+    rows = chosen_trials(store, name, pareto=pareto, trial=trial, predictions=predictions, objectives=objectives)
     every = store.trials(name)
-    basis = (
-        rests_on(answer, [r.number for r in front_at_target(every, predictions)], *trial_facts(every)) if answer else []
-    )
+    key, also = front_costs(objectives)
+    front = front_at_target(every, predictions, key=key, also=also)
+    basis = rests_on(answer, [r.number for r in front], *trial_facts(every)) if answer else []
     exports = [
         exported_config(
             store, search, row, target_flops=target, freeze_ancre=freeze_ancre, prediction=predictions.get(row.number)
@@ -309,6 +320,7 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
                 "mod_rate": e.arch.mod_rate,
                 "val_loss": e.provenance.proxy_val_loss,
                 "executed_flops_per_token": flops_per_token(e.arch).executed,
+                **inference_fields(e.arch),
                 "recommended_tokens": e.recommended.tokens if e.recommended else None,
                 "predicted_loss": e.recommended.predicted_loss if e.recommended else None,
                 "predictor": e.recommended.predictor if e.recommended else None,
@@ -318,4 +330,17 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
             }
             for e, p in zip(exports, paths, strict=False)
         ],
+    }
+
+
+def inference_fields(arch: ArchConfig) -> dict:
+    """The exported config's counted inference costs (`nas.space.objectives`): KV-cache bytes and decode FLOPs
+    per token, at `kv_context` = its seq_len."""
+    cost = inference_cost(arch)
+    if cost is None:
+        return {}
+    return {
+        "kv_context": cost.context,
+        "kv_bytes_per_token": cost.kv_bytes_per_token,
+        "decode_flops_per_token": cost.decode_flops_per_token,
     }

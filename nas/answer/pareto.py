@@ -59,22 +59,26 @@ def _executed(row) -> float | None:
     return row.executed_flops_per_token
 
 
-def pareto_rows(rows: Sequence, key: Cost | None = None) -> list:
-    """The non-dominated completed rows on (val_loss, cost), sorted by cost.
+def pareto_rows(rows: Sequence, key: Cost | None = None, also: Sequence[Cost] = ()) -> list:
+    """The non-dominated completed rows on (val_loss, cost, *also), sorted by cost.
 
     The cost is `key(row)`, by default executed FLOPs per token (the search's objective); a dashboard
-    passes measured seconds per token instead. Rows whose cost is None or not finite are left out.
+    passes measured seconds per token instead. `also`: further costs minimised beside it (KV bytes per
+    token, in a search that minimises them). Rows with a cost that is None or not finite are left out.
     """
-    cost = key or _executed
+    costs = [key or _executed, *also]
+
+    def value(cost: Cost, row) -> float:
+        v = cost(row)
+        return math.inf if v is None else float(v)
 
     def x(row) -> float:
-        value = cost(row)
-        return math.inf if value is None else float(value)
+        return value(costs[0], row)
 
-    candidates = [r for r in rows if is_front_candidate(r) and math.isfinite(x(r))]
+    candidates = [r for r in rows if is_front_candidate(r) and all(math.isfinite(value(c, r)) for c in costs)]
     if not candidates:
         return []
-    pts = np.array([(r.val_loss, x(r)) for r in candidates], dtype=float)
+    pts = np.array([(r.val_loss, *(value(c, r) for c in costs)) for r in candidates], dtype=float)
     keep = moocore.is_nondominated(pts, maximise=False, keep_weakly=False)
     front = [r for r, k in zip(candidates, keep, strict=False) if k]
     return sorted(front, key=x)

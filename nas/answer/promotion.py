@@ -3,7 +3,8 @@
 Trials are measured on a ladder of budgets, rungs 0..k-1 (geometric with ratio `eta`). At each rung it
 reaches, a trial reports two objectives, both minimised: the predicted validation loss at the user's
 target budget (may be +inf for a failed trial) and the executed forward FLOPs per token (known from
-the config).
+the config); in a search that also minimises KV-cache bytes per token, a third (`Candidate.kv`, known
+from the config too). Everything below holds for three objectives as for two.
 
 The rule (MO-ASHA, Schmucker et al., arXiv:2106.12639, with its NSGA-II selection; asynchronous as in
 ASHA, Li et al., arXiv:1810.05934): when a trial reports at rung r < k-1, it continues to rung r+1 iff,
@@ -67,31 +68,42 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Candidate:
-    """One trial's two objectives at one rung, both minimised: `loss` (predicted validation loss at the
-    target budget; inf for a failed trial) and `flops` (executed forward FLOPs per token)."""
+    """One trial's objectives at one rung, all minimised: `loss` (predicted validation loss at the target
+    budget; inf for a failed trial), `flops` (executed forward FLOPs per token) and, in a search that
+    minimises them, `kv` (KV-cache bytes per token; None: two objectives). Candidates compared with one
+    another have the same objectives."""
 
     trial: int
     loss: float
     flops: float
     margin: float = 0.0  # twice the seed noise of `loss`: losses closer than this are tied
+    kv: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "trial", operator.index(self.trial))
         object.__setattr__(self, "loss", float(self.loss))
         object.__setattr__(self, "flops", float(self.flops))
         object.__setattr__(self, "margin", float(self.margin))
+        if self.kv is not None:
+            object.__setattr__(self, "kv", float(self.kv))
         if not self.margin >= 0:
             raise ValueError(f"trial {self.trial}: margin must be >= 0 (got {self.margin!r})")
 
     @property
+    def objectives(self) -> tuple[float, ...]:
+        """(loss, flops), or (loss, flops, kv) when it has `kv`."""
+        return (self.loss, self.flops) if self.kv is None else (self.loss, self.flops, self.kv)
+
+    @property
     def finite(self) -> bool:
-        """Both objectives are finite (neither inf nor NaN)."""
-        return math.isfinite(self.loss) and math.isfinite(self.flops)
+        """Every objective is finite (neither inf nor NaN)."""
+        return all(math.isfinite(v) for v in self.objectives)
 
 
 def dominates(a: Candidate, b: Candidate) -> bool:
-    """`a` is no worse than `b` in both objectives and strictly better in at least one."""
-    return a.loss <= b.loss and a.flops <= b.flops and (a.loss < b.loss or a.flops < b.flops)
+    """`a` is no worse than `b` in every objective and strictly better in at least one."""
+    pairs = list(zip(a.objectives, b.objectives, strict=True))
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
 
 
 def _check_unique(candidates: Sequence[Candidate]) -> None:
@@ -118,7 +130,9 @@ def nondominated_fronts(candidates: Iterable[Candidate]) -> list[list[Candidate]
     cands = list(candidates)
     if not cands:
         return []
-    points = np.array([(c.loss, c.flops) for c in cands], dtype=float)
+    if len({len(c.objectives) for c in cands}) > 1:
+        raise ValueError("candidates compared with one another need the same objectives (kv on all or none)")
+    points = np.array([c.objectives for c in cands], dtype=float)
     if np.isnan(points).any():
         raise ValueError("non-dominated sorting is undefined for NaN objectives")
     ranks = moocore.pareto_rank(points)
@@ -129,8 +143,8 @@ def crowding_distance(front: Sequence[Candidate]) -> dict[int, float]:
     """NSGA-II crowding distance of each candidate of `front` (normally one front of
     `nondominated_fronts`), keyed by trial id; larger means more isolated, hence preferred.
 
-    For each objective in turn (loss, then FLOPs), the candidates are sorted by (value, trial id);
-    the first and the last get +inf, and each other one adds (next value - previous value) /
+    For each objective in turn (loss, FLOPs, then KV bytes if they have them), the candidates are sorted
+    by (value, trial id); the first and the last get +inf, and each other one adds (next value - previous value) /
     (largest value - smallest value), where next/previous are its neighbours in that order; an
     objective with no spread (all values equal) adds nothing to the interior ones. With one or two
     candidates, all are boundary points (+inf). Objectives must be finite and trial ids unique
@@ -142,9 +156,9 @@ def crowding_distance(front: Sequence[Candidate]) -> dict[int, float]:
     dist = {c.trial: 0.0 for c in front}
     if len(front) <= 2:
         return {t: math.inf for t in dist}
-    for objective in ("loss", "flops"):
-        order = sorted(front, key=lambda c: (getattr(c, objective), c.trial))
-        values = [getattr(c, objective) for c in order]
+    for i in range(len(front[0].objectives)):
+        order = sorted(front, key=lambda c, i=i: (c.objectives[i], c.trial))
+        values = [c.objectives[i] for c in order]
         span = values[-1] - values[0]
         dist[order[0].trial] = dist[order[-1].trial] = math.inf
         if span > 0:

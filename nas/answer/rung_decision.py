@@ -5,7 +5,8 @@ climbed higher are not favoured by their extra rungs):
 
 1. each trial's loss at the target T is predicted from those rungs (`nas.answer.target.answer_at_target`);
 2. trial i climbs if it is among the best ceil(n / eta) of the n trials that reached rung r, by non-dominated
-   sorting on (predicted loss at T, executed FLOPs per token) (`nas.answer.promotion`, MO-ASHA), or if it is
+   sorting on (predicted loss at T, executed FLOPs per token[, KV bytes per token]: the search's objectives,
+   `Ladder.objectives`) (`nas.answer.promotion`, MO-ASHA), or if it is
    tied with that cut within twice the study's seed noise carried to T (a coin flip: it climbs);
 3. on a replica ladder (`remeasure`: each rung its own run) a tied trial first measures the rung again with a
    second seed (`REMEASURE_SEED_OFFSET`) and climbs if its seed mean is still tied; the first trials to report
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from workers.trial.contract import RungVerdict
 
+from ..space.objectives import DEFAULT_OBJECTIVES, Objective
 from ..store import RungRow
 from .promotion import Candidate, promotable, tied_with_cut
 from .target import Answer, answer_at_target
@@ -38,13 +40,15 @@ NOISE_REPEATS = 2  # repeated rungs the study needs before its seed noise is tru
 class Ladder:
     """The rungs a search's trials climb: `n_rungs` of them at ratio `eta`, answered for `target_flops`;
     `remeasure`: a rung can be measured again with another seed (replica rungs, each its own run);
-    `noise_rule`: ties within twice the seed noise climb or are measured again (off: plain MO-ASHA)."""
+    `noise_rule`: ties within twice the seed noise climb or are measured again (off: plain MO-ASHA);
+    `objectives`: what the search minimises (`nas.space.objectives`)."""
 
     target_flops: float
     eta: float
     n_rungs: int
     remeasure: bool = False
     noise_rule: bool = True
+    objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES
 
 
 def repeated_rungs(rows: Sequence[RungRow]) -> int:
@@ -87,8 +91,9 @@ def final_verdict(ladder: Ladder, rows: Sequence[RungRow], number: int) -> RungV
 def _candidates(
     ladder: Ladder, rows: Sequence[RungRow], rung: int, answer: Answer, number: int, flops_per_token: float
 ) -> list[Candidate]:
-    """The trials at `rung`: predicted loss at T, FLOPs per token and the margin of twice the study's seed
-    noise carried to T (the curve's slope (C_r / T)^alpha; 0 while the noise is unmeasured)."""
+    """The trials at `rung`: predicted loss at T, FLOPs per token (and KV bytes per token when the search
+    minimises them; stored when each trial started) and the margin of twice the study's seed noise carried to
+    T (the curve's slope (C_r / T)^alpha; 0 while the noise is unmeasured)."""
     at_rung = {r.number: r for r in rows if r.rung == rung}
     noise = answer.noise if repeated_rungs(rows) >= NOISE_REPEATS else None
     out = []
@@ -97,5 +102,6 @@ def _candidates(
         slope = (row.budget_flops / ladder.target_flops) ** answer.exponents.get(p.group, 0.0)
         margin = 2.0 * noise * slope if noise is not None else 0.0
         flops = flops_per_token if n == number else (row.executed_flops_per_token or math.inf)
-        out.append(Candidate(n, p.loss, flops, margin if math.isfinite(p.loss) else 0.0))
+        kv = (row.kv_bytes_per_token or math.inf) if Objective.KV in ladder.objectives else None
+        out.append(Candidate(n, p.loss, flops, margin if math.isfinite(p.loss) else 0.0, kv))
     return out

@@ -163,9 +163,10 @@ def at_target(rows: Sequence[TrialRow], predictions: dict[int, Prediction]) -> l
 
 
 def front_at_target(
-    rows: Sequence[TrialRow], predictions: dict[int, Prediction], key: Cost | None = None
+    rows: Sequence[TrialRow], predictions: dict[int, Prediction], key: Cost | None = None, also: Sequence[Cost] = ()
 ) -> list[TrialRow]:
-    """The search's answer: the completed trials non-dominated by (predicted loss at the target, cost), as
-    rows carrying that predicted loss, sorted by cost (`nas.answer.pareto.pareto_rows`, cost `key`). Without
-    predictions (a single-budget search) it is the front of the measured losses."""
-    return pareto_rows(at_target(rows, predictions) if predictions else rows, key=key)
+    """The search's answer: the completed trials non-dominated by (predicted loss at the target, cost, *also),
+    as rows carrying that predicted loss, sorted by cost (`nas.answer.pareto.pareto_rows`, cost `key`; `also`:
+    the search's further costs, `nas.space.objectives.front_costs`). Without predictions (a single-budget
+    search) it is the front of the measured losses."""
+    return pareto_rows(at_target(rows, predictions) if predictions else rows, key=key, also=also)

@@ -137,6 +137,11 @@ def search(
         None, help="Wall-clock limit for the whole search.", rich_help_panel=BUDGET
     ),
     early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
+    objectives: str = typer.Option(
+        "loss,flops",
+        help="What the search minimises: loss,flops (loss at T, executed FLOPs per token) or loss,flops,kv "
+        "(and KV-cache bytes per token, counted at each config's seq_len).",
+    ),
     rungs: int = typer.Option(
         2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget).", rich_help_panel=LADDER
     ),
@@ -229,6 +234,7 @@ def search(
         repeat_seeds=repeat_seeds,
         stop_grace=stop_grace,
         pad_vocab=pad_vocab,
+        objectives=objectives,
     )
     space_spec, budget, settings = checked_search_inputs(
         name, space, budget_options, settings_options, data, tokenizer, {"schedule": schedule, "cooldown": cooldown}

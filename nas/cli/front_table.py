@@ -7,7 +7,9 @@ is tied with (predictions within twice the seed noise carried to T, `Answer.tied
 Under it: the predictor and bands, the hypervolume, and what the answer rests on (`nas.answer.decisions.rests_on`:
 size against architecture, and the recommended config's decisions at matched cost, resolved or tied).
 The compact table reads in 120 columns; `wide` adds the learning rate, heads, the top replica, the held-out
-error, the seeds and what each prediction rests on.
+error, the seeds, the inference costs (KV-cache bytes and decode FLOPs per token, counted at the config's
+seq_len: `nas.space.objectives`) and what each prediction rests on. The front is non-dominated on the
+search's objectives (`loss,flops`, or `loss,flops,kv`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..answer.decisions import rests_on, trial_facts
 from ..answer.pareto import hypervolume, reference_point
 from ..answer.target import Answer, at_target, front_at_target
 from ..space.budget import Budget
+from ..space.objectives import DEFAULT_OBJECTIVES, Objective, front_costs, inference_cost_of, objectives_of
 
 __all__ = ["COMPACT_COLUMNS", "WIDE_COLUMNS", "format_flops", "format_loss", "front_report", "print_front"]
 
@@ -42,6 +45,8 @@ WIDE_COLUMNS = (
     "seeds",
     "tied with",
     "FLOPs/tok",
+    "KV bytes/tok @ctx",
+    "decode FLOPs/tok",
     "predicted from",
 )
 
@@ -52,6 +57,17 @@ def format_loss(x) -> str:
 
 def format_flops(x) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{x / 1e6:.2f}M"
+
+
+def format_kv(row) -> str:
+    """KV-cache bytes per token and the context they are counted at, e.g. `9.00K @128`."""
+    cost = inference_cost_of(row)
+    return "-" if cost is None else f"{cost.kv_bytes_per_token / 1e3:.2f}K @{cost.context}"
+
+
+def _decode_flops(row) -> str:
+    cost = inference_cost_of(row)
+    return format_flops(None if cost is None else cost.decode_flops_per_token)
 
 
 def _replica(rung) -> str:
@@ -80,12 +96,15 @@ def front_report(
     only_front: bool = True,
     bpb: bool = False,
     wide: bool = False,
+    objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES,
 ) -> tuple[Table, list[str]]:
     """(the table, the lines under it) of search `name`. `answer` is None for a search without rungs (its
-    measured front); `bpb` shows losses in bits per byte (ties are still judged in nats)."""
+    measured front); `bpb` shows losses in bits per byte (ties are still judged in nats); the front is
+    non-dominated on the search's `objectives`."""
     predictions = answer.predictions if answer is not None else {}
     targeted = at_target(rows, predictions) if predictions else list(rows)
-    front = front_at_target(rows, predictions)
+    key, also = front_costs(objectives)
+    front = front_at_target(rows, predictions, key=key, also=also)
     shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
     title = (
         f"{name}: {'Pareto front' if only_front else 'completed trials'} at the target, "
@@ -94,6 +113,8 @@ def front_report(
     noise = answer.noise if answer is not None else None
     table = _table(title, shown, rows, rungs, answer, _bpb_per_nat(rows) if bpb else None, wide)
     lines = []
+    if objectives != DEFAULT_OBJECTIVES:
+        lines.append(f"objectives {','.join(map(str, objectives))}: KV bytes per token counted at each seq_len")
     if answer is not None and predictions:
         lines.append(f"{budget.ladder} ladder; {answer.backtest.describe()}")
         lines.append(answer.calibration.describe())
@@ -147,6 +168,8 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
             "seeds": str(seeds.get(r.number, 1)),
             "tied with": ", ".join(ties) or "-",
             "FLOPs/tok": format_flops(r.executed_flops_per_token),
+            "KV bytes/tok @ctx": format_kv(r),
+            "decode FLOPs/tok": _decode_flops(r),
             "predicted from": f"{p.predictor}: {p.basis}" if p else "measured",
         }
         table.add_row(*(cells[c] for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)))
@@ -163,10 +186,13 @@ def print_front(
     from ..answer.target import answer_at_target
     from ..space.budget import stored_budget
 
-    rows, rungs = store.trials(name), store.rungs(name)
-    budget = stored_budget(store.get_search(name).budget)
+    rows, rungs, search = store.trials(name), store.rungs(name), store.get_search(name)
+    budget = stored_budget(search.budget)
     answer = answer_at_target(rungs, budget.target) if rungs else None
-    table, lines = front_report(name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide)
+    objectives = objectives_of(search.settings)
+    table, lines = front_report(
+        name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide, objectives=objectives
+    )
     if wide and not sys.stdout.isatty():  # not cropped to the console's 120 columns
         console.print(table, width=wide_width, crop=False)
     else:

@@ -22,6 +22,7 @@ from workers.trial.execute import run_request
 from ..answer.target import front_at_target, predict_search
 from ..space import SearchSpace
 from ..space.budget import Budget
+from ..space.objectives import front_costs
 from ..store import Store
 from .ray_env import init_ray
 from .settings import SearchSettings, data_config
@@ -70,7 +71,8 @@ def repeat_jobs(
         return []
     rungs = store.rungs(name)
     predictions = predict_search(rungs, budget.target)
-    front = front_at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions)
+    key, also = front_costs(settings.objectives)
+    front = front_at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions, key=key, also=also)
     stored = {(r.number, r.seed) for r in rungs}
     data = data_config(settings)
     todo = []

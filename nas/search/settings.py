@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 from pydantic.dataclasses import dataclass
 
 from workers.data.config import DataConfig
+
+from ..space.objectives import DEFAULT_OBJECTIVES, Objective, parse_objectives
 
 __all__ = ["SAMPLERS", "Sampler", "SearchSettings", "data_config"]
 
@@ -51,6 +53,16 @@ class SearchSettings:
         allow_inf_nan=False,
         description="seconds running trials get, after a first Ctrl-C or SIGTERM, to reach their next rung",
     )
+    objectives: tuple[Objective, ...] = Field(
+        DEFAULT_OBJECTIVES,
+        description="what the search minimises: loss,flops or loss,flops,kv (nas.space.objectives)",
+    )
+
+    @field_validator("objectives", mode="before")
+    @classmethod
+    def _objectives(cls, value):
+        """`loss,flops,kv` from the command line, a list from the store: one of the accepted sets."""
+        return parse_objectives(value)
 
 
 def data_config(settings: SearchSettings) -> DataConfig:

@@ -5,7 +5,8 @@ A write of the search driver that still fails after the store's retry window
 file, one JSON line per write, flushed and fsync'd before the driver goes on:
 
     {"op": "finish_trial", "trial_id": ID, "result": {...}}
-    {"op": "start_and_finish", "number": N, "attempt": A, "config": {...}, "result": {...}}
+    {"op": "start_and_finish", "number": N, "attempt": A, "config": {...}, "kv_bytes_per_token": K,
+     "decode_flops_per_token": D, "result": {...}}
     {"op": "optuna_tell", "study": NAME, "number": N, "values": [...] | null}
 
 `replay` applies the lines in order and keeps only those that failed again.  Exactly once, because
@@ -180,6 +181,8 @@ class Spool:
             attempt=entry["attempt"],
             config=entry["config"],
             optuna_trial_number=entry["number"],
+            kv_bytes_per_token=entry.get("kv_bytes_per_token"),  # absent from a spool written before they were
+            decode_flops_per_token=entry.get("decode_flops_per_token"),
         )
 
 

@@ -1,11 +1,13 @@
 """The Optuna side of a search: samplers, the define-by-run space, the RDB storage, stale-trial repair.
 
 The Optuna study lives in the store's own database (Optuna's RDB storage), so optuna-dashboard
-can open it too. Both objectives are minimised: `target_loss` (the loss predicted at the search's
-target budget; nas.answer.target) and `executed_flops_per_token`.
+can open it too. Its objectives, all minimised, are the search's (`SearchSettings.objectives`):
+`target_loss` (the loss predicted at the search's target budget; nas.answer.target) and
+`executed_flops_per_token`, and `kv_bytes_per_token` when the search chose `loss,flops,kv`.
 `DefineByRun` samples the knobs and computes each config's `TrialTicket` (its number, FLOPs per token and
-why it will not be trained, if so); infeasible configs (an invalid head split, a budget that cannot pay for
-one step) are marked with an Optuna constraint and never trained.
+why it will not be trained, if so, and its counted inference costs, stored with the trial); infeasible
+configs (an invalid head split, a budget that cannot pay for one step) are marked with an Optuna
+constraint and never trained.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from workers.trial.contract import TICKET_KEY, TrialTicket
 
 from ..space import SearchSpace, suggest, to_configs
 from ..space.budget import Budget, trial_is_feasible
+from ..space.objectives import inference_cost
 from ..store import call_with_retries, retry_window, schema_lock
 from .optuna_adapter import CACHED_STORAGE_CALLS, missing_calls
 from .settings import SAMPLERS
@@ -66,13 +69,16 @@ class DefineByRun:
         return {TICKET_KEY: ticket}
 
     def ticket(self, number: int, params: dict) -> TrialTicket:
-        """What the search computes about sampled `params`: FLOPs per token and why it will not be trained."""
+        """What the search computes about sampled `params`: FLOPs per token, why it will not be trained, and its
+        counted KV-cache bytes and decode FLOPs per token at its seq_len (stored when the trial starts)."""
         try:
             arch, _, run = to_configs(self.space, params)
         except ValidationError as err:
             return TrialTicket(number, math.inf, config_error_message(err))
         reason = trial_is_feasible(arch, self.budget, run.batch_size)
-        return TrialTicket(number, flops_per_token(arch).executed, reason)
+        cost = inference_cost(arch)
+        kv, decode = (None, None) if cost is None else (cost.kv_bytes_per_token, cost.decode_flops_per_token)
+        return TrialTicket(number, flops_per_token(arch).executed, reason, kv, decode)
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:

@@ -5,10 +5,11 @@ Tune hands each trial its config (the space's knobs and the search's `TrialTicke
 search with `tune.with_parameters`) for the `TrialRequest` those knobs mean, and hands it to the worker
 (`workers.trial.execute.run_request`, or a stand-in a benchmark gives). An infeasible ticket is not trained.
 
-What goes back to the driver are Tune reports: progress ones carry +inf objectives (a trial cut short, by a
-time limit or a killed driver, can never put a partial loss on the front), a rung the trial climbs past is
-reported under `RUNG_DONE` (a point where the driver may stop it), and the last report carries the
-objectives (never NaN: Optuna's `tell` rejects NaN and would leave the trial RUNNING) and the
+What goes back to the driver are Tune reports, each carrying every objective a search may minimise
+(`OBJECTIVES`; the searcher reads the search's own, `metric_keys`): progress ones carry +inf objectives
+(a trial cut short, by a time limit or a killed driver, can never put a partial loss on the front), a rung
+the trial climbs past is reported under `RUNG_DONE` (a point where the driver may stop it), and the last
+report carries the objectives (never NaN: Optuna's `tell` rejects NaN and would leave the trial RUNNING) and the
 `TrialOutcome` under `OUTCOME_KEY` (`final_report`, `outcome_of`).
 """
 
@@ -27,6 +28,7 @@ from workers.trial.contract import Measurement, RungGate, TrialOutcome, TrialReq
 from workers.trial.execute import OnRungDone, not_trained, run_request
 
 from ..space import SearchSpace, to_configs
+from ..space.objectives import REPORT_KEYS, Objective, inference_cost
 
 __all__ = [
     "OBJECTIVES",
@@ -36,13 +38,15 @@ __all__ = [
     "Worker",
     "final_report",
     "finite_or_inf",
+    "metric_keys",
     "outcome_of",
     "tune_trial",
 ]
 
-# Both minimised: the loss predicted at the search's target budget (the measured loss when the search has no
-# rungs), and the executed forward FLOPs per token.
-OBJECTIVES = ("target_loss", "executed_flops_per_token")
+# All minimised: the loss predicted at the search's target budget (the measured loss when the search has no
+# rungs), the executed forward FLOPs per token and the KV-cache bytes per token at seq_len
+# (`nas.space.objectives`); a search reads two or all three (`metric_keys`).
+OBJECTIVES = tuple(REPORT_KEYS.values())
 RUNG_DONE = "rung_done"  # reported (with the rung's index) once a rung is stored and the trial climbs on
 OUTCOME_KEY = "outcome"  # the last report's TrialOutcome
 Worker = Callable[[TrialRequest, Report | None, OnRungDone | None], TrialOutcome]
@@ -88,9 +92,16 @@ def tune_trial(config: dict, planner: TrialPlanner, worker: Worker = run_request
     tune.report(final_report(outcome))
 
 
+def metric_keys(objectives: tuple[Objective, ...]) -> list[str]:
+    """The report keys of a search's objectives, in order: the Optuna study's values."""
+    return [REPORT_KEYS[o] for o in objectives]
+
+
 def final_report(outcome: TrialOutcome) -> dict:
     """The last report: the objectives (never NaN), the status and the outcome."""
-    values = (outcome.told_loss, outcome.result.executed_flops_per_token)
+    cost = inference_cost(outcome.result.arch)
+    kv = None if cost is None else cost.kv_bytes_per_token
+    values = (outcome.told_loss, outcome.result.executed_flops_per_token, kv)
     return {
         **{key: finite_or_inf(v) for key, v in zip(OBJECTIVES, values, strict=True)},
         "status": str(outcome.status),

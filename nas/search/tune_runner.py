@@ -38,7 +38,7 @@ from .rung_gate import StoreRungGate
 from .settings import SearchSettings, data_config
 from .spool import Spool, store_unreachable
 from .study import DefineByRun, make_sampler, optuna_storage
-from .trainable import OBJECTIVES, RUNG_DONE, TrialPlanner, Worker, outcome_of, tune_trial
+from .trainable import RUNG_DONE, TrialPlanner, Worker, metric_keys, outcome_of, tune_trial
 
 log = logging.getLogger(__name__)
 
@@ -79,15 +79,19 @@ class StoreCallback(tune.Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         knobs, ticket = split_config(trial.config)
         number, attempt = ticket.number, int(trial.num_failures)
+        costs = {
+            "kv_bytes_per_token": ticket.kv_bytes_per_token,
+            "decode_flops_per_token": ticket.decode_flops_per_token,
+        }
         try:
             self.counts.rows[trial.trial_id] = self.store.start_trial(
-                self.name, number=number, attempt=attempt, config=knobs, optuna_trial_number=number
+                self.name, number=number, attempt=attempt, config=knobs, optuna_trial_number=number, **costs
             )
         except StoreError as err:
             if not store_unreachable(err):
                 raise
             self.stop.store_unreachable()  # its row is written with its result, from the spool
-            self.counts.rows[trial.trial_id] = {"number": number, "attempt": attempt, "config": knobs}
+            self.counts.rows[trial.trial_id] = {"number": number, "attempt": attempt, "config": knobs, **costs}
         self.counts.running += 1
         self._refresh()
 
@@ -279,7 +283,13 @@ def trial_planner(
     no rungs and tells the measured loss)."""
     gate = None
     if budget.rungs > 1:
-        ladder = Ladder(budget.target, budget.eta, budget.rungs, remeasure=budget.ladder == "replica")
+        ladder = Ladder(
+            budget.target,
+            budget.eta,
+            budget.rungs,
+            remeasure=budget.ladder == "replica",
+            objectives=settings.objectives,
+        )
         gate = StoreRungGate(store.url, name, ladder, study_name)
     return TrialPlanner(space, data_config(settings), settings.seed, budget.measurement(), gate)
 
@@ -313,8 +323,8 @@ def run_tuner(
         stop=stop,
         spool=spool,
         space=DefineByRun(space, budget),
-        metric=list(OBJECTIVES),
-        mode=["min", "min"],
+        metric=metric_keys(settings.objectives),  # the study's directions: one "min" per objective
+        mode=["min"] * len(settings.objectives),
         sampler=make_sampler(settings.sampler, settings.seed),
         study_name=study_name,
         storage=optuna_storage(store.url),

@@ -1,6 +1,7 @@
 """What a search is asked: its space (the spec in `spec.py`, read from YAML by `loading.py`, sampled by
 `sampling.py`) and its compute budget (`budget.py`: how each trial is measured, and the feasibility checks),
-with one-line error messages for both (`messages.py`)."""
+with one-line error messages for both (`messages.py`), and what it minimises (`objectives.py`: the objectives,
+and each config's counted inference costs)."""
 
 from .loading import default_space_path, load_space, space_from_dict
 from .sampling import is_valid, suggest, to_configs, to_optuna_distributions

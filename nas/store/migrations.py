@@ -6,6 +6,8 @@ open connection; since version 1 always builds the *current* ORM, later migratio
 
 Version 3 adds the budget ladder: the `resnas_rungs` table and `resnas_trials.branch_flops`.
 Version 4 adds the replica rungs' columns to `resnas_rungs` (`schema.REPLICA_RUNG_FIELDS`).
+Version 5 adds each trial's counted inference costs to `resnas_trials` (`schema.INFERENCE_COST_FIELDS`);
+older rows keep NULL there and readers count them from the config (`nas.space.objectives`).
 
 Version 2 gives retries and interrupted trials their own statuses (`workers.status.TrialStatus`):
 version 1 stored both as `failed` with a text marker in `failure_reason`, which this migration
@@ -36,7 +38,16 @@ from sqlalchemy.schema import CreateTable
 
 from workers.status import TrialStatus
 
-from .schema import REPLICA_RUNG_FIELDS, TRIAL_STATUSES, Base, RungModel, SchemaVersionModel, TrialModel, utcnow
+from .schema import (
+    INFERENCE_COST_FIELDS,
+    REPLICA_RUNG_FIELDS,
+    TRIAL_STATUSES,
+    Base,
+    RungModel,
+    SchemaVersionModel,
+    TrialModel,
+    utcnow,
+)
 
 SCHEMA_LOCK_KEY = 0x7265736E6173  # "resnas": the PostgreSQL advisory-lock key for schema changes
 
@@ -121,14 +132,24 @@ def _budget_ladder(connection: Connection) -> None:
         connection.exec_driver_sql(f"ALTER TABLE {TrialModel.__tablename__} ADD COLUMN branch_flops {kind}")
 
 
-def _replica_rungs(connection: Connection) -> None:
-    """A replica rung's width, parameters, tokens per parameter (its own and the target's) and path flag."""
-    columns = {c["name"] for c in inspect(connection).get_columns(RungModel.__tablename__)}
-    table = _table(RungModel)
-    for name in REPLICA_RUNG_FIELDS:
+def _add_columns(connection: Connection, model: type[Base], names: tuple[str, ...]) -> None:
+    """Add the ORM's columns `names` to `model`'s table where it lacks them."""
+    columns = {c["name"] for c in inspect(connection).get_columns(model.__tablename__)}
+    table = _table(model)
+    for name in names:
         if name not in columns:
             kind = table.c[name].type.compile(dialect=connection.dialect)
-            connection.exec_driver_sql(f"ALTER TABLE {RungModel.__tablename__} ADD COLUMN {name} {kind}")
+            connection.exec_driver_sql(f"ALTER TABLE {model.__tablename__} ADD COLUMN {name} {kind}")
+
+
+def _replica_rungs(connection: Connection) -> None:
+    """A replica rung's width, parameters, tokens per parameter (its own and the target's) and path flag."""
+    _add_columns(connection, RungModel, REPLICA_RUNG_FIELDS)
+
+
+def _inference_costs(connection: Connection) -> None:
+    """A trial's KV-cache bytes and decode FLOPs per token."""
+    _add_columns(connection, TrialModel, INFERENCE_COST_FIELDS)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -140,6 +161,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(3, "budget ladder: rungs table, trials.branch_flops", _budget_ladder),
     Migration(4, "replica rungs: width, parameters, tokens per parameter, on-path flag", _replica_rungs),
+    Migration(5, "trials' counted inference costs: KV-cache bytes and decode FLOPs per token", _inference_costs),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 

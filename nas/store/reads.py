@@ -43,6 +43,7 @@ class StoreReads(StoreSession):
             *(getattr(r, name) for name in RUNG_FIELDS),
             t.residual,
             t.executed_flops_per_token,
+            t.kv_bytes_per_token,
         ]
         with self._session(write=False) as s:
             search = self._search(s, search_name)

@@ -97,6 +97,8 @@ class TrialRow:
     peak_memory_mb: float | None
     seed: int | None
     branch_flops: float | None
+    kv_bytes_per_token: float | None = None  # counted at seq_len (`nas.space.objectives`); None in older stores
+    decode_flops_per_token: float | None = None
 
 
 @dataclass(frozen=True)
@@ -119,3 +121,4 @@ class RungRow:
     on_path: bool | None
     residual: str | None
     executed_flops_per_token: float | None
+    kv_bytes_per_token: float | None = None  # the trial's, stored when it started (`nas.space.objectives`)

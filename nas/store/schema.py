@@ -70,6 +70,8 @@ RESULT_FLOAT_FIELDS = (
     "branch_flops",
 )
 RESULT_INT_FIELDS = ("tokens_seen", "planned_tokens", "steps", "seed")
+# A config's counted inference costs at its seq_len (`nas.space.objectives`): known when a trial starts.
+INFERENCE_COST_FIELDS = ("kv_bytes_per_token", "decode_flops_per_token")
 # Architecture fields copied out of the config for filtering.
 ARCH_FIELDS = ("residual", "n_layers", "d_model", "n_heads", "mod_rate")
 # `workers.trial.width_probe.WidthCertificate`, one column each on `width_certificates`.
@@ -260,6 +262,8 @@ class TrialModel(Base):
     step_time_share: Mapped[float | None] = mapped_column(SafeFloat)
     peak_memory_mb: Mapped[float | None] = mapped_column(SafeFloat)
     branch_flops: Mapped[float | None] = mapped_column(SafeFloat)  # ladder: FLOPs of the cooldown branches
+    kv_bytes_per_token: Mapped[float | None] = mapped_column(SafeFloat)  # counted at seq_len; NULL before v5
+    decode_flops_per_token: Mapped[float | None] = mapped_column(SafeFloat)
     seed: Mapped[int | None] = mapped_column(BigInteger)
 
     @classmethod

@@ -89,9 +89,18 @@ class StoreWrites(StoreSession):
 
     @retried
     def start_trial(
-        self, search_name: str, *, number: int, attempt: int = 0, config: dict, optuna_trial_number: int | None = None
+        self,
+        search_name: str,
+        *,
+        number: int,
+        attempt: int = 0,
+        config: dict,
+        optuna_trial_number: int | None = None,
+        kv_bytes_per_token: float | None = None,
+        decode_flops_per_token: float | None = None,
     ) -> int:
-        """Record trial `number` as running; return its id.
+        """Record trial `number` as running, with its config's counted inference costs (`TrialTicket`'s);
+        return its id.
 
         A retry (same number, higher `attempt`, earlier try not completed) reuses the row: the
         earlier try's status and reason move to `previous_attempts` and its results are cleared.
@@ -122,6 +131,8 @@ class StoreWrites(StoreSession):
                 # Known from the config before any training (the search samples it): rung promotion
                 # compares running trials on it.
                 executed_flops_per_token=config.get("executed_flops_per_token"),
+                kv_bytes_per_token=kv_bytes_per_token,
+                decode_flops_per_token=decode_flops_per_token,
                 **_arch_columns(config),
             ).items():
                 setattr(trial, key, value)

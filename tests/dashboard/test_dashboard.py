@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.fidelity import GOALS
 from dashboard import reads as data
-from dashboard.cost import MEASURED, seconds_per_token
+from dashboard.cost import COUNTED, DECODE, KV_BYTES, MEASURED, seconds_per_token
 from dashboard.front_figures import hypervolume_figure, pareto_figure
 from dashboard.style import FAMILY_COLOURS, mod_symbol
 from dashboard.tables import fidelity_benchmark_frame, target_frame, trials_frame
@@ -33,6 +33,8 @@ from nas.answer.pareto import hypervolume_curve, pareto_rows, reference_point
 from nas.answer.decisions import rests_on, trial_facts
 from nas.answer.target import answer_at_target, at_target, front_at_target, predict_search
 from nas.store import Store, default_url
+from search_spaces.residual_lm import ArchConfig
+from search_spaces.residual_lm.decode_cost import kv_cache_bytes
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 INF = math.inf
@@ -715,6 +717,36 @@ def test_app_fronts_on_measured_seconds_per_token(app, rows, rungs1, predictions
     at.selectbox(key="table_search").set_value("exp1").run()
     table = at.dataframe[0].value.set_index("number")
     assert table["cost_ratio"].median() == pytest.approx(1.0) and table["cost_ratio"].notna().sum() == 7
+
+
+def test_app_fronts_on_kv_cache_bytes_and_decode_flops_per_token(app, rows, predictions1):
+    """Each inference axis draws the front non-dominated on (loss, that cost), counted from each config."""
+    at = _goto(app, "Pareto front")
+    at.multiselect(key="pareto_searches").set_value(["exp1"]).run()
+    at.radio(key="pareto_rung").set_value(TOP_REACHED_LABEL).run()
+    fronts = {}
+    for axis in (KV_BYTES, DECODE):
+        at.radio(key="pareto_axis").set_value(axis.name).run()
+        assert not at.exception, [e.message for e in at.exception]
+        (spec,) = _charts(at, "pareto_front")
+        fronts[axis.name] = [r.number for r in pareto_rows(rows["exp1"], key=axis.of)]
+        assert fronts[axis.name] and [c[1] for c in _named(spec, "front: exp1")["customdata"]] == fronts[axis.name]
+        assert spec["layout"]["xaxis"]["title"]["text"] == axis.title
+        assert not any("without a measured speed" in c.value for c in at.caption)
+    assert fronts[KV_BYTES.name] != [r.number for r in pareto_rows(rows["exp1"], key=COUNTED.of)]
+    at = _goto(at, "Target budget")
+    at.selectbox(key="target_search").set_value("exp1").run()
+    at.radio(key="target_axis").set_value(KV_BYTES.name).run()
+    assert not at.exception, [e.message for e in at.exception]
+    (target,) = _charts(at, "target_front")
+    on_kv = pareto_rows(at_target(rows["exp1"], predictions1), key=KV_BYTES.of)
+    assert [c[0] for c in _named(target, "front at T")["customdata"]] == [r.number for r in on_kv]
+    at = _goto(at, "Trial table")
+    at.selectbox(key="table_search").set_value("exp1").run()
+    table = at.dataframe[0].value.set_index("number")
+    done = next(r for r in rows["exp1"] if r.status == "completed")
+    arch = ArchConfig(**done.config["arch"])
+    assert table.loc[done.number, "kv_bytes_per_token"] == pytest.approx(kv_cache_bytes(arch, 128) / 128)
 
 
 def _charts(at, prefix: str) -> list[dict]:

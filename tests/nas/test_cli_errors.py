@@ -71,6 +71,8 @@ CASES = {
     "missing data file": (["--data", "/nonexistent/corpus.txt"], "--data"),
     "unreachable storage URL": (["--storage", "sqlite:////nonexistent-dir/x.db"], "nonexistent-dir"),
     "unknown sampler": (["--sampler", "hyperband"], "--sampler"),
+    "unknown objective": (["--objectives", "loss,flops,latency"], "--objectives: must be loss,flops or loss,flops,kv"),
+    "objectives without flops": (["--objectives", "loss,kv"], "--objectives"),
     "empty name": (["--name", " "], "--name"),
     "negative seed": (["--seed", "-1"], "--seed"),
     "seed beyond 32 bits": (["--seed", str(2**32)], "--seed"),

@@ -15,6 +15,7 @@ from nas.cli import app
 from nas.cli.commands import search
 from nas.search.settings import SearchSettings
 from nas.space.budget import Budget
+from nas.space.objectives import parse_objectives
 from workers.data.config import DataConfig
 from workers.training.train import OptimConfig
 
@@ -24,6 +25,7 @@ FIELD_OF = {"early_stop": (SearchSettings, "early_stopping"), "data": (DataConfi
 # Options whose None means "what the search space says, else the field's default".
 FROM_THE_SPACE = {"schedule": (OptimConfig, "schedule"), "cooldown": (OptimConfig, "cooldown")}
 CLI_ONLY = {"name", "space", "storage", "progress"}  # nothing a config holds
+PARSED = {"objectives": parse_objectives}  # options given as text the field parses ("loss,flops")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,6 +57,7 @@ def test_every_search_option_has_its_fields_default():
         field = field_for(name)
         assert field is not None, f"--{name} sets no field of {[m.__name__ for m in MODELS]}: add it to CLI_ONLY"
         expected = ... if field.default is PydanticUndefined else field.default
+        cli_default = PARSED[name](cli_default) if name in PARSED else cli_default
         assert cli_default == expected, f"--{name}: the CLI's default {cli_default!r}, the model's {expected!r}"
         checked.add(name)
     assert {"trial_flops", "rungs", "eta", "workers", "sampler", "stop_grace", "tokenizer", "data"} <= checked

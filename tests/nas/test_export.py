@@ -267,3 +267,20 @@ def test_the_export_carries_the_schedule_the_trials_ran_and_older_files_read_as_
     older = tmp_path / "older.yaml"
     older.write_text(yaml.safe_dump(raw))
     assert load_exported(older).optim.schedule == "cosine"
+
+
+def test_each_export_carries_its_configs_counted_kv_bytes_and_decode_flops(pareto_export):
+    """The YAML's provenance and index.json carry KV-cache bytes per token at the config's seq_len (its context)
+    and decode FLOPs per token, exactly as `search_spaces.residual_lm.decode_cost` counts them."""
+    from search_spaces.residual_lm.decode_cost import decode_cost, kv_cache_bytes
+
+    out, paths = pareto_export
+    index = {c["trial"]: c for c in json.loads((out / "index.json").read_text())["configs"]}
+    for path in paths:
+        exported = load_exported(path)
+        arch, prov = exported.arch, exported.provenance
+        assert prov.kv_context == arch.seq_len == 32
+        assert prov.kv_bytes_per_token == kv_cache_bytes(arch, arch.seq_len) / arch.seq_len
+        assert prov.decode_flops_per_token == decode_cost(arch, arch.seq_len).flops_per_token
+        entry = index[prov.trial]
+        assert (entry["kv_context"], entry["kv_bytes_per_token"]) == (prov.kv_context, prov.kv_bytes_per_token)

@@ -47,7 +47,7 @@ def test_the_compact_table_reads_in_120_columns_and_wide_has_every_column(tmp_pa
     assert "80% bands calibrated on 6 held-out rungs" in text and "uncalibrated" not in text
     wide, _ = front_report("s", rows, rungs, budget, answer, wide=True)
     assert [c.header for c in wide.columns] == list(WIDE_COLUMNS) and len(COMPACT_COLUMNS) < len(WIDE_COLUMNS)
-    assert "top rung: rung 1 on the curve" in render(wide, [], 240)
+    assert "top rung: rung 1 on the curve" in render(wide, [], 260)
 
 
 def test_a_search_with_too_few_held_out_rungs_says_its_bands_are_uncalibrated(tmp_path):

@@ -215,7 +215,7 @@ def test_every_trial_result_and_certificate_field_is_stored():
 
 def test_schema_is_created_once_and_versioned(store_url):
     with Store(store_url) as first:
-        assert first.schema_version() == SCHEMA_VERSION == 4
+        assert first.schema_version() == SCHEMA_VERSION == 5
         new_search(first)
     with Store(store_url) as again:  # reopening keeps the data and the version
         assert again.schema_version() == SCHEMA_VERSION and again.get_search("s1").name == "s1"

@@ -11,7 +11,10 @@ import pytest
 from sqlalchemy import create_engine, make_url, text
 
 from nas.search.launch import finished_trial_numbers
+from nas.space.objectives import kv_bytes_of
 from nas.store import SCHEMA_VERSION, Store, StoreError, default_url
+from search_spaces.residual_lm import ArchConfig
+from search_spaces.residual_lm.decode_cost import kv_cache_bytes
 from workers.status import TrialStatus
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -42,7 +45,7 @@ def v1_url(request, tmp_path):
 
 def test_a_version_1_store_is_upgraded_on_open(v1_url):
     with Store(v1_url) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 4
+        assert store.schema_version() == SCHEMA_VERSION == 5
         rows = {r.number: r for r in store.trials("old")}
         assert [rows[n].status for n in range(4)] == [
             TrialStatus.COMPLETED,
@@ -82,6 +85,10 @@ def test_a_version_1_store_is_upgraded_on_open(v1_url):
             20.5,
             False,
         )
+        # version 5: no stored inference costs; readers count them from the stored architecture.
+        arch = ArchConfig(residual="nag", n_layers=2)
+        assert rows[0].kv_bytes_per_token is None and rows[0].decode_flops_per_token is None
+        assert kv_bytes_of(rows[0]) == kv_cache_bytes(arch, arch.seq_len) / arch.seq_len
         # Only final trials count towards the search: the retry and the interrupted one do not.
         assert finished_trial_numbers(store, "old") == {0, 3}
         summary = store.list_searches()[0]

@@ -100,6 +100,10 @@ class Provenance(_Frozen):
     trial: int = Field(ge=0)
     proxy_val_loss: float
     executed_flops_per_token: float | None = None  # as the store recorded it for the proxy
+    # counted inference costs (nas.space.objectives): KV-cache bytes and decode FLOPs per token at kv_context
+    kv_context: int | None = None  # the config's seq_len
+    kv_bytes_per_token: float | None = None
+    decode_flops_per_token: float | None = None
     proxy_budget_flops: float | None = None
     tokens_seen: int | None = None
     code_version: str | None = None  # the code the search ran

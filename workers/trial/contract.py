@@ -49,12 +49,14 @@ TICKET_KEY = "resnas_ticket"  # the one key of a Tune trial's config that is not
 @dataclass(frozen=True)
 class TrialTicket:
     """What the search computed about one sampled config: its number (the Optuna trial's, which is the store's),
-    its executed forward FLOPs per token (inf when the config is invalid), and why it will not be trained
-    (None: it will be)."""
+    its executed forward FLOPs per token (inf when the config is invalid), why it will not be trained
+    (None: it will be), and its counted inference costs at its seq_len (None when the config is invalid)."""
 
     number: int
     executed_flops_per_token: float
     infeasible_reason: str | None = None
+    kv_bytes_per_token: float | None = None
+    decode_flops_per_token: float | None = None
 
 
 def with_ticket(knobs: Mapping[str, Any], ticket: TrialTicket) -> dict[str, Any]:
