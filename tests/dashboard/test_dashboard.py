@@ -29,8 +29,8 @@ from dashboard.trial_figures import (
     width_figure,
 )
 from dashboard.width_advice import WidthPoint, width_advice
-from nas.answer.pareto import hypervolume_curve, pareto_rows, reference_point
 from nas.answer.decisions import rests_on, trial_facts
+from nas.answer.pareto import hypervolume_curve, pareto_rows, reference_point
 from nas.answer.target import answer_at_target, at_target, front_at_target, predict_search
 from nas.store import Store, default_url
 from search_spaces.residual_lm import ArchConfig
