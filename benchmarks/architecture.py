@@ -83,8 +83,8 @@ def _accuracy(predicted, true, truth: Truth, archs) -> dict:
 
 
 def truth_ceilings(truth: Truth, archs: Mapping[int, Architecture]) -> dict:
-    """Seed 0 against seed 1 of the truth: tau, architecture tau and decision accuracy (on the contrasts that the
-    mean of both seeds resolves): what one more truth run would agree."""
+    """Seed 0 against seed 1 of the truth: tau, architecture tau and decision accuracy (seed 0 ordering the
+    contrasts that seed 1 resolves): what one more truth run would agree."""
     seeds = [{c: v[s] for c, v in truth.runs.items() if len(v) > s} for s in (0, 1)]
     accuracy = _accuracy(seeds[0], seeds[1], truth, archs)
     return {

@@ -58,5 +58,5 @@ def _apart_from_size(ax, name: str, section: dict) -> None:
     ax.axvline(best_size, color="k", ls="--", lw=1, label=f"best size rule's tau {best_size:.2f}")
     ax.set_yticks(y, [label[:48] for label in labels], fontsize=7)
     ax.set(xlabel="apart from size (resolvable contrasts: "
-           f"{ceiling['resolvable']})", title=f"{name}: architecture, not size")  # fmt: skip
+           f"{ceiling['resolvable_contrasts']['all']})", title=f"{name}: architecture, not size")  # fmt: skip
     ax.legend(fontsize=7, loc="lower right")
