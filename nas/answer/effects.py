@@ -1,0 +1,457 @@
+"""What a search learned about each knob: its signed effect on the predicted loss at the target T, at matched cost,
+with an 80% interval, and its importance.
+
+**The estimator: weighted least squares with size as a covariate.** Each completed trial i gives y_i, its predicted
+loss at T (`nas.answer.target`), and s_i, that prediction's standard deviation: half its calibrated 80% band over
+z = 1.2816 (the band is central, `BAND_LEVEL`), or without a band the study's seed noise carried to T
+(`Answer.noise_at_target`). The model is
+
+    y_i = b0 + g(x_i) + sum_k beta_k z_ik + e_i,    Var(e_i) = s_i^2 + tau^2
+
+- x_i, the size held fixed: ln of executed FLOPs per token (`at_equal="flops"`) or ln parameters (`"params"`),
+  g(x) = c1 x + c2 x^2 (the size trend of `nas.answer.decisions.size_trend`, in the same variable).
+- z_ik, the knobs' encodings (`knob_terms`): a categorical knob (residual family, MoD granularity) as indicators of
+  each level against a reference level (cascaded, sublayer, else the space's first choice); a numeric knob in log
+  scale when it is a size or a rate that acts multiplicatively (depth, width, heads, MLP ratio, learning rate, ANCRe
+  temperature, or log-sampled in the space), linear otherwise (MoD rate, MoD period, warm-up, weight decay). A knob
+  that acts only under another (ANCRe's temperature under ancre, the MoD period and granularity under a MoD rate
+  above 0) is its encoding centred over the trials where it acts, times that condition.
+- At equal size the shape has one free dimension: depth enters and width is left out (it follows from size and
+  depth), so depth's effect is "deeper and narrower at the same cost", the depth-vs-width decision.
+- tau^2, the scatter the knobs and the size trend do not explain, by moments: the mean squared residual of an
+  unweighted fit less the mean s_i^2 (at least 0). The weights 1 / (s_i^2 + tau^2) then trust a trial with a
+  tight band more without letting one tight band outweigh the misfit every trial shares.
+
+A term's effect is beta_k times its step: a level against the reference, x2 for a log knob (beta ln 2), the
+searched range's low to high for a linear one (MoD rate 0 -> its searched maximum). Negative is better: the step
+lowers the loss at T.
+
+Why a regression and not a GP posterior: a search has tens of trials over up to a dozen knobs; a linear model in
+the knobs' natural scales answers "what does this knob do, other things equal" in one number per knob with an
+interval a bootstrap can carry, where a GP's answer is a surface whose marginal effect depends on where it is read.
+
+**The interval** (80%) is a bootstrap (`BOOTSTRAP` draws) that carries both sources of error: each draw resamples
+the trials with replacement (the search's sampling of the space) and perturbs each y_i by N(0, s_i^2) (its
+prediction's own uncertainty), refits, and takes the draws' 10th and 90th percentiles of each effect.
+
+**Not resolved** is a term the search barely varied (fewer than 2 levels with at least 2 trials each; a continuous
+knob's values are binned in quarters of its searched range), one collinear with size (R^2 of its encoding on the
+size trend above `COLLINEAR`) or with the other terms (the design is then rank-deficient in it), one whose
+interval spans zero, or one with too few trials for the fit.
+
+**Importance** comes from Optuna's own evaluators (`optuna.importance.get_param_importances`) on an in-memory
+study of the trials' sampled values and their predicted losses at T as values; its default evaluator in Optuna 5
+is PED-ANOVA (`PedAnovaImportanceEvaluator`). It ranks knobs by how much of the spread of the loss at T they
+explain, unsigned and not at matched cost: beside the effects, not instead of them.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+__all__ = [
+    "AT_EQUAL",
+    "BOOTSTRAP",
+    "COLLINEAR",
+    "Effect",
+    "Effects",
+    "Knob",
+    "Observation",
+    "estimate_effects",
+    "knob_terms",
+    "knobs_of",
+    "observations",
+    "param_importances",
+    "partial_dependence",
+    "search_effects",
+]
+
+AT_EQUAL = {"flops": "FLOPs per token", "params": "parameters", "shape": "shape"}  # what a fit holds fixed
+BOOTSTRAP = 400  # bootstrap draws of each interval
+COLLINEAR = 0.999  # R^2 of a term on the size trend (or on the other terms) above which it is not identified
+Z80 = 1.2816  # the standard normal's 90th percentile: an 80% central band is +-1.2816 sd
+LOG_KNOBS = ("n_layers", "d_model", "n_heads", "mlp_ratio", "lr", "ancre_tau")
+REFERENCE = {"residual": "cascaded", "mod_granularity": "sublayer"}
+SHAPE = ("n_layers", "d_model")  # at equal size, the first of these searched enters; the other follows from size
+CONDITIONS = {  # knob -> (the knob it acts under, the condition on that knob's value)
+    "ancre_tau": ("residual", lambda v: v == "ancre"),
+    "mod_every": ("mod_rate", lambda v: float(v or 0.0) > 0.0),
+    "mod_granularity": ("mod_rate", lambda v: float(v or 0.0) > 0.0),
+}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A searched knob: `levels` (a categorical's choices, the first the reference) or a numeric range
+    (`low`, `high`) read in log scale or linearly."""
+
+    name: str
+    scale: str  # "levels", "log" or "linear"
+    levels: tuple = ()
+    low: float = 0.0
+    high: float = 0.0
+
+    def encode(self, value) -> float:
+        return math.log(float(value)) if self.scale == "log" else float(value)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One trial as the effects read it: its sampled knob values, predicted loss at T and that prediction's sd
+    (None: unknown), its executed FLOPs per token and parameters."""
+
+    knobs: Mapping[str, object]
+    loss: float
+    sd: float | None
+    flops: float
+    params: float
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One term's effect on the loss at T for its `step`, with its 80% interval; `reason` says why it is not
+    resolved ("" when it is)."""
+
+    knob: str
+    step: str
+    effect: float | None
+    low: float | None
+    high: float | None
+    reason: str = ""
+    importance: float | None = None
+    level: str | None = None  # a categorical level's name, against `reference`
+    reference: str | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return not self.reason
+
+    def sentence(self, at_equal: str) -> str:
+        """The effect in words, e.g. 'at T, ancre beats cascaded by 0.020 [0.010, 0.030] nats at equal FLOPs per
+        token'."""
+        size = f"at equal {AT_EQUAL[at_equal]}"
+        gain, lo, hi = -(self.effect or 0.0), -(self.high or 0.0), -(self.low or 0.0)
+        if self.level is not None:
+            verb = "beats" if gain > 0 else "trails"
+            subject = f"{self.level} {verb} {self.reference}"
+        else:
+            verb = "lowers" if gain > 0 else "raises"
+            subject = f"{self.knob} {self.step} {verb} the loss"
+        if gain < 0:
+            gain, lo, hi = -gain, -hi, -lo
+        return f"at T, {subject} by {gain:.3f} [{lo:.3f}, {hi:.3f}] nats {size}"
+
+    def as_dict(self) -> dict:
+        keys = ("knob", "step", "effect", "low", "high", "reason", "importance", "level", "reference")
+        return {k: getattr(self, k) for k in keys} | {"resolved": self.resolved}
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Every term's Effect at T, holding `at_equal` fixed, from `trials` trials; `evaluator` names Optuna's
+    importance evaluator."""
+
+    at_equal: str
+    target: float | None
+    trials: int
+    effects: list[Effect]
+    evaluator: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def sentences(self) -> list[str]:
+        return [e.sentence(self.at_equal) for e in self.effects if e.resolved]
+
+    def as_dict(self) -> dict:
+        return {
+            "at_equal": self.at_equal,
+            "target_flops": self.target,
+            "trials": self.trials,
+            "interval": "80% bootstrap (trials resampled, each prediction perturbed within its band)",
+            "importance_evaluator": self.evaluator,
+            "effects": [e.as_dict() for e in self.effects],
+            "in_words": self.sentences(),
+            "notes": self.notes,
+        }
+
+
+def knobs_of(distributions: Mapping[str, object]) -> list[Knob]:
+    """The space's searched knobs (Optuna distributions by name) as Knobs (module docstring: their scales)."""
+    out = []
+    for name, d in distributions.items():
+        choices = tuple(getattr(d, "choices", ()))
+        if choices and not all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices):
+            reference = REFERENCE.get(name, choices[0])
+            levels = (reference, *(c for c in choices if c != reference)) if reference in choices else choices
+            out.append(Knob(name, "levels", levels))
+            continue
+        low, high = (min(choices), max(choices)) if choices else (d.low, d.high)
+        log = (getattr(d, "log", False) or name in LOG_KNOBS) and low > 0
+        out.append(Knob(name, "log" if log else "linear", choices, float(low), float(high)))
+    return out
+
+
+def _active(knob: Knob, obs: Observation) -> bool:
+    if knob.name not in CONDITIONS:
+        return True
+    parent, holds = CONDITIONS[knob.name]
+    return parent not in obs.knobs or bool(holds(obs.knobs[parent]))
+
+
+def knob_terms(knob: Knob, rows: Sequence[Observation]) -> list[tuple[Effect, np.ndarray, str]]:
+    """The knob's design columns, each with its (unfitted) Effect and the reason it is not identified by how the
+    search varied it ("" when it is)."""
+    active = np.array([_active(knob, o) and knob.name in o.knobs for o in rows])
+    if knob.scale == "levels":
+        values = [o.knobs.get(knob.name) for o in rows]
+        reference = knob.levels[0]
+        out = []
+        for level in knob.levels[1:]:
+            column = np.array([float(a and v == level) for a, v in zip(active, values, strict=True)])
+            counts = [sum(a and v == x for a, v in zip(active, values, strict=True)) for x in (reference, level)]
+            reason = "" if min(counts) >= 2 else f"barely varied ({counts[1]} {level}, {counts[0]} {reference})"
+            step = f"{level} vs {reference}"
+            out.append((Effect(knob.name, step, None, None, None, level=str(level), reference=str(reference)),
+                        column, reason))  # fmt: skip
+        return out
+    encoded = np.array([knob.encode(o.knobs[knob.name]) if a else 0.0 for a, o in zip(active, rows, strict=True)])
+    if active.any():
+        encoded = np.where(active, encoded - encoded[active].mean(), 0.0)
+    step = "x2" if knob.scale == "log" else f"{knob.low:g} -> {knob.high:g}"
+    return [(Effect(knob.name, step, None, None, None), encoded, _varied(knob, rows, active))]
+
+
+def _varied(knob: Knob, rows: Sequence[Observation], active: np.ndarray) -> str:
+    """ "" when the search set the knob to at least 2 levels with at least 2 trials each (a continuous knob's
+    values binned in quarters of its searched range), else why not."""
+    values = [knob.encode(o.knobs[knob.name]) for a, o in zip(active, rows, strict=True) if a]
+    lo, hi = knob.encode(knob.low), knob.encode(knob.high)
+    if not knob.levels and hi > lo:
+        values = [min(3, int(4 * (v - lo) / (hi - lo))) for v in values]
+    counts = {v: values.count(v) for v in set(values)}
+    if sum(c >= 2 for c in counts.values()) >= 2:
+        return ""
+    return "held constant" if len(counts) <= 1 else f"barely varied ({len(values)} trials over {len(counts)} values)"
+
+
+def _size_columns(rows: Sequence[Observation], at_equal: str) -> np.ndarray:
+    """The size trend's columns, c1 x + c2 x^2 with x centred (none at equal shape)."""
+    if at_equal == "shape":
+        return np.zeros((len(rows), 0))
+    x = np.log([o.flops if at_equal == "flops" else o.params for o in rows])
+    x = x - x.mean()
+    return np.column_stack([x, x**2])
+
+
+def _r2(column: np.ndarray, others: np.ndarray) -> float:
+    """R^2 of `column` on an intercept and `others` (1.0 for a constant column)."""
+    centred = column - column.mean()
+    total = float(centred @ centred)
+    if total <= 1e-12 * max(1.0, float(column @ column)):
+        return 1.0
+    design = np.column_stack([np.ones(len(column)), others])
+    fitted = design @ np.linalg.lstsq(design, column, rcond=None)[0]
+    return 1.0 - float(np.sum((column - fitted) ** 2)) / total
+
+
+def _identified(terms: list, size: np.ndarray) -> list:
+    """The terms with their reasons, collinear ones marked: with size first, then with the other terms kept."""
+    out = []
+    for effect, column, reason in terms:
+        if not reason and size.shape[1] and _r2(column, size) > COLLINEAR:
+            reason = f"collinear with size (R^2 {_r2(column, size):.4f})"
+        out.append((effect, column, reason))
+    for i, (effect, column, reason) in enumerate(out):
+        if reason:
+            continue
+        kept = [c for j, (_, c, r) in enumerate(out) if j != i and not r]
+        if _r2(column, np.column_stack([size, *kept]) if kept else size) > COLLINEAR:
+            out[i] = (effect, column, "collinear with size and the other knobs (rank-deficient)")
+    return out
+
+
+def _wls(design: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    root = np.sqrt(weights)
+    return np.linalg.lstsq(design * root[:, None], y * root, rcond=None)[0]
+
+
+def _fit_weights(design: np.ndarray, y: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """1 / (s_i^2 + tau^2), tau^2 by moments from an unweighted fit (module docstring)."""
+    residual = y - design @ _wls(design, y, np.ones(len(y)))
+    dof = max(1, len(y) - design.shape[1])
+    tau2 = max(0.0, float(residual @ residual) / dof - float(np.mean(sd**2)))
+    return 1.0 / np.maximum(sd**2 + tau2, 1e-12)
+
+
+def _scale(effect: Effect, knob: Knob) -> float:
+    """The step's length in the term's encoding."""
+    if knob.scale == "levels":
+        return 1.0
+    return math.log(2.0) if knob.scale == "log" else knob.high - knob.low
+
+
+def estimate_effects(
+    rows: Sequence[Observation],
+    knobs: Sequence[Knob],
+    at_equal: str = "flops",
+    target: float | None = None,
+    noise: float | None = None,
+    seed: int = 0,
+) -> Effects:
+    """Each knob's Effect on the loss at T holding `at_equal` fixed (module docstring). `noise`: the sd of a
+    prediction without one of its own."""
+    if at_equal not in AT_EQUAL:
+        raise ValueError(f"at_equal must be one of {', '.join(AT_EQUAL)}, not {at_equal!r}")
+    rows = [o for o in rows if math.isfinite(o.loss) and o.flops > 0 and o.params > 0]
+    by_name = {k.name: k for k in knobs}
+    shape = [k for k in SHAPE if k in by_name]
+    left_out = {shape[1]: f"follows from size and {shape[0]} at equal {AT_EQUAL[at_equal]}"} if (
+        at_equal != "shape" and len(shape) == 2) else {}  # fmt: skip
+    terms = [t for k in knobs if k.name not in left_out for t in knob_terms(k, rows)]
+    size = _size_columns(rows, at_equal)
+    terms = _identified(terms, size)
+    fitted = [(e, c) for e, c, r in terms if not r]
+    notes = []
+    if len(rows) < len(fitted) + size.shape[1] + 3:
+        notes.append(f"{len(rows)} trials for {len(fitted)} knob terms: too few to fit")
+        terms = [(e, c, r or "too few trials for the fit") for e, c, r in terms]
+        fitted = []
+    draws = _bootstrap(rows, size, [c for _, c in fitted], noise, seed) if fitted else np.zeros((0, 0))
+    point = _point(rows, size, [c for _, c in fitted], noise) if fitted else np.zeros(0)
+    out, index = [], {id(e): i for i, (e, _) in enumerate(fitted)}
+    for effect, _, reason in terms:
+        if reason:
+            out.append(replace(effect, reason=reason))
+            continue
+        i, step = index[id(effect)], _scale(effect, by_name[effect.knob])
+        low, high = (float(q) * step for q in np.nanpercentile(draws[:, i], [10, 90]))
+        value = float(point[i]) * step
+        reason = "interval spans 0" if low <= 0.0 <= high else ""
+        out.append(replace(effect, effect=value, low=low, high=high, reason=reason))
+    out += [Effect(k, "-", None, None, None, reason=why) for k, why in left_out.items()]
+    return Effects(at_equal, target, len(rows), out, notes=notes)
+
+
+def _sds(rows: Sequence[Observation], noise: float | None) -> np.ndarray:
+    return np.array([o.sd if o.sd is not None else (noise or 0.0) for o in rows])
+
+
+def _design(size: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
+    return np.column_stack([np.ones(size.shape[0]), size, *columns])
+
+
+def _point(rows, size, columns, noise) -> np.ndarray:
+    """The knob terms' WLS coefficients."""
+    design, y, sd = _design(size, columns), np.array([o.loss for o in rows]), _sds(rows, noise)
+    return _wls(design, y, _fit_weights(design, y, sd))[1 + size.shape[1] :]
+
+
+def _bootstrap(rows, size, columns, noise, seed: int) -> np.ndarray:
+    """BOOTSTRAP draws of the knob terms' coefficients: trials resampled, each loss perturbed by N(0, s_i^2). A
+    draw in which a term is constant (or the design rank-deficient in it) gives NaN for it."""
+    rng = np.random.default_rng(seed)
+    design, y, sd = _design(size, columns), np.array([o.loss for o in rows]), _sds(rows, noise)
+    n, first = len(y), 1 + size.shape[1]
+    out = np.full((BOOTSTRAP, design.shape[1] - first), np.nan)
+    for b in range(BOOTSTRAP):
+        pick = rng.integers(0, n, n)
+        d, target = design[pick], y[pick] + rng.normal(0.0, 1.0, n) * sd[pick]
+        varied = np.ptp(d, axis=0) > 0
+        varied[0] = True
+        if np.linalg.matrix_rank(d[:, varied]) < varied.sum():
+            continue
+        coef = np.full(design.shape[1], np.nan)
+        coef[varied] = _wls(d[:, varied], target, _fit_weights(d[:, varied], target, sd[pick]))
+        out[b] = coef[first:]
+    return out
+
+
+def param_importances(rows: Sequence[Observation], distributions: Mapping[str, object]) -> tuple[dict[str, float], str]:
+    """(each knob's importance to the loss at T, the evaluator's name), from Optuna's default evaluator on an
+    in-memory study of the trials (values: the predicted losses at T). Empty when Optuna cannot evaluate it."""
+    import optuna
+    from optuna.importance import get_param_importances
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize")
+    trials = []
+    for o in rows:
+        params = {k: o.knobs[k] for k in distributions if k in o.knobs}
+        if not math.isfinite(o.loss) or len(params) < len(distributions):
+            continue
+        try:
+            trials.append(optuna.trial.create_trial(params=params, distributions=dict(distributions), value=o.loss))
+        except ValueError:
+            continue
+    study.add_trials(trials)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return dict(get_param_importances(study)), "PED-ANOVA (Optuna's default)"
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return {}, "PED-ANOVA (Optuna's default): not enough trials"
+
+
+def partial_dependence(
+    rows: Sequence[Observation], knobs: Sequence[Knob], knob: str, family: str | None, points: int = 12
+) -> list[tuple[float, float]]:
+    """The loss at T the fit at equal shape (no size term) gives along `knob`'s searched range for `family` (a
+    residual level; None: the reference), every other term at its trials' mean: [(value, loss)]. Empty when the
+    knob is not a numeric searched knob the fit identifies."""
+    by_name = {k.name: k for k in knobs}
+    if knob not in by_name or by_name[knob].scale == "levels":
+        return []
+    rows = [o for o in rows if math.isfinite(o.loss)]
+    size = _size_columns(rows, "shape")
+    kept = [(e, c) for e, c, r in _identified([t for k in knobs for t in knob_terms(k, rows)], size) if not r]
+    if len(rows) < len(kept) + 3 or not any(e.knob == knob for e, _ in kept):
+        return []
+    design, y = _design(size, [c for _, c in kept]), np.array([o.loss for o in rows])
+    coef = _wls(design, y, _fit_weights(design, y, _sds(rows, None)))
+    k = by_name[knob]
+    centre = float(np.mean([k.encode(o.knobs[knob]) for o in rows if knob in o.knobs and _active(k, o)]))
+    base = float(coef[0])
+    for b, (e, c) in zip(coef[1:], kept, strict=True):
+        if e.knob == "residual":
+            base += float(b) * (e.level == family)
+        elif e.knob != knob:
+            base += float(b) * float(c.mean())
+    slope = sum(float(b) for b, (e, _) in zip(coef[1:], kept, strict=True) if e.knob == knob)
+    grid = np.geomspace(k.low, k.high, points) if k.scale == "log" else np.linspace(k.low, k.high, points)
+    return [(float(x), base + slope * (k.encode(x) - centre)) for x in grid]
+
+
+def search_effects(rows: Sequence, answer, distributions: Mapping[str, object], at_equal: str = "flops") -> Effects:
+    """The Effects of a search's completed trial `rows` at its `answer`'s target, over the space's searched
+    knobs (`distributions`, Optuna's), with Optuna's importances beside them."""
+    from .decisions import trial_facts
+
+    found = observations(rows, answer, trial_facts(rows), list(distributions))
+    effects = estimate_effects(found, knobs_of(distributions), at_equal, answer.target, answer.noise)
+    importances, evaluator = param_importances(found, distributions)
+    out = [replace(e, importance=importances.get(e.knob)) for e in effects.effects]
+    return replace(effects, effects=out, evaluator=evaluator)
+
+
+def observations(
+    rows: Sequence, answer, facts: tuple[Mapping, Mapping, Mapping], searched: Sequence[str]
+) -> list[Observation]:
+    """The completed trial rows with a finite prediction in `answer` as Observations: their `searched` knob
+    values (from the row's config), the prediction and its sd (half its 80% band / Z80, else the seed noise at
+    T), and `facts` = `nas.answer.decisions.trial_facts(rows)` for FLOPs per token and parameters."""
+    _, flops, params = facts
+    out = []
+    for r in rows:
+        p = answer.predictions.get(r.number)
+        if p is None or not math.isfinite(p.loss) or r.number not in flops or r.number not in params:
+            continue
+        knobs = (r.config or {}).get("arch") or r.config or {}
+        values = {k: v for k, v in {**(r.config or {}), **knobs}.items() if k in searched}
+        sd = (p.high - p.low) / 2.0 / Z80 if p.low is not None and p.high is not None else None
+        sd = sd if sd is not None else answer.noise_at_target(r.number)
+        out.append(Observation(values, p.loss, sd, flops[r.number], params[r.number]))
+    return out
