@@ -103,13 +103,14 @@ class Knob:
 @dataclass(frozen=True)
 class Observation:
     """One trial as the effects read it: its sampled knob values, predicted loss at T and that prediction's sd
-    (None: unknown), its executed FLOPs per token and parameters."""
+    (None: unknown), its executed FLOPs per token and parameters (None: not counted; only a fit at equal
+    parameters reads them)."""
 
     knobs: Mapping[str, object]
     loss: float
     sd: float | None
     flops: float
-    params: float
+    params: float | None = None
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ def estimate_effects(
     prediction without one of its own."""
     if at_equal not in AT_EQUAL:
         raise ValueError(f"at_equal must be one of {', '.join(AT_EQUAL)}, not {at_equal!r}")
-    rows = [o for o in rows if math.isfinite(o.loss) and o.flops > 0 and o.params > 0]
+    rows = [o for o in rows if math.isfinite(o.loss) and o.flops > 0 and (at_equal != "params" or (o.params or 0) > 0)]
     by_name = {k.name: k for k in knobs}
     shape = [k for k in SHAPE if k in by_name]
     left_out = {shape[1]: f"follows from size and {shape[0]} at equal {AT_EQUAL[at_equal]}"} if (
@@ -430,7 +431,10 @@ def search_effects(rows: Sequence, answer, distributions: Mapping[str, object], 
     knobs (`distributions`, Optuna's), with Optuna's importances beside them."""
     from .decisions import trial_facts
 
-    found = observations(rows, answer, trial_facts(rows), list(distributions))
+    completed = [r for r in rows if str(r.status) == "completed" and r.executed_flops_per_token]
+    flops = {r.number: float(r.executed_flops_per_token) for r in completed}
+    params = trial_facts(completed)[2] if at_equal == "params" else {}  # counting builds each model: only if asked
+    found = observations(completed, answer, flops, params, list(distributions))
     effects = estimate_effects(found, knobs_of(distributions), at_equal, answer.target, answer.noise)
     importances, evaluator = param_importances(found, distributions)
     out = [replace(e, importance=importances.get(e.knob)) for e in effects.effects]
@@ -438,20 +442,19 @@ def search_effects(rows: Sequence, answer, distributions: Mapping[str, object], 
 
 
 def observations(
-    rows: Sequence, answer, facts: tuple[Mapping, Mapping, Mapping], searched: Sequence[str]
+    rows: Sequence, answer, flops: Mapping[int, float], params: Mapping[int, float], searched: Sequence[str]
 ) -> list[Observation]:
     """The completed trial rows with a finite prediction in `answer` as Observations: their `searched` knob
     values (from the row's config), the prediction and its sd (half its 80% band / Z80, else the seed noise at
-    T), and `facts` = `nas.answer.decisions.trial_facts(rows)` for FLOPs per token and parameters."""
-    _, flops, params = facts
+    T), their executed FLOPs per token and parameters (`nas.answer.decisions.trial_facts`; None where absent)."""
     out = []
     for r in rows:
         p = answer.predictions.get(r.number)
-        if p is None or not math.isfinite(p.loss) or r.number not in flops or r.number not in params:
+        if p is None or not math.isfinite(p.loss) or r.number not in flops:
             continue
         knobs = (r.config or {}).get("arch") or r.config or {}
         values = {k: v for k, v in {**(r.config or {}), **knobs}.items() if k in searched}
         sd = (p.high - p.low) / 2.0 / Z80 if p.low is not None and p.high is not None else None
         sd = sd if sd is not None else answer.noise_at_target(r.number)
-        out.append(Observation(values, p.loss, sd, flops[r.number], params[r.number]))
+        out.append(Observation(values, p.loss, sd, flops[r.number], params.get(r.number)))
     return out

@@ -103,3 +103,54 @@ def test_partial_dependence_follows_the_planted_mod_effect_per_family():
 def test_bad_at_equal_names_the_accepted_values():
     with pytest.raises(ValueError, match="at_equal must be one of flops, params, shape"):
         estimate_effects(planted(0), knobs_of(SPACE), "tokens")
+
+
+@pytest.fixture(scope="module")
+def planted_store(tmp_path_factory) -> str:
+    from planted_search import planted_search
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('effects') / 'planted.db'}"
+    planted_search(url)
+    return url
+
+
+def run_nas(*args: str):
+    from typer.testing import CliRunner
+
+    from nas.cli.commands import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_nas_effects_fits_in_120_columns_and_finds_the_planted_family_effect(planted_store):
+    from rich.console import Console
+
+    from nas.cli.effects_table import effects_report, load_effects
+    from nas.store import Store
+    from planted_search import ANCRE_EFFECT
+
+    with Store(planted_store) as store:
+        found = load_effects(store, "planted", "flops")
+    ancre = by_step(found)["ancre vs cascaded"]
+    assert ancre.resolved and ancre.low <= ANCRE_EFFECT <= ancre.high and ancre.importance is not None
+    assert by_step(found)["d_model"].reason.startswith("follows from size and n_layers")
+    table, lines = effects_report("planted", found)
+    console = Console(width=120, record=True, force_terminal=False)
+    console.print(table)
+    for line in lines:
+        console.print(line)
+    text = console.export_text()
+    assert all(len(line) <= 120 for line in text.splitlines()), max(map(len, text.splitlines()))
+    assert "ancre vs cascaded" in text and "at T, ancre trails cascaded by 0.0" in text
+
+
+def test_nas_effects_command_prints_the_table_and_names_bad_input(planted_store):
+    result = run_nas("effects", "planted", "--at-equal", "params", "--storage", planted_store)
+    assert result.exit_code == 0, result.output
+    assert "at equal parameters" in result.output and "80% interval" in result.output
+    bad = run_nas("effects", "planted", "--at-equal", "tokens", "--storage", planted_store)
+    assert bad.exit_code == 2 and bad.output.strip() == "error: --at-equal must be one of flops, params, not 'tokens'"
+    low = run_nas("effects", "planted", "--target-flops", "1e5", "--storage", planted_store)
+    assert low.exit_code == 2 and low.output.startswith("error: --target-flops must be above the search's top rung")
+    missing = run_nas("effects", "nope", "--storage", planted_store)
+    assert missing.exit_code == 2 and missing.output.startswith("error:") and "nope" in missing.output
