@@ -329,6 +329,9 @@ def estimate_effects(
             out.append(replace(effect, reason=reason))
             continue
         i, step = index[id(effect)], _scale(effect, by_name[effect.knob])
+        if np.isnan(draws[:, i]).mean() > 0.5:
+            out.append(replace(effect, reason="unidentified in most bootstrap draws"))
+            continue
         low, high = (float(q) * step for q in np.nanpercentile(draws[:, i], [10, 90]))
         value = float(point[i]) * step
         reason = "interval spans 0" if low <= 0.0 <= high else ""

@@ -154,3 +154,18 @@ def test_nas_effects_command_prints_the_table_and_names_bad_input(planted_store)
     assert low.exit_code == 2 and low.output.startswith("error: --target-flops must be above the search's top rung")
     missing = run_nas("effects", "nope", "--storage", planted_store)
     assert missing.exit_code == 2 and missing.output.startswith("error:") and "nope" in missing.output
+
+
+def test_nas_export_writes_the_effects_beside_the_configs(planted_store, tmp_path):
+    import json
+
+    from nas.export import export_configs
+    from nas.store import Store
+
+    with Store(planted_store) as store:
+        paths = export_configs(store, "planted", tmp_path / "out", pareto=True)
+    index = json.loads((tmp_path / "out" / "index.json").read_text())
+    assert paths and index["effects"]["at_equal"] == "flops" and index["effects"]["trials"] == 40
+    ancre = next(e for e in index["effects"]["effects"] if e["step"] == "ancre vs cascaded")
+    assert ancre["resolved"] and ancre["low"] <= 0.05 <= ancre["high"]
+    assert any(line.startswith("at T, ancre trails cascaded") for line in index["effects"]["in_words"])
