@@ -302,9 +302,10 @@ def estimate_effects(
     target: float | None = None,
     noise: float | None = None,
     seed: int = 0,
+    draws: int = BOOTSTRAP,
 ) -> Effects:
     """Each knob's Effect on the loss at T holding `at_equal` fixed (module docstring). `noise`: the sd of a
-    prediction without one of its own."""
+    prediction without one of its own; `draws`: the bootstrap's draws."""
     if at_equal not in AT_EQUAL:
         raise ValueError(f"at_equal must be one of {', '.join(AT_EQUAL)}, not {at_equal!r}")
     rows = [o for o in rows if math.isfinite(o.loss) and o.flops > 0 and (at_equal != "params" or (o.params or 0) > 0)]
@@ -321,7 +322,7 @@ def estimate_effects(
         notes.append(f"{len(rows)} trials for {len(fitted)} knob terms: too few to fit")
         terms = [(e, c, r or "too few trials for the fit") for e, c, r in terms]
         fitted = []
-    draws = _bootstrap(rows, size, [c for _, c in fitted], noise, seed) if fitted else np.zeros((0, 0))
+    boot = _bootstrap(rows, size, [c for _, c in fitted], noise, seed, draws) if fitted else np.zeros((0, 0))
     point = _point(rows, size, [c for _, c in fitted], noise) if fitted else np.zeros(0)
     out, index = [], {id(e): i for i, (e, _) in enumerate(fitted)}
     for effect, _, reason in terms:
@@ -329,10 +330,10 @@ def estimate_effects(
             out.append(replace(effect, reason=reason))
             continue
         i, step = index[id(effect)], _scale(effect, by_name[effect.knob])
-        if np.isnan(draws[:, i]).mean() > 0.5:
+        if np.isnan(boot[:, i]).mean() > 0.5:
             out.append(replace(effect, reason="unidentified in most bootstrap draws"))
             continue
-        low, high = (float(q) * step for q in np.nanpercentile(draws[:, i], [10, 90]))
+        low, high = (float(q) * step for q in np.nanpercentile(boot[:, i], [10, 90]))
         value = float(point[i]) * step
         reason = "interval spans 0" if low <= 0.0 <= high else ""
         out.append(replace(effect, effect=value, low=low, high=high, reason=reason))
@@ -354,14 +355,14 @@ def _point(rows, size, columns, noise) -> np.ndarray:
     return _wls(design, y, _fit_weights(design, y, sd))[1 + size.shape[1] :]
 
 
-def _bootstrap(rows, size, columns, noise, seed: int) -> np.ndarray:
+def _bootstrap(rows, size, columns, noise, seed: int, draws: int = BOOTSTRAP) -> np.ndarray:
     """BOOTSTRAP draws of the knob terms' coefficients: trials resampled, each loss perturbed by N(0, s_i^2). A
     draw in which a term is constant (or the design rank-deficient in it) gives NaN for it."""
     rng = np.random.default_rng(seed)
     design, y, sd = _design(size, columns), np.array([o.loss for o in rows]), _sds(rows, noise)
     n, first = len(y), 1 + size.shape[1]
-    out = np.full((BOOTSTRAP, design.shape[1] - first), np.nan)
-    for b in range(BOOTSTRAP):
+    out = np.full((draws, design.shape[1] - first), np.nan)
+    for b in range(draws):
         pick = rng.integers(0, n, n)
         d, target = design[pick], y[pick] + rng.normal(0.0, 1.0, n) * sd[pick]
         varied = np.ptp(d, axis=0) > 0
