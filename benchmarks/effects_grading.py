@@ -19,7 +19,8 @@ effect is nearly linear in the losses, so this is its standard error from seed-t
 **Graded**: the share of resolvable truth effects whose sign the answer's effect has (goal >= 90% on every corpus),
 and the share of all graded effects whose truth value lies in the answer's 80% interval (goal 70-90%); beside them,
 how many effects the answer itself calls resolved and how many of those have the truth's sign. Pooled over the
-`ORDERS` arrival orders (counts summed).
+`ORDERS` arrival orders (counts summed). A baseline without a search: the same effects from every config's top
+replica rung alone (T/10, seed 0), whether the proxies carry the truth's effects at all.
 
     python -m benchmarks.effects_grading            # writes benchmarks/results/effects.json (make effects)
 """
@@ -38,7 +39,7 @@ from nas.answer.calibration import BAND_LEVEL
 from nas.answer.effects import Observation, estimate_effects, knobs_of
 
 from .fidelity import CORPORA, DEFAULT_LAYOUT, LAYOUTS, configs, layout_budgets
-from .grading import ORDERS, SearchReplay, Truth, graded_rows
+from .grading import ORDERS, SearchReplay, Truth, graded_rows, losses_at
 from .harness import machine_info, read_table, write_json
 
 HERE = Path(__file__).resolve().parent
@@ -160,6 +161,8 @@ def corpus_grade(name: str) -> dict:
             search.close()
         replays.append({"grade": grade(truth_fx, answer_fx), "effects": answer_fx})
     pooled = _pooled([r["grade"] for r in replays])
+    top = losses_at(replica, budgets[-1])  # the top replica rung of every config, seed 0: no search, no curve
+    alone = effects_by_key(truth_rows(truth, knobs, top), space)
     return {
         "corpus": name,
         "configs": len(truth.runs),
@@ -170,6 +173,7 @@ def corpus_grade(name: str) -> dict:
         "table_order": replays[0],
         f"over_{ORDERS}_orders": pooled,
         "per_order": [r["grade"] for r in replays],
+        "baseline_top_replica_rung_alone": grade(truth_fx, alone) | {"effects_by_key": alone},
     }
 
 
