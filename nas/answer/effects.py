@@ -34,7 +34,7 @@ interval a bootstrap can carry, where a GP's answer is a surface whose marginal 
 the trials with replacement (the search's sampling of the space) and perturbs each y_i by N(0, s_i^2) (its
 prediction's own uncertainty), refits, and takes the draws' 10th and 90th percentiles of each effect.
 
-**Not resolved** is a term the search barely varied (fewer than 2 levels with at least 2 trials each; a continuous
+**Not resolved** is a term the search barely varied (fewer than 2 levels with at least 2 trials each; a float
 knob's values are binned in quarters of its searched range), one collinear with size (R^2 of its encoding on the
 size trend above `COLLINEAR`) or with the other terms (the design is then rank-deficient in it), one whose
 interval spans zero, or one with too few trials for the fit.
@@ -95,6 +95,7 @@ class Knob:
     levels: tuple = ()
     low: float = 0.0
     high: float = 0.0
+    continuous: bool = False  # a float range: its values are binned before counting levels
 
     def encode(self, value) -> float:
         return math.log(float(value)) if self.scale == "log" else float(value)
@@ -142,7 +143,9 @@ class Effect:
             subject = f"{self.level} {verb} {self.reference}"
         else:
             verb = "lowers" if gain > 0 else "raises"
-            subject = f"{self.knob} {self.step} {verb} the loss"
+            doubling = self.step.startswith("x2")
+            change = f"doubling {self.knob}{self.step[2:]}" if doubling else f"{self.knob} {self.step}"
+            subject = f"{change} {verb} the loss"
         if gain < 0:
             gain, lo, hi = -gain, -hi, -lo
         return f"at T, {subject} by {gain:.3f} [{lo:.3f}, {hi:.3f}] nats {size}"
@@ -192,7 +195,8 @@ def knobs_of(distributions: Mapping[str, object]) -> list[Knob]:
             continue
         low, high = (min(choices), max(choices)) if choices else (d.low, d.high)
         log = (getattr(d, "log", False) or name in LOG_KNOBS) and low > 0
-        out.append(Knob(name, "log" if log else "linear", choices, float(low), float(high)))
+        continuous = not choices and getattr(d, "step", None) is None
+        out.append(Knob(name, "log" if log else "linear", choices, float(low), float(high), continuous))
     return out
 
 
@@ -227,11 +231,11 @@ def knob_terms(knob: Knob, rows: Sequence[Observation]) -> list[tuple[Effect, np
 
 
 def _varied(knob: Knob, rows: Sequence[Observation], active: np.ndarray) -> str:
-    """ "" when the search set the knob to at least 2 levels with at least 2 trials each (a continuous knob's
-    values binned in quarters of its searched range), else why not."""
+    """ "" when the search set the knob to at least 2 levels with at least 2 trials each (a float knob's values
+    binned in quarters of its searched range), else why not."""
     values = [knob.encode(o.knobs[knob.name]) for a, o in zip(active, rows, strict=True) if a]
     lo, hi = knob.encode(knob.low), knob.encode(knob.high)
-    if not knob.levels and hi > lo:
+    if knob.continuous and hi > lo:
         values = [min(3, int(4 * (v - lo) / (hi - lo))) for v in values]
     counts = {v: values.count(v) for v in set(values)}
     if sum(c >= 2 for c in counts.values()) >= 2:
@@ -314,6 +318,9 @@ def estimate_effects(
     left_out = {shape[1]: f"follows from size and {shape[0]} at equal {AT_EQUAL[at_equal]}"} if (
         at_equal != "shape" and len(shape) == 2) else {}  # fmt: skip
     terms = [t for k in knobs if k.name not in left_out for t in knob_terms(k, rows)]
+    if left_out:  # depth's step at equal size: the left-out width follows
+        terms = [(replace(e, step=f"{e.step}, {shape[1]} following") if e.knob == shape[0] else e, c, r)
+                 for e, c, r in terms]  # fmt: skip
     size = _size_columns(rows, at_equal)
     terms = _identified(terms, size)
     fitted = [(e, c) for e, c, r in terms if not r]

@@ -134,6 +134,7 @@ def test_nas_effects_fits_in_120_columns_and_finds_the_planted_family_effect(pla
     ancre = by_step(found)["ancre vs cascaded"]
     assert ancre.resolved and ancre.low <= ANCRE_EFFECT <= ancre.high and ancre.importance is not None
     assert by_step(found)["d_model"].reason.startswith("follows from size and n_layers")
+    assert by_step(found)["n_layers"].step == "x2, d_model following"  # depth against width at equal FLOPs
     table, lines = effects_report("planted", found)
     console = Console(width=120, record=True, force_terminal=False)
     console.print(table)
