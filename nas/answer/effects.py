@@ -37,7 +37,10 @@ prediction's own uncertainty), refits, and takes the draws' 10th and 90th percen
 **Not resolved** is a term the search barely varied (fewer than 2 levels with at least 2 trials each; a float
 knob's values are binned in quarters of its searched range), one collinear with size (R^2 of its encoding on the
 size trend above `COLLINEAR`) or with the other terms (the design is then rank-deficient in it), one whose
-interval spans zero, or one with too few trials for the fit.
+interval spans zero, or one with too few trials for the fit (fewer than twice its coefficients). With fewer trials
+than the joint fit needs, each knob
+is fitted alone with size: the others then act as scatter, which the bootstrap carries, since the search sampled
+them independently of it.
 
 **Importance** comes from Optuna's own evaluators (`optuna.importance.get_param_importances`) on an in-memory
 study of the trials' sampled values and their predicted losses at T as values; its default evaluator in Optuna 5
@@ -324,28 +327,41 @@ def estimate_effects(
     size = _size_columns(rows, at_equal)
     terms = _identified(terms, size)
     fitted = [(e, c) for e, c, r in terms if not r]
-    notes = []
-    if len(rows) < len(fitted) + size.shape[1] + 3:
-        notes.append(f"{len(rows)} trials for {len(fitted)} knob terms: too few to fit")
-        terms = [(e, c, r or "too few trials for the fit") for e, c, r in terms]
-        fitted = []
-    boot = _bootstrap(rows, size, [c for _, c in fitted], noise, seed, draws) if fitted else np.zeros((0, 0))
-    point = _point(rows, size, [c for _, c in fitted], noise) if fitted else np.zeros(0)
-    out, index = [], {id(e): i for i, (e, _) in enumerate(fitted)}
-    for effect, _, reason in terms:
-        if reason:
-            out.append(replace(effect, reason=reason))
-            continue
-        i, step = index[id(effect)], _scale(effect, by_name[effect.knob])
-        if np.isnan(boot[:, i]).mean() > 0.5:
-            out.append(replace(effect, reason="unidentified in most bootstrap draws"))
-            continue
-        low, high = (float(q) * step for q in np.nanpercentile(boot[:, i], [10, 90]))
-        value = float(point[i]) * step
-        reason = "interval spans 0" if low <= 0.0 <= high else ""
-        out.append(replace(effect, effect=value, low=low, high=high, reason=reason))
+    notes, fits = [], {}
+    if _enough(rows, size, fitted):
+        fits = _fitted(rows, size, fitted, by_name, noise, seed, draws)
+    elif fitted:  # too few trials for every knob at once: each knob alone, with size
+        notes.append(f"{len(rows)} trials for {len(fitted)} knob terms: each knob fitted alone with size, the "
+                     "others left to the scatter (the search sampled them independently)")  # fmt: skip
+        for name in dict.fromkeys(e.knob for e, _ in fitted):
+            mine = [(e, c) for e, c in fitted if e.knob == name]
+            if _enough(rows, size, mine):
+                fits |= _fitted(rows, size, mine, by_name, noise, seed, draws)
+    out = [replace(e, reason=r) if r else fits.get(id(e), replace(e, reason="too few trials for the fit"))
+           for e, _, r in terms]  # fmt: skip
     out += [Effect(k, "-", None, None, None, reason=why) for k, why in left_out.items()]
     return Effects(at_equal, target, len(rows), out, notes=notes)
+
+
+def _enough(rows: Sequence, size: np.ndarray, terms: Sequence) -> bool:
+    """Whether a fit of `terms` has at least twice as many trials as coefficients (intercept, size, terms): fewer,
+    and resampled trials leave the design rank-deficient in too many bootstrap draws."""
+    return len(terms) > 0 and len(rows) >= 2 * (1 + size.shape[1] + len(terms))
+
+
+def _fitted(rows, size, fitted: list, by_name: Mapping[str, Knob], noise, seed: int, draws: int) -> dict[int, Effect]:
+    """The `fitted` terms' Effects (keyed by id of the unfitted one) from one WLS fit and its bootstrap."""
+    columns = [c for _, c in fitted]
+    boot, point, out = _bootstrap(rows, size, columns, noise, seed, draws), _point(rows, size, columns, noise), {}
+    for i, (effect, _) in enumerate(fitted):
+        step = _scale(effect, by_name[effect.knob])
+        if np.isnan(boot[:, i]).mean() > 0.5:
+            out[id(effect)] = replace(effect, reason="unidentified in most bootstrap draws")
+            continue
+        low, high = (float(q) * step for q in np.nanpercentile(boot[:, i], [10, 90]))
+        reason = "interval spans 0" if low <= 0.0 <= high else ""
+        out[id(effect)] = replace(effect, effect=float(point[i]) * step, low=low, high=high, reason=reason)
+    return out
 
 
 def _sds(rows: Sequence[Observation], noise: float | None) -> np.ndarray:

@@ -170,3 +170,12 @@ def test_nas_export_writes_the_effects_beside_the_configs(planted_store, tmp_pat
     ancre = next(e for e in index["effects"]["effects"] if e["step"] == "ancre vs cascaded")
     assert ancre["resolved"] and ancre["low"] <= 0.05 <= ancre["high"]
     assert any(line.startswith("at T, ancre trails cascaded") for line in index["effects"]["in_words"])
+
+
+def test_too_few_trials_for_every_knob_at_once_fits_each_knob_alone_with_size():
+    rows = planted(3, trials=12)  # 4 knob terms, 2 size terms and an intercept want 14 trials at once
+    effects = estimate_effects(rows, knobs_of(SPACE), "flops")
+    assert any("each knob fitted alone with size" in note for note in effects.notes)
+    ancre = by_step(effects)["ancre vs cascaded"]
+    assert ancre.effect is not None and ancre.low < ancre.high
+    assert by_step(effects)["mod_rate"].effect is not None
