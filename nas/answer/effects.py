@@ -325,18 +325,23 @@ def estimate_effects(
         terms = [(replace(e, step=f"{e.step}, {shape[1]} following") if e.knob == shape[0] else e, c, r)
                  for e, c, r in terms]  # fmt: skip
     size = _size_columns(rows, at_equal)
-    terms = _identified(terms, size)
-    fitted = [(e, c) for e, c, r in terms if not r]
+    varied, position = [(e, c, r) for e, c, r in terms if not r], {id(e): i for i, (e, _, _) in enumerate(terms)}
+    joint = _identified(terms, size)
+    fitted = [(e, c) for e, c, r in joint if not r]
     notes, fits = [], {}
     if _enough(rows, size, fitted):
-        fits = _fitted(rows, size, fitted, by_name, noise, seed, draws)
-    elif fitted:  # too few trials for every knob at once: each knob alone, with size
-        notes.append(f"{len(rows)} trials for {len(fitted)} knob terms: each knob fitted alone with size, the "
+        fits, terms = _fitted(rows, size, fitted, by_name, noise, seed, draws), joint
+    elif varied:  # too few trials for every knob at once: each knob alone with size, collinear with size alone
+        notes.append(f"{len(rows)} trials for {len(varied)} knob terms: each knob fitted alone with size, the "
                      "others left to the scatter (the search sampled them independently)")  # fmt: skip
-        for name in dict.fromkeys(e.knob for e, _ in fitted):
-            mine = [(e, c) for e, c in fitted if e.knob == name]
-            if _enough(rows, size, mine):
-                fits |= _fitted(rows, size, mine, by_name, noise, seed, draws)
+        terms = [(e, c, r) for e, c, r in terms if r]
+        for name in dict.fromkeys(e.knob for e, _, _ in varied):
+            mine = _identified([t for t in varied if t[0].knob == name], size)
+            terms += mine
+            kept = [(e, c) for e, c, r in mine if not r]
+            if _enough(rows, size, kept):
+                fits |= _fitted(rows, size, kept, by_name, noise, seed, draws)
+        terms.sort(key=lambda t: position[id(t[0])])
     out = [replace(e, reason=r) if r else fits.get(id(e), replace(e, reason="too few trials for the fit"))
            for e, _, r in terms]  # fmt: skip
     out += [Effect(k, "-", None, None, None, reason=why) for k, why in left_out.items()]
