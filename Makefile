@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo families test test-fast bench generation hf-perplexity precision proxy case-study claims service load search-efficiency fidelity ladder-efficiency replica-bias replica-wall index mod-published transfer tokenizers soak compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
+.PHONY: install demo families test test-fast bench generation hf-perplexity precision proxy case-study claims service load search-efficiency fidelity effects ladder-efficiency replica-bias replica-wall index mod-published transfer tokenizers soak compile-cpu gpu-session-smoke gpu-session-prepare gpu-kernels reference-ops lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,11 @@ fidelity: $(STAMP)
 	done
 	$(PY) -m benchmarks.fidelity report --out benchmarks/results/fidelity.json \
 		--dashboard-summary dashboard/fidelity_summary.json
+
+# Each knob's effect at T (nas effects) from the answer as a search runs it, graded against the same effects of
+# the truth on the fidelity tables of both corpora (no training: the committed tables; under a minute)
+effects: $(STAMP)
+	$(PY) -m benchmarks.effects_grading --out benchmarks/results/effects.json
 
 # A replica-ladder trial's wall time beside a budget-ladder trial's, at the search's default rungs
 replica-wall: $(STAMP)

@@ -38,6 +38,7 @@ class Entry:
 CLAIM_MOD = ("summary", "loss_minus_full_depth")
 CPU_RATIOS = ("ratios",)
 DECODE = ("summary", "published_speed_vs_dense")
+EFFECTS = ("summary", "headline")
 FIDELITY = ("summary", "headline")
 GPU_STEPS = ("stages", "kernel_steps", "result", "ratios")
 LADDER = ("summary", "random")
@@ -123,6 +124,17 @@ ENTRIES: dict[str, Entry] = {
             Figure("NAG / cascaded step", (*CPU_RATIOS, "nag_vs_cascaded_step_time"), "{:.2f}x"),
             Figure("ANCRe / cascaded step", (*CPU_RATIOS, "ancre_vs_cascaded_step_time"), "{:.2f}x"),
             Figure("share of matmul peak", (*CPU_RATIOS, "fp32_share_of_matmul_peak"), "{:.1%}"),
+        ),
+    ),
+    "effects.json": Entry(
+        question="Are the knob effects `nas effects` reports at T (family, MoD, depth vs width at matched cost) "
+        "those of the configs trained for real there (two corpora, as a search runs it)?",
+        command="make effects",
+        figures=(
+            Figure("signs right: plays", (*EFFECTS, "plays", "sign_agreement"), "{:.0%}"),
+            Figure("code", (*EFFECTS, "code", "sign_agreement"), "{:.0%}"),
+            Figure("80% intervals hold truth: plays", (*EFFECTS, "plays", "interval_coverage"), "{:.0%}"),
+            Figure("code", (*EFFECTS, "code", "interval_coverage"), "{:.0%}"),
         ),
     ),
     "fidelity.json": Entry(

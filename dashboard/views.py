@@ -9,6 +9,7 @@ module is not named `pages`: Streamlit would take a `pages/` folder beside app.p
 navigation.)
 """
 
+from .effects_page import effects_page
 from .search_pages import pareto_page, searches_page, target_page
 from .trial_pages import export_page, table_page, trial_page, width_page
 
@@ -16,6 +17,7 @@ PAGES = {
     "Searches": searches_page,
     "Pareto front": pareto_page,
     "Target budget": target_page,
+    "Knob effects": effects_page,
     "Trial detail": trial_page,
     "Width view": width_page,
     "Trial table": table_page,

@@ -3,7 +3,8 @@
 One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.pretrain.export_format`), plus
 `index.json` listing them with what the answer rests on (`nas.answer.decisions.rests_on`: size against
 architecture, decisions at matched cost resolved or tied), and for a search with a tokenizer other than bytes, its
-`<search>-tokenizer.json`, which every file names and `nas pretrain` tokenises with.
+`<search>-tokenizer.json`, which every file names and `nas pretrain` tokenises with. `index.json` also carries
+each knob's effect on the loss at T at equal FLOPs per token (`nas.answer.effects`), beside the configs.
 `export_configs` turns store rows into those files, and validates every chosen trial before it
 writes anything.
 """
@@ -258,12 +259,13 @@ def export_configs(
             f"--freeze-ancre: trial {trial} of search {name!r} is {exports[0].arch.residual}, not an ANCRe architecture"
         )
     tokenizer = _tokenizer_json(search, exports[0].tokenizer.model_dump())
+    effects = _effects(search, every, answer)
     # Everything is valid: write.
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer is not None:
         _write_atomic(out_dir / exports[0].tokenizer.file, tokenizer)
     paths = [_write_yaml(out_dir / export_file_name(name, e.provenance.trial), e) for e in exports]
-    index = _index(name, exports, paths, target_flops) | {"rests_on": basis}
+    index = _index(name, exports, paths, target_flops) | {"rests_on": basis, "effects": effects}
     _write_atomic(out_dir / "index.json", json.dumps(index, indent=2) + "\n")
     return paths
 
@@ -344,3 +346,18 @@ def inference_fields(arch: ArchConfig) -> dict:
         "kv_bytes_per_token": cost.kv_bytes_per_token,
         "decode_flops_per_token": cost.decode_flops_per_token,
     }
+
+
+def _effects(search, rows: Sequence[TrialRow], answer) -> dict | None:
+    """Each knob's effect on the loss at T at equal FLOPs per token, with its 80% interval
+    (`nas.answer.effects.search_effects`); None without an answer at T or without a stored space."""
+    from .answer.effects import search_effects
+    from .space import SpaceError, space_from_dict, to_optuna_distributions
+
+    if answer is None:
+        return None
+    try:
+        distributions = to_optuna_distributions(space_from_dict(search.space))
+    except SpaceError:
+        return None
+    return search_effects(rows, answer, distributions, "flops").as_dict()

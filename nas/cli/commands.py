@@ -21,6 +21,7 @@ from workers.training.train import OptimConfig
 from ..search.launch import PROPOSALS_PER_TRIAL
 from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO
 from .dashboard_launch import dashboard_launch
+from .effects_table import effects
 from .front_table import print_front
 from .hf import convert, evaluate, generate, write_hf_folder
 from .inputs import (
@@ -300,6 +301,7 @@ app.command("list")(list_searches)
 app.command()(status)
 app.command()(show)
 app.command()(export)
+app.command()(effects)
 
 
 @app.command()

@@ -895,7 +895,15 @@ def test_app_export_page_and_the_store_is_never_written(app, seeded):
         names = bundle.namelist()
     assert len(names) == 2 and all(n.endswith(".yaml") for n in names)
     assert names == sorted(export_file_name("exp1", n) for n in (1, 2))
-    for page in ("Searches", "Pareto front", "Target budget", "Trial detail", "Width view", "Trial table"):
+    for page in (
+        "Searches",
+        "Pareto front",
+        "Target budget",
+        "Knob effects",
+        "Trial detail",
+        "Width view",
+        "Trial table",
+    ):
         _goto(at, page)
     assert _dump(seeded) == before
 

@@ -1,0 +1,492 @@
+"""What a search learned about each knob: its signed effect on the predicted loss at the target T, at matched cost,
+with an 80% interval, and its importance.
+
+**The estimator: weighted least squares with size as a covariate.** Each completed trial i gives y_i, its predicted
+loss at T (`nas.answer.target`), and s_i, that prediction's standard deviation: half its calibrated 80% band over
+z = 1.2816 (the band is central, `BAND_LEVEL`), or without a band the study's seed noise carried to T
+(`Answer.noise_at_target`). The model is
+
+    y_i = b0 + g(x_i) + sum_k beta_k z_ik + e_i,    Var(e_i) = s_i^2 + tau^2
+
+- x_i, the size held fixed: ln of executed FLOPs per token (`at_equal="flops"`) or ln parameters (`"params"`),
+  g(x) = c1 x + c2 x^2 (the size trend of `nas.answer.decisions.size_trend`, in the same variable).
+- z_ik, the knobs' encodings (`knob_terms`): a categorical knob (residual family, MoD granularity) as indicators of
+  each level against a reference level (cascaded, sublayer, else the space's first choice); a numeric knob in log
+  scale when it is a size or a rate that acts multiplicatively (depth, width, heads, MLP ratio, learning rate, ANCRe
+  temperature, or log-sampled in the space), linear otherwise (MoD rate, MoD period, warm-up, weight decay). A knob
+  that acts only under another (ANCRe's temperature under ancre, the MoD period and granularity under a MoD rate
+  above 0) is its encoding centred over the trials where it acts, times that condition.
+- At equal size the shape has one free dimension: depth enters and width is left out (it follows from size and
+  depth), so depth's effect is "deeper and narrower at the same cost", the depth-vs-width decision.
+- tau^2, the scatter the knobs and the size trend do not explain, by moments: the mean squared residual of an
+  unweighted fit less the mean s_i^2 (at least 0). The weights 1 / (s_i^2 + tau^2) then trust a trial with a
+  tight band more without letting one tight band outweigh the misfit every trial shares.
+
+A term's effect is beta_k times its step: a level against the reference, x2 for a log knob (beta ln 2), the
+searched range's low to high for a linear one (MoD rate 0 -> its searched maximum). Negative is better: the step
+lowers the loss at T.
+
+Why a regression and not a GP posterior: a search has tens of trials over up to a dozen knobs; a linear model in
+the knobs' natural scales answers "what does this knob do, other things equal" in one number per knob with an
+interval a bootstrap can carry, where a GP's answer is a surface whose marginal effect depends on where it is read.
+
+**The interval** (80%) is a bootstrap (`BOOTSTRAP` draws) that carries both sources of error: each draw resamples
+the trials with replacement (the search's sampling of the space) and perturbs each y_i by N(0, s_i^2) (its
+prediction's own uncertainty), refits, and takes the draws' 10th and 90th percentiles of each effect.
+
+**Not resolved** is a term the search barely varied (fewer than 2 levels with at least 2 trials each; a float
+knob's values are binned in quarters of its searched range), one collinear with size (R^2 of its encoding on the
+size trend above `COLLINEAR`) or with the other terms (the design is then rank-deficient in it), one whose
+interval spans zero, or one with too few trials for the fit (fewer than twice its coefficients). With fewer trials
+than the joint fit needs, each knob
+is fitted alone with size: the others then act as scatter, which the bootstrap carries, since the search sampled
+them independently of it.
+
+**Importance** comes from Optuna's own evaluators (`optuna.importance.get_param_importances`) on an in-memory
+study of the trials' sampled values and their predicted losses at T as values; its default evaluator in Optuna 5
+is PED-ANOVA (`PedAnovaImportanceEvaluator`). It ranks knobs by how much of the spread of the loss at T they
+explain, unsigned and not at matched cost: beside the effects, not instead of them.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+__all__ = [
+    "AT_EQUAL",
+    "BOOTSTRAP",
+    "COLLINEAR",
+    "Effect",
+    "Effects",
+    "Knob",
+    "Observation",
+    "estimate_effects",
+    "knob_terms",
+    "knobs_of",
+    "observations",
+    "param_importances",
+    "partial_dependence",
+    "search_effects",
+]
+
+AT_EQUAL = {"flops": "FLOPs per token", "params": "parameters", "shape": "shape"}  # what a fit holds fixed
+BOOTSTRAP = 400  # bootstrap draws of each interval
+COLLINEAR = 0.999  # R^2 of a term on the size trend (or on the other terms) above which it is not identified
+Z80 = 1.2816  # the standard normal's 90th percentile: an 80% central band is +-1.2816 sd
+LOG_KNOBS = ("n_layers", "d_model", "n_heads", "mlp_ratio", "lr", "ancre_tau")
+REFERENCE = {"residual": "cascaded", "mod_granularity": "sublayer"}
+SHAPE = ("n_layers", "d_model")  # at equal size, the first of these searched enters; the other follows from size
+CONDITIONS = {  # knob -> (the knob it acts under, the condition on that knob's value)
+    "ancre_tau": ("residual", lambda v: v == "ancre"),
+    "mod_every": ("mod_rate", lambda v: float(v or 0.0) > 0.0),
+    "mod_granularity": ("mod_rate", lambda v: float(v or 0.0) > 0.0),
+}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A searched knob: `levels` (a categorical's choices, the first the reference) or a numeric range
+    (`low`, `high`) read in log scale or linearly."""
+
+    name: str
+    scale: str  # "levels", "log" or "linear"
+    levels: tuple = ()
+    low: float = 0.0
+    high: float = 0.0
+    continuous: bool = False  # a float range: its values are binned before counting levels
+
+    def encode(self, value) -> float:
+        return math.log(float(value)) if self.scale == "log" else float(value)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One trial as the effects read it: its sampled knob values, predicted loss at T and that prediction's sd
+    (None: unknown), its executed FLOPs per token and parameters (None: not counted; only a fit at equal
+    parameters reads them)."""
+
+    knobs: Mapping[str, object]
+    loss: float
+    sd: float | None
+    flops: float
+    params: float | None = None
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One term's effect on the loss at T for its `step`, with its 80% interval; `reason` says why it is not
+    resolved ("" when it is)."""
+
+    knob: str
+    step: str
+    effect: float | None
+    low: float | None
+    high: float | None
+    reason: str = ""
+    importance: float | None = None
+    level: str | None = None  # a categorical level's name, against `reference`
+    reference: str | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return not self.reason
+
+    def sentence(self, at_equal: str) -> str:
+        """The effect in words, e.g. 'at T, ancre beats cascaded by 0.020 [0.010, 0.030] nats at equal FLOPs per
+        token'."""
+        size = f"at equal {AT_EQUAL[at_equal]}"
+        gain, lo, hi = -(self.effect or 0.0), -(self.high or 0.0), -(self.low or 0.0)
+        if self.level is not None:
+            verb = "beats" if gain > 0 else "trails"
+            subject = f"{self.level} {verb} {self.reference}"
+        else:
+            verb = "lowers" if gain > 0 else "raises"
+            doubling = self.step.startswith("x2")
+            change = f"doubling {self.knob}{self.step[2:]}" if doubling else f"{self.knob} {self.step}"
+            subject = f"{change} {verb} the loss"
+        if gain < 0:
+            gain, lo, hi = -gain, -hi, -lo
+        return f"at T, {subject} by {gain:.3f} [{lo:.3f}, {hi:.3f}] nats {size}"
+
+    def as_dict(self) -> dict:
+        keys = ("knob", "step", "effect", "low", "high", "reason", "importance", "level", "reference")
+        return {k: getattr(self, k) for k in keys} | {"resolved": self.resolved}
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Every term's Effect at T, holding `at_equal` fixed, from `trials` trials; `evaluator` names Optuna's
+    importance evaluator."""
+
+    at_equal: str
+    target: float | None
+    trials: int
+    effects: list[Effect]
+    evaluator: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def sentences(self) -> list[str]:
+        return [e.sentence(self.at_equal) for e in self.effects if e.resolved]
+
+    def as_dict(self) -> dict:
+        return {
+            "at_equal": self.at_equal,
+            "target_flops": self.target,
+            "trials": self.trials,
+            "interval": "80% bootstrap (trials resampled, each prediction perturbed within its band)",
+            "importance_evaluator": self.evaluator,
+            "effects": [e.as_dict() for e in self.effects],
+            "in_words": self.sentences(),
+            "notes": self.notes,
+        }
+
+
+def knobs_of(distributions: Mapping[str, object]) -> list[Knob]:
+    """The space's searched knobs (Optuna distributions by name) as Knobs (module docstring: their scales)."""
+    out = []
+    for name, d in distributions.items():
+        choices = tuple(getattr(d, "choices", ()))
+        if choices and not all(isinstance(c, int | float) and not isinstance(c, bool) for c in choices):
+            reference = REFERENCE.get(name, choices[0])
+            levels = (reference, *(c for c in choices if c != reference)) if reference in choices else choices
+            out.append(Knob(name, "levels", levels))
+            continue
+        low, high = (min(choices), max(choices)) if choices else (d.low, d.high)
+        log = (getattr(d, "log", False) or name in LOG_KNOBS) and low > 0
+        continuous = not choices and getattr(d, "step", None) is None
+        out.append(Knob(name, "log" if log else "linear", choices, float(low), float(high), continuous))
+    return out
+
+
+def _active(knob: Knob, obs: Observation) -> bool:
+    if knob.name not in CONDITIONS:
+        return True
+    parent, holds = CONDITIONS[knob.name]
+    return parent not in obs.knobs or bool(holds(obs.knobs[parent]))
+
+
+def knob_terms(knob: Knob, rows: Sequence[Observation]) -> list[tuple[Effect, np.ndarray, str]]:
+    """The knob's design columns, each with its (unfitted) Effect and the reason it is not identified by how the
+    search varied it ("" when it is)."""
+    active = np.array([_active(knob, o) and knob.name in o.knobs for o in rows])
+    if knob.scale == "levels":
+        values = [o.knobs.get(knob.name) for o in rows]
+        reference = knob.levels[0]
+        out = []
+        for level in knob.levels[1:]:
+            column = np.array([float(a and v == level) for a, v in zip(active, values, strict=True)])
+            counts = [sum(a and v == x for a, v in zip(active, values, strict=True)) for x in (reference, level)]
+            reason = "" if min(counts) >= 2 else f"barely varied ({counts[1]} {level}, {counts[0]} {reference})"
+            step = f"{level} vs {reference}"
+            out.append((Effect(knob.name, step, None, None, None, level=str(level), reference=str(reference)),
+                        column, reason))  # fmt: skip
+        return out
+    encoded = np.array([knob.encode(o.knobs[knob.name]) if a else 0.0 for a, o in zip(active, rows, strict=True)])
+    if active.any():
+        encoded = np.where(active, encoded - encoded[active].mean(), 0.0)
+    step = "x2" if knob.scale == "log" else f"{knob.low:g} -> {knob.high:g}"
+    return [(Effect(knob.name, step, None, None, None), encoded, _varied(knob, rows, active))]
+
+
+def _varied(knob: Knob, rows: Sequence[Observation], active: np.ndarray) -> str:
+    """ "" when the search set the knob to at least 2 levels with at least 2 trials each (a float knob's values
+    binned in quarters of its searched range), else why not."""
+    values = [knob.encode(o.knobs[knob.name]) for a, o in zip(active, rows, strict=True) if a]
+    lo, hi = knob.encode(knob.low), knob.encode(knob.high)
+    if knob.continuous and hi > lo:
+        values = [min(3, int(4 * (v - lo) / (hi - lo))) for v in values]
+    counts = {v: values.count(v) for v in set(values)}
+    if sum(c >= 2 for c in counts.values()) >= 2:
+        return ""
+    return "held constant" if len(counts) <= 1 else f"barely varied ({len(values)} trials over {len(counts)} values)"
+
+
+def _size_columns(rows: Sequence[Observation], at_equal: str) -> np.ndarray:
+    """The size trend's columns, c1 x + c2 x^2 with x centred (none at equal shape)."""
+    if at_equal == "shape":
+        return np.zeros((len(rows), 0))
+    x = np.log([o.flops if at_equal == "flops" else o.params for o in rows])
+    x = x - x.mean()
+    return np.column_stack([x, x**2])
+
+
+def _r2(column: np.ndarray, others: np.ndarray) -> float:
+    """R^2 of `column` on an intercept and `others` (1.0 for a constant column)."""
+    centred = column - column.mean()
+    total = float(centred @ centred)
+    if total <= 1e-12 * max(1.0, float(column @ column)):
+        return 1.0
+    design = np.column_stack([np.ones(len(column)), others])
+    fitted = design @ np.linalg.lstsq(design, column, rcond=None)[0]
+    return 1.0 - float(np.sum((column - fitted) ** 2)) / total
+
+
+def _identified(terms: list, size: np.ndarray) -> list:
+    """The terms with their reasons, collinear ones marked: with size first, then with the other terms kept."""
+    out = []
+    for effect, column, reason in terms:
+        if not reason and size.shape[1] and _r2(column, size) > COLLINEAR:
+            reason = f"collinear with size (R^2 {_r2(column, size):.4f})"
+        out.append((effect, column, reason))
+    for i, (effect, column, reason) in enumerate(out):
+        if reason:
+            continue
+        kept = [c for j, (_, c, r) in enumerate(out) if j != i and not r]
+        if _r2(column, np.column_stack([size, *kept]) if kept else size) > COLLINEAR:
+            out[i] = (effect, column, "collinear with size and the other knobs (rank-deficient)")
+    return out
+
+
+def _wls(design: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    root = np.sqrt(weights)
+    return np.linalg.lstsq(design * root[:, None], y * root, rcond=None)[0]
+
+
+def _fit_weights(design: np.ndarray, y: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """1 / (s_i^2 + tau^2), tau^2 by moments from an unweighted fit (module docstring)."""
+    residual = y - design @ _wls(design, y, np.ones(len(y)))
+    dof = max(1, len(y) - design.shape[1])
+    tau2 = max(0.0, float(residual @ residual) / dof - float(np.mean(sd**2)))
+    return 1.0 / np.maximum(sd**2 + tau2, 1e-12)
+
+
+def _scale(effect: Effect, knob: Knob) -> float:
+    """The step's length in the term's encoding."""
+    if knob.scale == "levels":
+        return 1.0
+    return math.log(2.0) if knob.scale == "log" else knob.high - knob.low
+
+
+def estimate_effects(
+    rows: Sequence[Observation],
+    knobs: Sequence[Knob],
+    at_equal: str = "flops",
+    target: float | None = None,
+    noise: float | None = None,
+    seed: int = 0,
+    draws: int = BOOTSTRAP,
+) -> Effects:
+    """Each knob's Effect on the loss at T holding `at_equal` fixed (module docstring). `noise`: the sd of a
+    prediction without one of its own; `draws`: the bootstrap's draws."""
+    if at_equal not in AT_EQUAL:
+        raise ValueError(f"at_equal must be one of {', '.join(AT_EQUAL)}, not {at_equal!r}")
+    rows = [o for o in rows if math.isfinite(o.loss) and o.flops > 0 and (at_equal != "params" or (o.params or 0) > 0)]
+    by_name = {k.name: k for k in knobs}
+    shape = [k for k in SHAPE if k in by_name]
+    left_out = {shape[1]: f"follows from size and {shape[0]} at equal {AT_EQUAL[at_equal]}"} if (
+        at_equal != "shape" and len(shape) == 2) else {}  # fmt: skip
+    terms = [t for k in knobs if k.name not in left_out for t in knob_terms(k, rows)]
+    if left_out:  # depth's step at equal size: the left-out width follows
+        terms = [(replace(e, step=f"{e.step}, {shape[1]} following") if e.knob == shape[0] else e, c, r)
+                 for e, c, r in terms]  # fmt: skip
+    size = _size_columns(rows, at_equal)
+    varied, position = [(e, c, r) for e, c, r in terms if not r], {id(e): i for i, (e, _, _) in enumerate(terms)}
+    joint = _identified(terms, size)
+    fitted = [(e, c) for e, c, r in joint if not r]
+    notes, fits = [], {}
+    if _enough(rows, size, fitted):
+        fits, terms = _fitted(rows, size, fitted, by_name, noise, seed, draws), joint
+    elif varied:  # too few trials for every knob at once: each knob alone with size, collinear with size alone
+        notes.append(f"{len(rows)} trials for {len(varied)} knob terms: each knob fitted alone with size, the "
+                     "others left to the scatter (the search sampled them independently)")  # fmt: skip
+        terms = [(e, c, r) for e, c, r in terms if r]
+        for name in dict.fromkeys(e.knob for e, _, _ in varied):
+            mine = _identified([t for t in varied if t[0].knob == name], size)
+            terms += mine
+            kept = [(e, c) for e, c, r in mine if not r]
+            if _enough(rows, size, kept):
+                fits |= _fitted(rows, size, kept, by_name, noise, seed, draws)
+        terms.sort(key=lambda t: position[id(t[0])])
+    out = [replace(e, reason=r) if r else fits.get(id(e), replace(e, reason="too few trials for the fit"))
+           for e, _, r in terms]  # fmt: skip
+    out += [Effect(k, "-", None, None, None, reason=why) for k, why in left_out.items()]
+    return Effects(at_equal, target, len(rows), out, notes=notes)
+
+
+def _enough(rows: Sequence, size: np.ndarray, terms: Sequence) -> bool:
+    """Whether a fit of `terms` has at least twice as many trials as coefficients (intercept, size, terms): fewer,
+    and resampled trials leave the design rank-deficient in too many bootstrap draws."""
+    return len(terms) > 0 and len(rows) >= 2 * (1 + size.shape[1] + len(terms))
+
+
+def _fitted(rows, size, fitted: list, by_name: Mapping[str, Knob], noise, seed: int, draws: int) -> dict[int, Effect]:
+    """The `fitted` terms' Effects (keyed by id of the unfitted one) from one WLS fit and its bootstrap."""
+    columns = [c for _, c in fitted]
+    boot, point, out = _bootstrap(rows, size, columns, noise, seed, draws), _point(rows, size, columns, noise), {}
+    for i, (effect, _) in enumerate(fitted):
+        step = _scale(effect, by_name[effect.knob])
+        if np.isnan(boot[:, i]).mean() > 0.5:
+            out[id(effect)] = replace(effect, reason="unidentified in most bootstrap draws")
+            continue
+        low, high = (float(q) * step for q in np.nanpercentile(boot[:, i], [10, 90]))
+        reason = "interval spans 0" if low <= 0.0 <= high else ""
+        out[id(effect)] = replace(effect, effect=float(point[i]) * step, low=low, high=high, reason=reason)
+    return out
+
+
+def _sds(rows: Sequence[Observation], noise: float | None) -> np.ndarray:
+    return np.array([o.sd if o.sd is not None else (noise or 0.0) for o in rows])
+
+
+def _design(size: np.ndarray, columns: Sequence[np.ndarray]) -> np.ndarray:
+    return np.column_stack([np.ones(size.shape[0]), size, *columns])
+
+
+def _point(rows, size, columns, noise) -> np.ndarray:
+    """The knob terms' WLS coefficients."""
+    design, y, sd = _design(size, columns), np.array([o.loss for o in rows]), _sds(rows, noise)
+    return _wls(design, y, _fit_weights(design, y, sd))[1 + size.shape[1] :]
+
+
+def _bootstrap(rows, size, columns, noise, seed: int, draws: int = BOOTSTRAP) -> np.ndarray:
+    """BOOTSTRAP draws of the knob terms' coefficients: trials resampled, each loss perturbed by N(0, s_i^2). A
+    draw in which a term is constant (or the design rank-deficient in it) gives NaN for it."""
+    rng = np.random.default_rng(seed)
+    design, y, sd = _design(size, columns), np.array([o.loss for o in rows]), _sds(rows, noise)
+    n, first = len(y), 1 + size.shape[1]
+    out = np.full((draws, design.shape[1] - first), np.nan)
+    for b in range(draws):
+        pick = rng.integers(0, n, n)
+        d, target = design[pick], y[pick] + rng.normal(0.0, 1.0, n) * sd[pick]
+        varied = np.ptp(d, axis=0) > 0
+        varied[0] = True
+        if np.linalg.matrix_rank(d[:, varied]) < varied.sum():
+            continue
+        coef = np.full(design.shape[1], np.nan)
+        coef[varied] = _wls(d[:, varied], target, _fit_weights(d[:, varied], target, sd[pick]))
+        out[b] = coef[first:]
+    return out
+
+
+def param_importances(rows: Sequence[Observation], distributions: Mapping[str, object]) -> tuple[dict[str, float], str]:
+    """(each knob's importance to the loss at T, the evaluator's name), from Optuna's default evaluator on an
+    in-memory study of the trials (values: the predicted losses at T). Empty when Optuna cannot evaluate it."""
+    import optuna
+    from optuna.importance import get_param_importances
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize")
+    trials = []
+    for o in rows:
+        params = {k: o.knobs[k] for k in distributions if k in o.knobs}
+        if not math.isfinite(o.loss) or len(params) < len(distributions):
+            continue
+        try:
+            trials.append(optuna.trial.create_trial(params=params, distributions=dict(distributions), value=o.loss))
+        except ValueError:
+            continue
+    study.add_trials(trials)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return dict(get_param_importances(study)), "PED-ANOVA (Optuna's default)"
+    except (ValueError, RuntimeError, ZeroDivisionError):
+        return {}, "PED-ANOVA (Optuna's default): not enough trials"
+
+
+def partial_dependence(
+    rows: Sequence[Observation], knobs: Sequence[Knob], knob: str, family: str | None, points: int = 12
+) -> list[tuple[float, float]]:
+    """The loss at T the fit at equal shape (no size term) gives along `knob`'s searched range for `family` (a
+    residual level; None: the reference), every other term at its trials' mean: [(value, loss)]. Empty when the
+    knob is not a numeric searched knob the fit identifies."""
+    by_name = {k.name: k for k in knobs}
+    if knob not in by_name or by_name[knob].scale == "levels":
+        return []
+    rows = [o for o in rows if math.isfinite(o.loss)]
+    size = _size_columns(rows, "shape")
+    kept = [(e, c) for e, c, r in _identified([t for k in knobs for t in knob_terms(k, rows)], size) if not r]
+    if len(rows) < len(kept) + 3 or not any(e.knob == knob for e, _ in kept):
+        return []
+    design, y = _design(size, [c for _, c in kept]), np.array([o.loss for o in rows])
+    coef = _wls(design, y, _fit_weights(design, y, _sds(rows, None)))
+    k = by_name[knob]
+    centre = float(np.mean([k.encode(o.knobs[knob]) for o in rows if knob in o.knobs and _active(k, o)]))
+    base = float(coef[0])
+    for b, (e, c) in zip(coef[1:], kept, strict=True):
+        if e.knob == "residual":
+            base += float(b) * (e.level == family)
+        elif e.knob != knob:
+            base += float(b) * float(c.mean())
+    slope = sum(float(b) for b, (e, _) in zip(coef[1:], kept, strict=True) if e.knob == knob)
+    grid = np.geomspace(k.low, k.high, points) if k.scale == "log" else np.linspace(k.low, k.high, points)
+    return [(float(x), base + slope * (k.encode(x) - centre)) for x in grid]
+
+
+def search_effects(rows: Sequence, answer, distributions: Mapping[str, object], at_equal: str = "flops") -> Effects:
+    """The Effects of a search's completed trial `rows` at its `answer`'s target, over the space's searched
+    knobs (`distributions`, Optuna's), with Optuna's importances beside them."""
+    from .decisions import trial_facts
+
+    completed = [r for r in rows if str(r.status) == "completed" and r.executed_flops_per_token]
+    flops = {r.number: float(r.executed_flops_per_token) for r in completed}
+    params = trial_facts(completed)[2] if at_equal == "params" else {}  # counting builds each model: only if asked
+    found = observations(completed, answer, flops, params, list(distributions))
+    effects = estimate_effects(found, knobs_of(distributions), at_equal, answer.target, answer.noise)
+    importances, evaluator = param_importances(found, distributions)
+    out = [replace(e, importance=importances.get(e.knob)) for e in effects.effects]
+    return replace(effects, effects=out, evaluator=evaluator)
+
+
+def observations(
+    rows: Sequence, answer, flops: Mapping[int, float], params: Mapping[int, float], searched: Sequence[str]
+) -> list[Observation]:
+    """The completed trial rows with a finite prediction in `answer` as Observations: their `searched` knob
+    values (from the row's config), the prediction and its sd (half its 80% band / Z80, else the seed noise at
+    T), their executed FLOPs per token and parameters (`nas.answer.decisions.trial_facts`; None where absent)."""
+    out = []
+    for r in rows:
+        p = answer.predictions.get(r.number)
+        if p is None or not math.isfinite(p.loss) or r.number not in flops:
+            continue
+        knobs = (r.config or {}).get("arch") or r.config or {}
+        values = {k: v for k, v in {**(r.config or {}), **knobs}.items() if k in searched}
+        sd = (p.high - p.low) / 2.0 / Z80 if p.low is not None and p.high is not None else None
+        sd = sd if sd is not None else answer.noise_at_target(r.number)
+        out.append(Observation(values, p.loss, sd, flops[r.number], params.get(r.number)))
+    return out

@@ -1,0 +1,92 @@
+"""`nas effects NAME`: what the search learned about each knob, as a table and in words.
+
+One row per knob term (`nas.answer.effects`): its signed effect on the predicted loss at T for its step (negative
+lowers the loss), the 80% interval, Optuna's importance of the knob, and whether it is resolved or why not. Under
+the table, one line per resolved term in words. The table reads in 120 columns: the reason column wraps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import typer
+from rich.table import Column, Table
+
+from ..answer.effects import AT_EQUAL
+from .inputs import STORAGE_HELP, console, fail, open_store
+
+__all__ = ["AT_EQUAL_CHOICES", "EFFECT_COLUMNS", "effects", "effects_report", "load_effects"]
+
+AT_EQUAL_CHOICES = ("flops", "params")
+EFFECT_COLUMNS = ("knob", "step", "effect", "80% interval", "importance", "resolved")
+
+
+def _signed(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.4f}"
+
+
+def effects_table(found, title: str) -> Table:
+    """The Effects as a rich table (module docstring)."""
+    table = Table(*(Column(c, no_wrap=c != "resolved", overflow="fold") for c in EFFECT_COLUMNS), title=title)
+    for e in found.effects:
+        interval = "-" if e.low is None else f"[{e.low:+.4f}, {e.high:+.4f}]"
+        importance = "-" if e.importance is None else f"{e.importance:.2f}"
+        table.add_row(e.knob, e.step, _signed(e.effect), interval, importance, "yes" if e.resolved else e.reason)
+    return table
+
+
+def load_effects(store, name: str, at_equal: str = "flops", target_flops: float | None = None):
+    """The search's Effects at `target_flops` (default: its own target), read from the store. Raises ValueError
+    naming the bad field."""
+    from ..answer.effects import search_effects
+    from ..answer.target import answer_at_target
+    from ..space import space_from_dict, to_optuna_distributions
+    from ..space.budget import stored_budget
+
+    if at_equal not in AT_EQUAL_CHOICES:
+        raise ValueError(f"--at-equal must be one of {', '.join(AT_EQUAL_CHOICES)}, not {at_equal!r}")
+    search = store.get_search(name)
+    budget = stored_budget(search.budget)
+    target = budget.target if target_flops is None else target_flops
+    if not math.isfinite(target) or target <= budget.top_rung_flops:
+        top = budget.top_rung_flops
+        raise ValueError(f"--target-flops must be above the search's top rung {top:.3g}, not {target:g}")
+    rungs = store.rungs(name)
+    if not rungs:
+        raise ValueError(f"search {name!r} has no measured rungs yet: no loss at T to read effects from")
+    distributions = to_optuna_distributions(space_from_dict(search.space))
+    return search_effects(store.trials(name), answer_at_target(rungs, target), distributions, at_equal)
+
+
+def effects_report(name: str, found) -> tuple[Table, list[str]]:
+    """(the table, the lines under it) of search `name`'s Effects."""
+    title = (
+        f"{name}: each knob's effect on the loss at T = {found.target:.3g} FLOPs, at equal "
+        f"{AT_EQUAL[found.at_equal]} ({found.trials} trials)"
+    )
+    lines = [*found.notes]
+    lines.append("effect: nats of predicted loss at T for the step (negative is better); "
+                 f"80% bootstrap interval; importance: {found.evaluator}")  # fmt: skip
+    words = found.sentences()
+    lines += words or ["no knob resolved: every interval spans 0, or the search barely varied it"]
+    return effects_table(found, title), lines
+
+
+def effects(
+    name: str = typer.Argument(..., help="The search."),
+    at_equal: str = typer.Option("flops", "--at-equal", help="Hold fixed: flops (FLOPs per token) or params."),
+    target_flops: float | None = typer.Option(None, help="Read the effects at this compute (default: the search's)."),
+    storage: str | None = typer.Option(None, help=STORAGE_HELP),
+) -> None:
+    """Each knob's signed effect on the loss at T at matched cost, with an 80% interval, and in words."""
+    from ..store import StoreError
+
+    store = open_store(storage)
+    try:
+        found = load_effects(store, name, at_equal, target_flops)
+    except (ValueError, StoreError) as err:
+        fail(str(err))
+    table, lines = effects_report(name, found)
+    console.print(table)
+    for line in lines:
+        console.print(line)
