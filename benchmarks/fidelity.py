@@ -251,7 +251,11 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
         width_probe=False,
         min_width=job.min_width,
     )
-    base = job_fields(job, cfg, str(result.status))
+    return replica_rows(job_fields(job, cfg, str(result.status)), result.rungs)
+
+
+def replica_rows(base: dict, rungs: Sequence[dict]) -> list[dict]:
+    """A replica trial's rung records as table rows, each with the job's shared columns `base`."""
     return [
         {
             **base,
@@ -262,7 +266,7 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
             "replica_params": r["params"],
             "target_tokens_per_param": r["target_tokens_per_param"],
         }
-        for r in result.rungs
+        for r in rungs
     ]
 
 

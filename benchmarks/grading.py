@@ -32,9 +32,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import kendalltau
 
 from nas.answer.calibration import calibrate, coverage
+from nas.answer.decisions import kendall
 from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
 from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
 from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, Ladder
@@ -82,13 +82,7 @@ def graded_rows(*tables: Sequence[dict]) -> list[list[dict]]:
     return [[r for r in rows if r["config"] in (full or set())] for rows in tables]
 
 
-def tau(a: Mapping[int, float], b: Mapping[int, float]) -> float | None:
-    """Kendall tau-b over the keys both have (None below 3 of them: not a ranking)."""
-    keys = sorted(set(a) & set(b))
-    if len(keys) < 3:
-        return None
-    value = float(kendalltau([a[k] for k in keys], [b[k] for k in keys]).statistic)
-    return value if math.isfinite(value) else None
+tau = kendall  # Kendall tau-b over the configs both rankings have (`nas.answer.decisions.kendall`)
 
 
 @dataclass(frozen=True)

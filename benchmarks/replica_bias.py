@@ -98,19 +98,8 @@ def run_job(job: BiasJob) -> list[dict]:
     )
     base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", job.seed, job.target), cfg, "")
     base |= {"status": str(result.status), "corpus": job.corpus, "variant": job.variant}
-    return [
-        {
-            **base,
-            **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss", "tokens_per_param", "on_path")},
-            "compute_flops": r["training_flops"],
-            "wall_time_s": r["train_seconds"],
-            "replica_d_model": r["d_model"],
-            "replica_params": r["params"],
-            "target_tokens_per_param": r["target_tokens_per_param"],
-            "n_heads": r["d_model"] // cfg.head_dim if keep_head_size else cfg.n_heads,
-        }
-        for r in result.rungs
-    ]
+    rows = fidelity.replica_rows(base, result.rungs)
+    return [r | {"n_heads": r["replica_d_model"] // cfg.head_dim if keep_head_size else cfg.n_heads} for r in rows]
 
 
 LR_SWEEP = (1.5e-3, 3e-3, 6e-3)
@@ -155,10 +144,7 @@ def run_lr_job(job: LrJob) -> list[dict]:
                                min_width=narrowing)  # fmt: skip
     base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", 0, job.target), cfg, str(result.status))
     base |= {"corpus": job.corpus, "variant": DEFAULT, "lr": job.lr, "view": job.view, "n_heads": cfg.n_heads}
-    return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss", "tokens_per_param", "on_path")},
-             "compute_flops": r["training_flops"], "wall_time_s": r["train_seconds"], "replica_d_model": r["d_model"],
-             "replica_params": r["params"], "target_tokens_per_param": r["target_tokens_per_param"]}
-            for r in result.rungs]  # fmt: skip
+    return fidelity.replica_rows(base, result.rungs)
 
 
 def build(out: Path, todo: list[BiasJob], processes: int) -> None:
