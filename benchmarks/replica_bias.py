@@ -185,8 +185,8 @@ def bias_report(bias_rows: Sequence[dict], lr_rows: Sequence[dict] = (), fidelit
         others = [o for o in loaded if o != name]
         graded = {v: architecture_grade(p, truth, archs) | {"bias": bias(p, truth, archs, noise)}
                   for v, p in views.items()}  # fmt: skip
-        for v in (DEFAULT, ANSWER):
-            if v in views and all(v in loaded[o][2] for o in others):
+        for v in list(views):
+            if all(v in loaded[o][2] for o in others):
                 slope = float(np.mean([aspect_slope(loaded[o][2][v], loaded[o][0], loaded[o][1]) for o in others]))
                 graded[v + ASPECT] = architecture_grade(corrected(views[v], archs, slope), truth, archs)
                 graded[v + ASPECT]["slope_nats_per_ln_aspect"] = slope
@@ -200,7 +200,7 @@ def _leave_one_out(corpora: Mapping[str, dict]) -> dict:
     out = {}
     for held in corpora:
         others = [c for c in corpora if c != held]
-        common = set.intersection(*(set(corpora[c]["views"]) for c in corpora)) - {ANSWER, ANSWER + ASPECT}
+        common = {v for v in set.intersection(*(set(corpora[c]["views"]) for c in corpora)) if ANSWER not in v}
         chosen = max(
             sorted(common), key=lambda v: np.mean([corpora[c]["views"][v]["architecture_tau"] or -1 for c in others])
         )

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
-from nas.answer.effects import AT_EQUAL, Effects, Knob, Observation, knobs_of, observations, partial_dependence
+from nas.answer.effects import AT_EQUAL, Effects, Knob, Observation, knobs_of, partial_dependence
+from nas.answer.search_effects import observations
 from nas.space import SpaceError, space_from_dict, to_optuna_distributions
 from nas.space.budget import Budget
 
@@ -108,7 +109,7 @@ def effects_frame(effects: Effects) -> pd.DataFrame:
 @st.cache_data(ttl=reads.TTL_S, show_spinner=False)
 def search_effects_at(url: str, name: str, target: float, at_equal: str) -> tuple[Effects, list, list] | str:
     """(the search's Effects, its Observations, its Knobs) at `target`, or why there are none."""
-    from nas.answer.effects import search_effects
+    from nas.answer.search_effects import search_effects
 
     try:
         distributions = to_optuna_distributions(space_from_dict(reads.get_search(url, name).space))

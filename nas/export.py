@@ -351,7 +351,7 @@ def inference_fields(arch: ArchConfig) -> dict:
 def _effects(search, rows: Sequence[TrialRow], answer) -> dict | None:
     """Each knob's effect on the loss at T at equal FLOPs per token, with its 80% interval
     (`nas.answer.effects.search_effects`); None without an answer at T or without a stored space."""
-    from .answer.effects import search_effects
+    from .answer.search_effects import search_effects
     from .space import SpaceError, space_from_dict, to_optuna_distributions
 
     if answer is None:

@@ -38,20 +38,17 @@ prediction's own uncertainty), refits, and takes the draws' 10th and 90th percen
 knob's values are binned in quarters of its searched range), one collinear with size (R^2 of its encoding on the
 size trend above `COLLINEAR`) or with the other terms (the design is then rank-deficient in it), one whose
 interval spans zero, or one with too few trials for the fit (fewer than twice its coefficients). With fewer trials
-than the joint fit needs, each knob
-is fitted alone with size: the others then act as scatter, which the bootstrap carries, since the search sampled
-them independently of it.
+than the joint fit needs, each knob is fitted alone with size: the others then act as scatter, which the bootstrap
+carries, since the search sampled them independently of it.
 
-**Importance** comes from Optuna's own evaluators (`optuna.importance.get_param_importances`) on an in-memory
-study of the trials' sampled values and their predicted losses at T as values; its default evaluator in Optuna 5
-is PED-ANOVA (`PedAnovaImportanceEvaluator`). It ranks knobs by how much of the spread of the loss at T they
-explain, unsigned and not at matched cost: beside the effects, not instead of them.
+**Importance** (`nas.answer.search_effects`) comes from Optuna's own evaluators on the same trials; it ranks knobs
+by how much of the spread of the loss at T they explain, unsigned and not at matched cost: beside the effects, not
+instead of them.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -68,10 +65,7 @@ __all__ = [
     "estimate_effects",
     "knob_terms",
     "knobs_of",
-    "observations",
-    "param_importances",
     "partial_dependence",
-    "search_effects",
 ]
 
 AT_EQUAL = {"flops": "FLOPs per token", "params": "parameters", "shape": "shape"}  # what a fit holds fixed
@@ -403,32 +397,6 @@ def _bootstrap(rows, size, columns, noise, seed: int, draws: int = BOOTSTRAP) ->
     return out
 
 
-def param_importances(rows: Sequence[Observation], distributions: Mapping[str, object]) -> tuple[dict[str, float], str]:
-    """(each knob's importance to the loss at T, the evaluator's name), from Optuna's default evaluator on an
-    in-memory study of the trials (values: the predicted losses at T). Empty when Optuna cannot evaluate it."""
-    import optuna
-    from optuna.importance import get_param_importances
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize")
-    trials = []
-    for o in rows:
-        params = {k: o.knobs[k] for k in distributions if k in o.knobs}
-        if not math.isfinite(o.loss) or len(params) < len(distributions):
-            continue
-        try:
-            trials.append(optuna.trial.create_trial(params=params, distributions=dict(distributions), value=o.loss))
-        except ValueError:
-            continue
-    study.add_trials(trials)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return dict(get_param_importances(study)), "PED-ANOVA (Optuna's default)"
-    except (ValueError, RuntimeError, ZeroDivisionError):
-        return {}, "PED-ANOVA (Optuna's default): not enough trials"
-
-
 def partial_dependence(
     rows: Sequence[Observation], knobs: Sequence[Knob], knob: str, family: str | None, points: int = 12
 ) -> list[tuple[float, float]]:
@@ -456,37 +424,3 @@ def partial_dependence(
     slope = sum(float(b) for b, (e, _) in zip(coef[1:], kept, strict=True) if e.knob == knob)
     grid = np.geomspace(k.low, k.high, points) if k.scale == "log" else np.linspace(k.low, k.high, points)
     return [(float(x), base + slope * (k.encode(x) - centre)) for x in grid]
-
-
-def search_effects(rows: Sequence, answer, distributions: Mapping[str, object], at_equal: str = "flops") -> Effects:
-    """The Effects of a search's completed trial `rows` at its `answer`'s target, over the space's searched
-    knobs (`distributions`, Optuna's), with Optuna's importances beside them."""
-    from .decisions import trial_facts
-
-    completed = [r for r in rows if str(r.status) == "completed" and r.executed_flops_per_token]
-    flops = {r.number: float(r.executed_flops_per_token) for r in completed}
-    params = trial_facts(completed)[2] if at_equal == "params" else {}  # counting builds each model: only if asked
-    found = observations(completed, answer, flops, params, list(distributions))
-    effects = estimate_effects(found, knobs_of(distributions), at_equal, answer.target, answer.noise)
-    importances, evaluator = param_importances(found, distributions)
-    out = [replace(e, importance=importances.get(e.knob)) for e in effects.effects]
-    return replace(effects, effects=out, evaluator=evaluator)
-
-
-def observations(
-    rows: Sequence, answer, flops: Mapping[int, float], params: Mapping[int, float], searched: Sequence[str]
-) -> list[Observation]:
-    """The completed trial rows with a finite prediction in `answer` as Observations: their `searched` knob
-    values (from the row's config), the prediction and its sd (half its 80% band / Z80, else the seed noise at
-    T), their executed FLOPs per token and parameters (`nas.answer.decisions.trial_facts`; None where absent)."""
-    out = []
-    for r in rows:
-        p = answer.predictions.get(r.number)
-        if p is None or not math.isfinite(p.loss) or r.number not in flops:
-            continue
-        knobs = (r.config or {}).get("arch") or r.config or {}
-        values = {k: v for k, v in {**(r.config or {}), **knobs}.items() if k in searched}
-        sd = (p.high - p.low) / 2.0 / Z80 if p.low is not None and p.high is not None else None
-        sd = sd if sd is not None else answer.noise_at_target(r.number)
-        out.append(Observation(values, p.loss, sd, flops[r.number], params.get(r.number)))
-    return out

@@ -38,7 +38,7 @@ def effects_table(found, title: str) -> Table:
 def load_effects(store, name: str, at_equal: str = "flops", target_flops: float | None = None):
     """The search's Effects at `target_flops` (default: its own target), read from the store. Raises ValueError
     naming the bad field."""
-    from ..answer.effects import search_effects
+    from ..answer.search_effects import search_effects
     from ..answer.target import answer_at_target
     from ..space import space_from_dict, to_optuna_distributions
     from ..space.budget import stored_budget

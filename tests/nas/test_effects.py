@@ -9,7 +9,8 @@ import numpy as np
 import optuna
 import pytest
 
-from nas.answer.effects import Observation, estimate_effects, knobs_of, param_importances, partial_dependence
+from nas.answer.effects import Observation, estimate_effects, knobs_of, partial_dependence
+from nas.answer.search_effects import param_importances
 
 SPACE = {
     "n_layers": optuna.distributions.IntDistribution(2, 8),
