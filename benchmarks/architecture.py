@@ -37,6 +37,7 @@ __all__ = [
     "lr_sweep",
     "summary",
     "fidelity_section",
+    "headline",
     "size_baselines",
     "truth_ceilings",
     "weighed",
@@ -167,6 +168,21 @@ def fidelity_section(
         "size_baselines": size_baselines(truth, tokens),
         "views": {name: architecture_grade(p, truth, archs) for name, p in views.items()},
         "bias_of_the_top_replica_rung": bias(both, truth, archs, noise / math.sqrt(2) if noise else None),
+    }
+
+
+def headline(section: dict) -> dict:
+    """The answer's figures apart from size (`benchmarks.architecture`) beside the best size rule and the truth's."""
+    answer = section["views"][ANSWER_VIEW]
+    best = max(section["size_baselines"], key=lambda k: section["size_baselines"][k]["kendall_tau"] or -1.0)
+    return {
+        "best_size_rule": best,
+        "best_size_rule_kendall_tau": section["size_baselines"][best]["kendall_tau"],
+        "architecture_tau": answer["architecture_tau"],
+        "architecture_tau_ceiling": section["truth_ceilings"]["architecture_tau"],
+        "decision_accuracy": answer["decision_accuracy"],
+        "decision_accuracy_se": answer["decision_se"],
+        "resolvable_contrasts": answer["resolvable"],
     }
 
 

@@ -389,22 +389,7 @@ def headline(corpus: dict) -> dict:
         "every_rung_answer_kendall_tau": top["answer, every rung of every config, seed 0"]["kendall_tau"],
         "lowest_rung_alone_kendall_tau": next(v for k, v in top.items() if k.startswith("rung 0 alone"))["kendall_tau"],
         "tau_ceiling": corpus["truth"]["tau_ceiling"],
-        **_apart_from_size(corpus["architecture"]),
-    }
-
-
-def _apart_from_size(section: dict) -> dict:
-    """The answer's figures apart from size (`benchmarks.architecture`) beside the best size rule and the truth's."""
-    answer = section["views"][architecture.ANSWER_VIEW]
-    best = max(section["size_baselines"], key=lambda k: section["size_baselines"][k]["kendall_tau"] or -1.0)
-    return {
-        "best_size_rule": best,
-        "best_size_rule_kendall_tau": section["size_baselines"][best]["kendall_tau"],
-        "architecture_tau": answer["architecture_tau"],
-        "architecture_tau_ceiling": section["truth_ceilings"]["architecture_tau"],
-        "decision_accuracy": answer["decision_accuracy"],
-        "decision_accuracy_se": answer["decision_se"],
-        "resolvable_contrasts": answer["resolvable"],
+        **architecture.headline(corpus["architecture"]),
     }
 
 
