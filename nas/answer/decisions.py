@@ -43,6 +43,7 @@ __all__ = [
     "architecture_tau",
     "contrast_kind",
     "decision_accuracy",
+    "differences",
     "kendall",
     "matched_contrasts",
     "rests_on",
@@ -163,6 +164,11 @@ class Architecture:
             else f" MoD {self.mod_rate:g}" + (" blocks" if self.mod_granularity == "block" else "")
         )
         return f"{self.residual} {self.n_layers}x{self.d_model}{mod}"
+
+
+def differences(a: Architecture, b: Architecture) -> list[str]:
+    """The knobs whose values differ between two architectures, in field order."""
+    return [name for name in Architecture.__dataclass_fields__ if getattr(a, name) != getattr(b, name)]
 
 
 def contrast_kind(a: Architecture, b: Architecture) -> str | None:
@@ -286,7 +292,8 @@ def rests_on(
     for d in sorted(mine, key=lambda d: -abs(d.gap))[:3]:
         other = d.contrast.b if d.contrast.a == best else d.contrast.a
         pair = (
-            f"trial {best} ({archs[best].describe()}) vs trial {other} ({archs[other].describe()}), {d.contrast.kind}"
+            f"trial {best} ({archs[best].describe()}) vs trial {other} ({archs[other].describe()}), "
+            f"{d.contrast.kind} ({_differ(differences(archs[best], archs[other]))})"
         )
         if d.margin is None:
             lines.append(f"{pair}: {abs(d.gap):.3f} nats apart; no seed noise measured, so not called resolved")
@@ -299,6 +306,10 @@ def rests_on(
             lines.append(f"tied at matched cost: {pair}: {abs(d.gap):.3f} nats apart, within twice the noise "
                          f"{d.margin:.3f}: the cheaper one, trial {cheaper}, is the choice")  # fmt: skip
     return lines
+
+
+def _differ(names: Sequence[str]) -> str:
+    return f"{', '.join(names)} {'differ' if len(names) > 1 else 'differs'}"
 
 
 def trial_facts(rows: Sequence) -> tuple[dict[int, Architecture], dict[int, float], dict[int, float]]:

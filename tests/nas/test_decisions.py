@@ -11,6 +11,7 @@ from nas.answer.decisions import (
     architecture_tau,
     contrast_kind,
     decision_accuracy,
+    differences,
     kendall,
     matched_contrasts,
     rests_on,
@@ -121,8 +122,13 @@ def test_a_search_whose_order_is_size_says_so_and_calls_its_matched_rivals_tied(
     lines = rests_on(answer, [0, 2], ARCHS, FLOPS, PARAMS)
     assert lines[0].startswith("explained by size within the noise")
     tied = [line for line in lines if line.startswith("tied at matched cost")]
-    assert len(tied) == 1 and "trial 2 (cascaded 8x96) vs trial 3 (nag 8x96), family" in tied[0]
+    assert len(tied) == 1 and "trial 2 (cascaded 8x96) vs trial 3 (nag 8x96), family (residual differs)" in tied[0]
     assert tied[0].endswith("the cheaper one, trial 2, is the choice")
+
+
+def test_a_mixed_contrast_names_every_knob_that_differs():
+    a, b = Architecture("cascaded", 4, 32, 2, 2.0, 0.875, 2), Architecture("ancre", 4, 32, 2, 4.0, 0.875, 1)
+    assert contrast_kind(a, b) == "mixed" and differences(a, b) == ["residual", "mlp_ratio", "mod_every"]
 
 
 def test_a_search_with_a_family_effect_calls_it_resolved_and_beyond_size(tmp_path):
