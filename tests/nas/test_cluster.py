@@ -165,7 +165,11 @@ class Cluster:
         wait_for(lambda: "Ray runtime started" in self.log("head.log") or self.head.poll() is not None, timeout=120)
         assert self.head.poll() is None, self.log("head.log")[-3000:]
         spec = {"gcs_address": self.gcs_address, "temp_dir": str(self.base / "tmp" / "w"), **asdict(self.worker_ports)}
-        self.worker = self.start_process([sys.executable, __file__, "worker-node", json.dumps(spec)], "worker.log")
+        tests = str(Path(__file__).resolve().parents[1])  # the script imports the tests' helpers (searches.py)
+        path = os.pathsep.join(part for part in (tests, self.env.get("PYTHONPATH", "")) if part)
+        self.worker = self.start_process(
+            [sys.executable, __file__, "worker-node", json.dumps(spec)], "worker.log", PYTHONPATH=path
+        )
         wait_for(lambda: "worker node ready" in self.log("worker.log") or self.worker.poll() is not None, timeout=120)
         assert self.worker.poll() is None, self.log("worker.log")[-3000:]
 
