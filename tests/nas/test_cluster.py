@@ -1,7 +1,7 @@
 """A search on a real two-node Ray cluster on 127.0.0.1, with PostgreSQL, survives the death of a node.
 
 The head node is `ray start --head --block`, as a user starts it. The worker node joins it from
-its own process (`python tests/test_cluster.py worker-node SPEC`), which starts the node the way
+its own process (`python tests/nas/ray_worker_node.py SPEC`), which starts the node the way
 `ray.cluster_utils.Cluster.add_node` (Ray's own multi-node tests) does, because `ray start
 --address` cannot join a cluster on 127.0.0.1: with `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (which
 makes Ray default to the loopback address) the CLI refuses to start a worker node at all, and
@@ -24,7 +24,6 @@ import random
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -46,6 +45,7 @@ pytestmark = [pytest.mark.timeout(600), pytest.mark.cluster, pytest.mark.slow]
 RAY = Path(sys.executable).with_name("ray")
 SEARCH = "cluster1"
 TRIALS = 6
+WORKER_NODE = Path(__file__).with_name("ray_worker_node.py")  # a script that imports no test module
 
 
 @dataclass(frozen=True)
@@ -165,11 +165,7 @@ class Cluster:
         wait_for(lambda: "Ray runtime started" in self.log("head.log") or self.head.poll() is not None, timeout=120)
         assert self.head.poll() is None, self.log("head.log")[-3000:]
         spec = {"gcs_address": self.gcs_address, "temp_dir": str(self.base / "tmp" / "w"), **asdict(self.worker_ports)}
-        tests = str(Path(__file__).resolve().parents[1])  # the script imports the tests' helpers (searches.py)
-        path = os.pathsep.join(part for part in (tests, self.env.get("PYTHONPATH", "")) if part)
-        self.worker = self.start_process(
-            [sys.executable, __file__, "worker-node", json.dumps(spec)], "worker.log", PYTHONPATH=path
-        )
+        self.worker = self.start_process([sys.executable, str(WORKER_NODE), json.dumps(spec)], "worker.log")
         wait_for(lambda: "worker node ready" in self.log("worker.log") or self.worker.poll() is not None, timeout=120)
         assert self.worker.poll() is None, self.log("worker.log")[-3000:]
 
@@ -233,12 +229,16 @@ def trial_rows(url: str) -> list:
 
 def running_trial_of(actor: psutil.Process, ray_dir: Path, running: set[int]) -> int | None:
     """The number of the running trial that the Tune actor process `actor` works on: its working
-    directory is `.../working_dirs/<trial name>`, and Tune keeps that trial's params under ray_dir."""
+    directory is `.../working_dirs/<trial name>`, a name Tune makes from the trial's config (the ticket's
+    number in it), and Tune keeps that trial's params under ray_dir once it reports."""
     try:
         trial_name = Path(actor.cwd()).name
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    for params in ray_dir.glob(f"*/{trial_name}/params.json"):
+    named = re.search(r"TrialTicket_number_(\d+)_", trial_name)  # Tune names the folder after the config
+    if named:
+        return int(named.group(1)) if int(named.group(1)) in running else None
+    for params in ray_dir.glob(f"*/{trial_name}/params.json"):  # written to ray_dir as the trial reports
         number = ticket_number(params)
         return number if number in running else None
     return None
@@ -356,23 +356,3 @@ def test_search_survives_a_killed_worker_node(cluster, postgres_url):
         assert last_result_pid(ray_dir, number) in head_pids
     study = optuna.load_study(study_name=search.optuna_study_name, storage=postgres_url)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * TRIALS
-
-
-def serve_worker_node(spec: dict) -> None:
-    """Run one Ray worker node on 127.0.0.1 until killed: `ray start --address ... --block` without
-    the CLI's rewrite of 127.0.0.1 (module docstring), as `ray.cluster_utils.Cluster.add_node` does."""
-    from ray._private import services
-    from ray._private.node import Node
-    from ray._private.parameter import RayParams
-
-    params = RayParams(node_ip_address="127.0.0.1", num_cpus=1, num_gpus=0, object_store_memory=100 * 2**20, **spec)
-    node = Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
-    services.wait_for_node(spec["gcs_address"], node.plasma_store_socket_name)
-    print("worker node ready", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # exit through atexit: the node stops its processes
-    while True:
-        time.sleep(3600)
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["worker-node"]:
-    serve_worker_node(json.loads(sys.argv[2]))
