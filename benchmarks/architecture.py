@@ -105,13 +105,17 @@ def _r2(losses, params) -> float | None:
     return None if trend is None else trend.r2
 
 
+def error_beyond_size(predicted: Mapping[int, float], truth: Truth) -> dict[int, float]:
+    """Each config's error (prediction minus truth) less the error's own trend in log-parameters."""
+    error = {c: predicted[c] - truth.loss[c] for c in truth.loss if c in predicted}
+    trend = size_trend(error, truth.params)
+    return trend.residuals(error, truth.params) if trend is not None else error
+
+
 def bias(predicted: Mapping[int, float], truth: Truth, archs: Mapping[int, Architecture], noise: float | None) -> dict:
     """The error of `predicted` per config, its size trend removed (module docstring); `noise`: the seed noise of
     one `predicted` value, with the truth's (of a mean of its seeds) the spread seed noise alone would give."""
-    true = truth.loss
-    error = {c: predicted[c] - true[c] for c in true if c in predicted}
-    trend = size_trend(error, truth.params)
-    residual = trend.residuals(error, truth.params) if trend is not None else error
+    residual = error_beyond_size(predicted, truth)
     seeds = float(np.mean([len(v) for v in truth.runs.values()]))
     expected = math.sqrt((noise or 0.0) ** 2 + (truth.noise or 0.0) ** 2 / seeds)
     by: dict[str, dict] = {"family": defaultdict(list), "depth": defaultdict(list)}
@@ -193,9 +197,7 @@ def summary(graded: Mapping) -> dict:
 
 def aspect_slope(predicted: Mapping[int, float], truth: Truth, archs: Mapping[int, Architecture]) -> float:
     """The slope of a view's error (its size trend removed) in ln(depth / width) of the target, nats per unit."""
-    error = {c: predicted[c] - truth.loss[c] for c in truth.loss if c in predicted}
-    trend = size_trend(error, truth.params)
-    residual = trend.residuals(error, truth.params) if trend is not None else error
+    residual = error_beyond_size(predicted, truth)
     keys = sorted(residual)
     x = [math.log(archs[c].n_layers / archs[c].d_model) for c in keys]
     return float(np.polyfit(x, [residual[c] for c in keys], 1)[0])

@@ -53,6 +53,7 @@ VARIANTS = {
     "floor d_T/2 keep head size": Narrowing(min_share=0.5, keep="head_size"),
 }
 DEFAULT = "default: floor 8 keep heads"
+TARGET = fidelity.TRUTH_RATIO * fidelity.LOWEST_RUNG * fidelity.ETA ** (fidelity.RUNGS - 1)  # the truth's T
 COLUMNS = [*fidelity.REPLICA_COLUMNS, "corpus", "variant", "n_heads"]
 
 
@@ -63,10 +64,6 @@ class BiasJob:
     corpus: str
     variant: str
     seed: int = 0
-
-    @property
-    def target(self) -> float:
-        return fidelity.TRUTH_RATIO * fidelity.LOWEST_RUNG * fidelity.ETA ** (fidelity.RUNGS - 1)
 
 
 def jobs(corpus: str, variants: list[str]) -> list[BiasJob]:
@@ -87,8 +84,8 @@ def run_job(job: BiasJob) -> list[dict]:
     keep_head_size = VARIANTS[job.variant].keep == "head_size"
     result = run_replica_trial(
         cfg,
-        job.target,
-        [fidelity.REPLICA_TOP_SHARE * job.target],
+        TARGET,
+        [fidelity.REPLICA_TOP_SHARE * TARGET],
         load_corpus(fidelity.CORPORA[job.corpus].data()),
         seed=job.seed,
         optim=OptimConfig(lr=3e-3),
@@ -96,7 +93,7 @@ def run_job(job: BiasJob) -> list[dict]:
         width_probe=False,
         min_width=VARIANTS[job.variant],
     )
-    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", job.seed, job.target), cfg, "")
+    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", job.seed, TARGET), cfg, "")
     base |= {"status": str(result.status), "corpus": job.corpus, "variant": job.variant}
     rows = fidelity.replica_rows(base, result.rungs)
     return [r | {"n_heads": r["replica_d_model"] // cfg.head_dim if keep_head_size else cfg.n_heads} for r in rows]
@@ -116,10 +113,6 @@ class LrJob:
     lr: float
     view: str  # "replica" (the top rung's replica) or "target width" (the target itself, for the same compute)
 
-    @property
-    def target(self) -> float:
-        return BiasJob(self.config, self.arch, self.corpus, DEFAULT).target
-
 
 def lr_jobs(corpus: str) -> list[LrJob]:
     chosen = [(i, a) for i, a in enumerate(fidelity.configs(False, corpus))
@@ -137,12 +130,12 @@ def run_lr_job(job: LrJob) -> list[dict]:
     from workers.trial.replica import run_replica_trial
 
     torch.set_num_threads(1)
-    cfg, top = ArchConfig(**job.arch), fidelity.REPLICA_TOP_SHARE * job.target
+    cfg, top = ArchConfig(**job.arch), fidelity.REPLICA_TOP_SHARE * TARGET
     narrowing = Narrowing() if job.view == "replica" else Narrowing(min_share=1.0)
-    result = run_replica_trial(cfg, job.target, [top], load_corpus(fidelity.CORPORA[job.corpus].data()), seed=0,
+    result = run_replica_trial(cfg, TARGET, [top], load_corpus(fidelity.CORPORA[job.corpus].data()), seed=0,
                                optim=OptimConfig(lr=job.lr), run=RunConfig(**fidelity.RUN), width_probe=False,
                                min_width=narrowing)  # fmt: skip
-    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", 0, job.target), cfg, str(result.status))
+    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", 0, TARGET), cfg, str(result.status))
     base |= {"corpus": job.corpus, "variant": DEFAULT, "lr": job.lr, "view": job.view, "n_heads": cfg.n_heads}
     return fidelity.replica_rows(base, result.rungs)
 
@@ -225,7 +218,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "replica_bias.json")
     args = parser.parse_args()
     if args.command == "build":
-        build(RUNS_CSV, jobs(args.corpus, args.variants.split(",")), args.processes)
+        variants = args.variants.split(",")
+        if unknown := [v for v in variants if v not in VARIANTS]:
+            parser.error(f"--variants: {unknown} are not among {list(VARIANTS)}")
+        build(RUNS_CSV, jobs(args.corpus, variants), args.processes)
     elif args.command == "build-lr":
         rows = read_table(LR_CSV) if LR_CSV.exists() else []
         key = lambda j: (j.corpus, j.config, j.lr, j.view)  # noqa: E731

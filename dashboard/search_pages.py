@@ -14,6 +14,7 @@ from nas.answer.decisions import rests_on, trial_facts
 from nas.answer.pareto import reference_point
 from nas.answer.target import front_at_target
 from nas.space.budget import VALIDATED_TARGET_RATIO, Budget
+from nas.space.objectives import front_costs, objectives_of
 from workers.status import TrialStatus
 
 from . import reads
@@ -197,7 +198,8 @@ def target_page(url: str, summaries: Sequence) -> None:
         st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
         unmeasured_caption(rows, axis)
         st.subheader("What the answer rests on")
-        front = [r.number for r in front_at_target(rows, answer.predictions)]
+        key, also = front_costs(objectives_of(reads.get_search(url, name).settings))  # the front nas show reads
+        front = [r.number for r in front_at_target(rows, answer.predictions, key=key, also=also)]
         st.markdown("\n".join(f"- {line}" for line in rests_on(answer, front, *trial_facts(rows))))
         st.subheader("Trials at the target")
         st.dataframe(
