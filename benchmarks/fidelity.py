@@ -96,6 +96,12 @@ CORPORA = {
         HERE / "data" / "fidelity_code_runs.csv",
         HERE / "data" / "fidelity_code_replica_runs.csv",
     ),
+    "handbook": Corpus(
+        "handbook",
+        "benchmarks/data/debian_handbook.jsonl.gz",  # benchmarks/handbook_corpus.py
+        HERE / "data" / "fidelity_handbook_runs.csv",
+        HERE / "data" / "fidelity_handbook_replica_runs.csv",
+    ),
 }
 
 
@@ -137,7 +143,7 @@ def configs(smoke: bool, corpus: str = "plays") -> list[dict]:
     Latin square over width and depth, so it is confounded with neither (24 configs). Code: every family at
     five (width, depth, MoD rate) points that cover the same grid (15 configs). Both then add every family at each
     of `CONTRAST_SHAPES` (21 configs). Smoke: 3 tiny ones."""
-    if corpus == "code":
+    if corpus in ("code", "handbook"):
         shapes = [(32, 2, 0.25), (32, 6, 0.0), (64, 4, 0.5), (64, 6, 0.25), (96, 2, 0.0)]
         grid = [(f, w, d, m) for f in FAMILIES for w, d, m in shapes]
     else:
@@ -422,13 +428,15 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1", help="build: the seeds to train, comma-separated")
     parser.add_argument("--min-width", type=int, default=8, help="build-replicas: the narrowest replica width")
     parser.add_argument("--processes", type=int, default=2, help="build: jobs run in parallel")
+    parser.add_argument("--kinds", default="ladder,truth", help="build: the kinds of run, ladder and/or truth")
     parser.add_argument("--dashboard-summary", type=Path, help="report: also write the summary here (package data)")
     args = parser.parse_args()
     corpus = CORPORA[args.corpus]
     runs, replica_runs = args.runs or corpus.runs, args.replica_runs or corpus.replica_runs
     seeds = tuple(int(s) for s in args.seeds.split(","))
     if args.command == "build":
-        build(runs, jobs(args.smoke, horizon_rule(args.space), seeds=seeds, corpus=corpus.name), args.processes)
+        kinds = tuple(args.kinds.split(","))
+        build(runs, jobs(args.smoke, horizon_rule(args.space), kinds, seeds, corpus=corpus.name), args.processes)
     elif args.command == "build-replicas":
         todo = jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, args.min_width, corpus.name)
         build(replica_runs, todo, args.processes)

@@ -103,6 +103,14 @@ LR_SWEEP = (1.5e-3, 3e-3, 6e-3)
 LR_SHAPES = ((8, 32), (2, 64))  # (n_layers, d_model), routed at neither: CONTRAST_SHAPES' first pair
 LR_CSV = HERE / "data" / "replica_lr_runs.csv"
 LR_COLUMNS = [*COLUMNS, "lr", "view"]
+# How the top rung is trained in the sweep: the replica under the old narrowing (the head count kept, no narrower
+# than 8), the target itself at its own width for the same compute, and the replica with heads of the target's
+# size, no narrower than d_T / 2
+LR_VIEWS = {
+    "replica": Narrowing(),
+    "target width": Narrowing(min_share=1.0),
+    "replica, head size kept": Narrowing(min_share=0.5, keep="head_size"),
+}
 
 
 @dataclass(frozen=True)
@@ -111,13 +119,13 @@ class LrJob:
     arch: dict
     corpus: str
     lr: float
-    view: str  # "replica" (the top rung's replica) or "target width" (the target itself, for the same compute)
+    view: str  # one of LR_VIEWS
 
 
 def lr_jobs(corpus: str) -> list[LrJob]:
     chosen = [(i, a) for i, a in enumerate(fidelity.configs(False, corpus))
               if (a["n_layers"], a["d_model"]) in LR_SHAPES and not a["mod_rate"]]  # fmt: skip
-    return [LrJob(i, a, corpus, lr, v) for i, a in chosen for lr in LR_SWEEP for v in ("replica", "target width")]
+    return [LrJob(i, a, corpus, lr, v) for i, a in chosen for lr in LR_SWEEP for v in LR_VIEWS]
 
 
 def run_lr_job(job: LrJob) -> list[dict]:
@@ -131,13 +139,15 @@ def run_lr_job(job: LrJob) -> list[dict]:
 
     torch.set_num_threads(1)
     cfg, top = ArchConfig(**job.arch), fidelity.REPLICA_TOP_SHARE * TARGET
-    narrowing = Narrowing() if job.view == "replica" else Narrowing(min_share=1.0)
+    narrowing = LR_VIEWS[job.view]
     result = run_replica_trial(cfg, TARGET, [top], load_corpus(fidelity.CORPORA[job.corpus].data()), seed=0,
                                optim=OptimConfig(lr=job.lr), run=RunConfig(**fidelity.RUN), width_probe=False,
                                min_width=narrowing)  # fmt: skip
     base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", 0, TARGET), cfg, str(result.status))
-    base |= {"corpus": job.corpus, "variant": DEFAULT, "lr": job.lr, "view": job.view, "n_heads": cfg.n_heads}
-    return fidelity.replica_rows(base, result.rungs)
+    base |= {"corpus": job.corpus, "variant": DEFAULT, "lr": job.lr, "view": job.view}
+    rows = fidelity.replica_rows(base, result.rungs)
+    kept = narrowing.keep == "head_size"
+    return [r | {"n_heads": r["replica_d_model"] // cfg.head_dim if kept else cfg.n_heads} for r in rows]
 
 
 def build(out: Path, todo: list[BiasJob], processes: int) -> None:
