@@ -60,7 +60,7 @@ def _measurement(budget: Budget, reached: int) -> Measurement:
     ladder = LadderConfig(rungs=reached, eta=budget.eta)
     top = budget.trial_flops * budget.eta ** (reached - 1)
     full = budget.measurement()
-    return Measurement(top, ladder, full.replica_rungs[:reached], full.target_flops, full.min_replica_width)
+    return Measurement(top, ladder, full.replica_rungs[:reached], full.target_flops, full.narrowing)
 
 
 def repeat_jobs(

@@ -31,7 +31,8 @@ from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flop
 from workers.training.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
 from workers.training.train import RunConfig
 from workers.trial.contract import Measurement
-from workers.trial.replica import DEFAULT_MIN_WIDTH, plan_replica, rung_budgets, target_path
+from workers.trial.narrowing import DEFAULT_MIN_WIDTH, KEEP_HEADS, Keep, Narrowing
+from workers.trial.replica import plan_replica, rung_budgets, target_path
 
 from . import CategoricalParam, SearchSpace, cheapest_of, describe
 from .messages import options_message
@@ -100,6 +101,16 @@ class Budget(BaseModel):
     min_replica_width: int = Field(
         DEFAULT_MIN_WIDTH, ge=2, le=65536, description="narrowest replica: a rung needing less trains it off the path"
     )
+    narrowing: Keep = Field(
+        Narrowing.model_fields["keep"].default, description="what a replica keeps: the head size or the head count"
+    )
+    min_replica_share: float = Field(
+        Narrowing.model_fields["min_share"].default,
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="narrowest replica as a share of the target's width",
+    )
     min_tokens_per_param: float | None = Field(
         DEFAULT_MIN_TOKENS_PER_PARAM,
         gt=0,
@@ -157,7 +168,12 @@ class Budget(BaseModel):
         if self.rungs < 2:
             return Measurement(self.top_rung_flops, target_flops=self.target)
         replicas = tuple(rung_budgets(self.trial_flops, self.ladder_config)) if self.ladder == "replica" else ()
-        return Measurement(self.top_rung_flops, self.ladder_config, replicas, self.target, self.min_replica_width)
+        return Measurement(self.top_rung_flops, self.ladder_config, replicas, self.target, self.replica_narrowing)
+
+    @property
+    def replica_narrowing(self) -> Narrowing:
+        """How replica rungs narrow the target (`workers.trial.narrowing`)."""
+        return Narrowing(min_width=self.min_replica_width, min_share=self.min_replica_share, keep=self.narrowing)
 
     @property
     def top_rung_flops(self) -> float:
@@ -205,6 +221,8 @@ def stored_budget(raw: dict) -> Budget:
     if "ladder" not in raw:
         target = raw.get("target_flops") or LEGACY_TARGET_RATIO * raw["trial_flops"]
         raw = {**raw, "ladder": "budget", "target_flops": target}
+    if "narrowing" not in raw:  # stored before the head size was kept: its replicas kept the head count
+        raw = {**raw, "narrowing": KEEP_HEADS.keep, "min_replica_share": KEEP_HEADS.min_share}
     if "min_tokens_per_param" not in raw:  # stored before the bound: it trained every config it sampled
         raw = {**raw, "min_tokens_per_param": None}
     return Budget(**{"rungs": 1, **raw})
@@ -280,7 +298,7 @@ def trial_is_feasible(arch: ArchConfig, budget: Budget | float, batch_size: int)
     flops = budget.trial_flops if isinstance(budget, Budget) else float(budget)
     if isinstance(budget, Budget) and budget.ladder == "replica" and budget.rungs > 1:
         try:
-            plan_replica(arch, budget.target, 0, flops, batch_size, budget.min_replica_width)
+            plan_replica(arch, budget.target, 0, flops, batch_size, budget.replica_narrowing)
         except InfeasibleBudget as err:
             return f"the lowest rung's replica cannot afford one step: {err}"
         return None

@@ -158,7 +158,8 @@ def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
         trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget", min_tokens_per_param=None, **LADDER3), 16)
         is not None
     )
-    assert trial_is_feasible(big, Budget(trial_flops=1e10, min_tokens_per_param=None, **LADDER3), 16) is None
+    narrow = dict(narrowing="heads", min_replica_share=0.0)  # replicas as narrow as width 8
+    assert trial_is_feasible(big, Budget(trial_flops=1e10, min_tokens_per_param=None, **narrow, **LADDER3), 16) is None
     reason = trial_is_feasible(big, Budget(trial_flops=1e7, min_tokens_per_param=None, **LADDER3), 16)
     assert reason is not None and reason.startswith("the lowest rung's replica cannot afford one step")
     # a floor at the config's own width leaves the lowest rung the config itself: no cheaper than a budget ladder
@@ -250,3 +251,18 @@ def test_the_default_space_header_counts_the_steps_of_its_largest_and_cheapest_c
     arch, _, _ = to_configs(space, {**any_value, **largest})
     assert plan_budget(arch, flops, batch).steps == pytest.approx(largest_steps, rel=0.15)
     assert plan_budget(cheapest_of(space), flops, batch).steps == pytest.approx(cheapest_steps, rel=0.15)
+
+
+def test_the_narrowing_is_a_stored_setting_and_a_search_stored_before_it_keeps_the_head_count():
+    from workers.trial.narrowing import KEEP_HEADS, Narrowing
+
+    budget = Budget(trial_flops=1e10, **LADDER3)
+    assert budget.replica_narrowing == Narrowing() and budget.replica_narrowing.keep == "head_size"
+    assert budget.measurement().narrowing == budget.replica_narrowing
+    assert stored_budget(budget.model_dump()) == budget  # what a search stores is what it resumes with
+    heads = Budget(trial_flops=1e10, narrowing="heads", min_replica_share=0.0, **LADDER3)
+    assert stored_budget(heads.model_dump()).measurement().narrowing == KEEP_HEADS
+    legacy = {k: v for k, v in budget.model_dump().items() if k not in ("narrowing", "min_replica_share")}
+    assert stored_budget(legacy).replica_narrowing == KEEP_HEADS
+    with pytest.raises(BudgetError, match=r"^--narrowing: "):
+        Budget(trial_flops=1e10, narrowing="width")

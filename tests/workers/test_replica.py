@@ -10,6 +10,7 @@ from search_spaces.residual_lm.parametrization import attention_scale
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
 from workers.training.train import OptimConfig, RunConfig
+from workers.trial.narrowing import KEEP_HEADS
 from workers.trial.replica import (
     MEASURE_AGAIN,
     Narrowing,
@@ -43,7 +44,7 @@ def on_path_flops(cfg: ArchConfig, tokens_per_param: float) -> float:
 def test_a_replica_costs_the_rung_budget_at_the_nearest_width_on_the_target_path(share):
     path = target_path(TARGET, T, RUN.batch_size)
     assert path.params == params(TARGET) and path.tokens_per_param == path.tokens / path.params
-    replica = plan_replica(TARGET, T, 1, share * T, RUN.batch_size)
+    replica = plan_replica(TARGET, T, 1, share * T, RUN.batch_size, KEEP_HEADS)
     arch = replica.arch
     # Valid: an even head size at the target's head count, narrower than the target, nothing else changed.
     assert arch.d_model % (2 * TARGET.n_heads) == 0 and 8 <= arch.d_model < TARGET.d_model
@@ -55,8 +56,8 @@ def test_a_replica_costs_the_rung_budget_at_the_nearest_width_on_the_target_path
     batch_flops = 3 * flops_per_token(arch).executed * RUN.batch_size * arch.seq_len
     assert abs(3 * flops_per_token(arch).executed * replica.plan.tokens - share * T) <= batch_flops / 2 + 1e-6
     # Tokens per parameter: the target's, up to the width grid; by brute force no valid width is nearer.
-    widths = replica_widths(TARGET)
-    costs = {w: on_path_flops(replica_arch(TARGET, w), path.tokens_per_param) for w in widths}
+    widths = replica_widths(TARGET, KEEP_HEADS)
+    costs = {w: on_path_flops(replica_arch(TARGET, w, KEEP_HEADS), path.tokens_per_param) for w in widths}
     assert replica.on_path and min(costs.values()) <= share * T
     nearest = min(widths, key=lambda w: abs(math.log(costs[w] / (share * T))))
     assert arch.d_model == nearest and replica.params == params(arch)
@@ -84,24 +85,25 @@ def test_below_the_narrowest_on_path_replica_the_rung_is_marked_off_the_path():
     assert replica.record()["on_path"] is False and replica.record()["d_model"] == narrowest.d_model
 
 
-def test_widths_are_multiples_of_twice_the_heads_and_a_completep_target_keeps_its_base():
+def test_keeping_the_head_count_widths_are_multiples_of_twice_the_heads_and_a_completep_target_keeps_its_base():
     four = TARGET.model_copy(update={"n_heads": 4, "d_model": 96})
-    assert replica_widths(four) == [8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
-    assert replica_widths(four, 20) == [24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
-    assert replica_widths(four, Narrowing(min_share=0.5)) == [48, 56, 64, 72, 80, 88, 96]
+    assert replica_widths(four, KEEP_HEADS) == [8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
+    assert replica_widths(four, KEEP_HEADS.model_copy(update={"min_width": 20})) == [24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
+    assert replica_widths(four, KEEP_HEADS.model_copy(update={"min_share": 0.5})) == [48, 56, 64, 72, 80, 88, 96]
     tuned = TARGET.model_copy(update={"parametrization": "completep", "base_width": 32, "base_depth": 4})
     assert (replica_arch(tuned, 16).base_width, replica_arch(tuned, 16).base_depth) == (32, 4)
     assert replica_arch(tuned, tuned.d_model) == tuned
 
 
-def test_a_replica_that_keeps_the_head_size_has_fewer_heads_scaled_as_at_the_target():
+def test_by_default_a_replica_keeps_the_head_size_no_narrower_than_half_the_target_scaled_as_at_the_target():
     four = TARGET.model_copy(update={"n_heads": 4, "d_model": 96})
-    keep = Narrowing(min_share=0.5, keep="head_size")
-    assert replica_widths(four, keep) == [48, 72, 96]
-    narrow = replica_arch(four, 48, keep)
+    assert replica_widths(four) == replica_widths(four, Narrowing(min_share=0.5, keep="head_size")) == [48, 72, 96]
+    assert replica_widths(four, 8) == [48, 72, 96]  # a narrowest width alone keeps the default's other rules
+    narrow = replica_arch(four, 48)
     assert (narrow.n_heads, narrow.head_dim, narrow.d_model) == (2, 24, 48)
     assert attention_scale(narrow) == pytest.approx(attention_scale(four))
-    assert replica_arch(four, 48).n_heads == 4 and replica_arch(four, 48).head_dim == 12
+    kept_heads = replica_arch(four, 48, KEEP_HEADS)
+    assert kept_heads.n_heads == 4 and kept_heads.head_dim == 12
 
 
 @pytest.mark.parametrize("residual", ["cascaded", "nag", "ancre"])

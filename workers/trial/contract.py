@@ -28,7 +28,7 @@ from ..data.config import DataConfig
 from ..status import TrialStatus
 from ..training.plans import LadderConfig
 from ..training.train import OptimConfig, RunConfig
-from .replica import DEFAULT_MIN_WIDTH
+from .narrowing import Narrowing
 from .run import TrialResult
 
 __all__ = [
@@ -77,7 +77,7 @@ def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], TrialTicket
 @dataclass(frozen=True)
 class Measurement:
     """How a trial is measured. Replica rungs (`replica_rungs`, their budgets lowest first): each rung its own
-    run of a narrower copy on the target's path to `target_flops` (`workers.trial.replica`). Otherwise the
+    run of a copy narrowed as `narrowing` says, on the target's path to `target_flops` (`workers.trial.replica`). Otherwise the
     config itself at `budget_flops` (the top rung's), on a budget `ladder` with a cooldown branch at each rung,
     or at that single budget without one."""
 
@@ -85,7 +85,7 @@ class Measurement:
     ladder: LadderConfig | None = None
     replica_rungs: tuple[float, ...] = ()
     target_flops: float | None = None
-    min_replica_width: int = DEFAULT_MIN_WIDTH
+    narrowing: Narrowing = Narrowing()
 
     def __post_init__(self) -> None:
         if self.replica_rungs and self.target_flops is None:

@@ -74,7 +74,7 @@ def _train(request: TrialRequest, report: Report | None, on_rung: OnReplicaRung 
             run=request.run,
             on_rung=on_rung,
             width_probe=request.width_probe,
-            min_width=m.min_replica_width,
+            min_width=m.narrowing,
         )
     return run_trial(
         request.arch,

@@ -5,17 +5,19 @@ sees D_T = T / (3 F_T) tokens for its N_T parameters (`count_parameters`), a rat
 
     rho = D_T / N_T    (tokens per parameter)
 
-Rung r of the replica ladder, with budget C_r < T, trains a *replica*: the same family, depth, head
-count, MLP ratio, MoD settings, ANCRe temperature and learning rate, at a narrower width d_r, under
-`completep` (muP in width, CompleteP in depth) with the target as its base shape, for the tokens
-C_r / (3 F_r) that C_r buys. d_r is the valid width whose on-path cost 3 F(d) rho N(d) (the
-compute of training width d at the target's ratio) is nearest C_r in log: the replica then sees the
-target's tokens per parameter up to the width grid's rounding, and costs exactly C_r (to whole batches).
+Rung r of the replica ladder, with budget C_r < T, trains a *replica*: the same family, depth, MLP
+ratio, MoD settings, ANCRe temperature and learning rate, at a narrower width d_r, under `completep`
+(muP in width, CompleteP in depth) with the target as its base shape, for the tokens C_r / (3 F_r)
+that C_r buys. d_r is the valid width whose on-path cost 3 F(d) rho N(d) (the compute of training
+width d at the target's ratio) is nearest C_r in log: the replica then sees the target's tokens per
+parameter up to the width grid's rounding, and costs exactly C_r (to whole batches).
 
-- The head count is kept and the head size shrinks: `completep`'s attention rule (scores scaled by
-  sqrt(hd_0) / hd) is muP's for heads that widen at a fixed count, so that is the direction in which
-  the learning rate and init transfer. Valid widths are the multiples of 2 x n_heads (even head size,
-  for RoPE) from `min_width` up to the target's width.
+- How it narrows is a `Narrowing` (`workers.trial.narrowing`). By default it keeps the head size (heads of
+  the target's size, fewer of them, attention scaled as at the target), so that narrowing changes depth
+  over width least, and is no narrower than half the target: valid widths are the multiples of the
+  target's head size from that floor up to d_T. Keeping the head count instead (the head size shrinking:
+  the direction in which `completep`'s attention rule is muP's) makes the valid widths the multiples of
+  2 x n_heads (even head size, for RoPE).
 - The base shape: a `standard` target becomes `completep` with (base_width, base_depth) = its own
   (d, L), which at full width is `standard` bit for bit; a `completep` target keeps its base shape.
   Either way the replica at the target's width is the target run itself.
@@ -31,7 +33,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -42,6 +43,7 @@ from ..data.corpus import TokenizedCorpus
 from ..status import TrialStatus
 from ..training.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
 from ..training.train import OptimConfig, Report, RunConfig
+from .narrowing import DEFAULT_MIN_WIDTH, Narrowing
 from .run import TrialResult, one_line, run_trial
 
 __all__ = [
@@ -59,7 +61,6 @@ __all__ = [
     "target_path",
 ]
 
-DEFAULT_MIN_WIDTH = 8  # 2 heads of 4: the narrowest replica the default space's head counts allow
 MEASURE_AGAIN = "again"  # what `on_rung` returns to have a rung measured once more with another seed
 OnReplicaRung = Callable[[dict], "bool | str"]  # True: climb on; False: stop here; MEASURE_AGAIN
 
@@ -118,26 +119,6 @@ def target_path(target: ArchConfig, target_flops: float, batch_size: int) -> Tar
     return TargetPath(params, tokens, tokens / params)
 
 
-@dataclass(frozen=True)
-class Narrowing:
-    """How a replica narrows its target: no narrower than `min_width`, nor than `min_share` of the target's width;
-    `keep` "heads" (the head count, the head size shrinking: the direction in which `completep`'s attention
-    rule transfers) or "head_size" (heads of the target's size, fewer of them; attention scaled as at the target).
-    """
-
-    min_width: int = DEFAULT_MIN_WIDTH
-    min_share: float = 0.0
-    keep: Literal["heads", "head_size"] = "heads"
-
-    @classmethod
-    def of(cls, narrowing: Narrowing | int) -> Narrowing:
-        """A Narrowing, or the default one with that narrowest width."""
-        return narrowing if isinstance(narrowing, Narrowing) else cls(min_width=int(narrowing))
-
-    def floor(self, target: ArchConfig) -> int:
-        return max(self.min_width, math.ceil(self.min_share * target.d_model))
-
-
 def replica_arch(target: ArchConfig, width: int, narrowing: Narrowing | int = DEFAULT_MIN_WIDTH) -> ArchConfig:
     """The target at `width` under `completep`, its base shape the target's (or the target's own base); with
     heads of the target's size, `width / head size` of them."""
@@ -146,7 +127,7 @@ def replica_arch(target: ArchConfig, width: int, narrowing: Narrowing | int = DE
     else:
         base = {"base_width": target.d_model, "base_depth": target.n_layers}
     update = {"d_model": width, "parametrization": "completep", **base}
-    if Narrowing.of(narrowing).keep == "head_size":
+    if Narrowing.of(narrowing).keep == "head_size" and width != target.d_model:  # at d_T: the target's heads
         base_head = target.base_head_dim or base["base_width"] // target.n_heads
         update |= {"n_heads": width // target.head_dim, "base_head_dim": base_head}
     return target.model_copy(update=update)
