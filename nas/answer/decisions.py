@@ -271,7 +271,10 @@ def rests_on(
         residual = trend.residuals({t: predicted[t] for t in front if t in predicted}, params)
         margins = {t: 2.0 * n for t in residual if (n := answer.noise_at_target(t)) is not None}
         beyond = {t: r for t, r in residual.items() if t in margins and abs(r) > margins[t]}
-        share = f"a trend in log-parameters explains {trend.r2:.0%} of the spread of the predicted losses at T"
+        share = (
+            f"a trend in log-parameters explains {trend.r2:.0%} of the spread of the predicted losses at T "
+            f"of {len(predicted)} trials"
+        )
         if not margins:
             lines.append(f"size: {share}; without a measured seed noise no architecture effect can be told from it")
         elif not beyond:
@@ -279,7 +282,7 @@ def rests_on(
                          "its seed noise of the trend: the front trades size, not architecture")  # fmt: skip
         else:
             t = min(beyond, key=beyond.get)
-            lines.append(f"beyond size: {share}; trial {t} ({archs[t].describe()}) sits {-beyond[t]:.3f} nats "
+            lines.append(f"beyond size: {share}; trial {t} ({archs[t].describe()}) sits {abs(beyond[t]):.3f} nats "
                          f"{'below' if beyond[t] < 0 else 'above'} it (twice its noise {margins[t]:.3f})")  # fmt: skip
     best = min((t for t in front if t in predicted), key=predicted.get, default=None)
     if best is None:

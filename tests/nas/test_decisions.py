@@ -137,3 +137,11 @@ def test_a_search_with_a_family_effect_calls_it_resolved_and_beyond_size(tmp_pat
     assert lines[0].startswith("beyond size")
     resolved = [line for line in lines if line.startswith("resolved at matched cost")]
     assert len(resolved) == 1 and "trial 3 is better by" in resolved[0] and "trial 2 is not the choice" in resolved[0]
+
+
+def test_a_front_member_above_the_size_trend_is_said_to_sit_a_positive_distance_above_it(tmp_path):
+    answer = search(tmp_path, {0: 2.00, 1: 2.00 - 0.04, 2: 1.90, 3: 1.90 - 0.04})  # cascaded worse by 0.04 at T
+    line = rests_on(answer, [0, 2], ARCHS, FLOPS, PARAMS)[0]
+    assert line.startswith("beyond size") and "of 4 trials" in line
+    distance = float(line.split(" sits ")[1].split(" nats ")[0])
+    assert distance > 0 and " nats above it " in line
