@@ -49,13 +49,15 @@ COLUMNS = ["config", "residual", "n_layers", "d_model", "mod_rate", "params", "e
 # Replica rungs (`workers.trial.replica`) are built at every budget share of T below, each its own run, so that
 # the report can replay any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10: a
 # search's default), 3 at eta 2 (T/40, T/20, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
-REPLICA_SHARES = (1 / 90, 1 / 40, 1 / 30, 1 / 20, 1 / 10)
+REPLICA_SHARES = (1 / 90, 1 / 30, 1 / 20, 1 / 10)
 REPLICA_TOP_SHARE = 0.1
+# Anchors (`nas.answer.discrepancy`): every config also trained once (seed 0) as the replica a search trains at
+# ANCHOR_SHARE x T, wider and nearer the target's shape than the top rung, so that a replay can pick any of them
+ANCHOR_SHARE = 1 / 3
 # The ladders replayed on the replica tables, and the one a search uses by default (`nas search --rungs --eta`;
 # the default must be among them)
 LAYOUTS = {
     "3 rungs, eta 3": (3, 3.0),
-    "3 rungs, eta 2": (3, 2.0),
     "2 rungs, eta 2": (2, 2.0),
     "2 rungs, eta 3": (2, 3.0),
 }
@@ -80,7 +82,9 @@ class Corpus:
     name: str
     source: str  # DataConfig.source: "shipped", or a file of this repository
     runs: Path  # budget ladder and truth rows
-    replica_runs: Path
+    replica_runs: Path  # replica rungs, narrowed as a search does by default
+    anchor_runs: Path  # the replica at ANCHOR_SHARE x T of every config
+    keep_heads_runs: Path | None = None  # replica rungs narrowed at a fixed head count (the earlier default)
 
     def data(self):
         from workers.data.config import DataConfig
@@ -89,18 +93,28 @@ class Corpus:
 
 
 CORPORA = {
-    "plays": Corpus("plays", "shipped", RUNS_CSV, REPLICA_CSV),
+    "plays": Corpus(
+        "plays",
+        "shipped",
+        RUNS_CSV,
+        REPLICA_CSV,
+        HERE / "data" / "fidelity_anchor_runs.csv",
+        HERE / "data" / "fidelity_replica_runs_keep_heads.csv",
+    ),
     "code": Corpus(
         "code",
         "benchmarks/data/python_stdlib.jsonl.gz",  # benchmarks/code_corpus.py
         HERE / "data" / "fidelity_code_runs.csv",
         HERE / "data" / "fidelity_code_replica_runs.csv",
+        HERE / "data" / "fidelity_code_anchor_runs.csv",
+        HERE / "data" / "fidelity_code_replica_runs_keep_heads.csv",
     ),
-    "handbook": Corpus(
+    "handbook": Corpus(  # held out: chosen after every method and constant (benchmarks/handbook_corpus.py)
         "handbook",
-        "benchmarks/data/debian_handbook.jsonl.gz",  # benchmarks/handbook_corpus.py
+        "benchmarks/data/debian_handbook.jsonl.gz",
         HERE / "data" / "fidelity_handbook_runs.csv",
         HERE / "data" / "fidelity_handbook_replica_runs.csv",
+        HERE / "data" / "fidelity_handbook_anchor_runs.csv",
     ),
 }
 
@@ -109,16 +123,15 @@ CORPORA = {
 class Job:
     config: int
     arch: dict
-    kind: str  # "ladder", "truth" or "replica"
+    kind: str  # "ladder", "truth", "replica" or "anchor"
     seed: int
     budget: float  # the top rung's, or the truth's (a replica job's target)
     rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
-    min_width: int = 8  # replica jobs: the narrowest replica width (`workers.trial.replica.DEFAULT_MIN_WIDTH`)
     corpus: str = "plays"
 
     @property
     def cost(self) -> float:
-        share = {"ladder": 1.1, "truth": 1.0, "replica": sum(REPLICA_SHARES) * 1.75}[self.kind]
+        share = {"ladder": 1.1, "truth": 1.0, "replica": sum(REPLICA_SHARES) * 1.75, "anchor": ANCHOR_SHARE}[self.kind]
         return self.budget * share
 
 
@@ -168,7 +181,6 @@ def jobs(
     rule: dict | None = None,
     kinds: tuple[str, ...] = ("ladder", "truth"),
     seeds: tuple[int, ...] = (0, 1),
-    min_width: int = 8,
     corpus: str = "plays",
 ) -> list[Job]:
     low = 2e8 if smoke else LOWEST_RUNG
@@ -180,8 +192,8 @@ def jobs(
             out += [Job(i, arch, "ladder", seed, top, rule, corpus=corpus) for seed in seeds]
         if "truth" in kinds:
             out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule, corpus=corpus) for seed in seeds]
-        if "replica" in kinds:
-            out += [Job(i, arch, "replica", seed, TRUTH_RATIO * top, rule, min_width, corpus) for seed in seeds]
+        for kind in {"replica", "anchor"} & set(kinds):
+            out += [Job(i, arch, kind, seed, TRUTH_RATIO * top, rule, corpus) for seed in seeds]
     return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
 
 
@@ -202,7 +214,7 @@ def run_job(job: Job) -> list[dict]:
 
     torch.set_num_threads(1)
     cfg = ArchConfig(**job.arch)
-    if job.kind == "replica":
+    if job.kind in ("replica", "anchor"):
         return run_replica_job(job, cfg)
     ladder = LadderConfig(rungs=RUNGS if job.kind == "ladder" else 1, eta=ETA)
     result = run_trial(
@@ -241,7 +253,8 @@ def job_fields(job: Job, cfg, status: str) -> dict:
 
 
 def run_replica_job(job: Job, cfg) -> list[dict]:
-    """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`)."""
+    """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`), narrowed
+    as a search does by default; an anchor job: the one replica at ANCHOR_SHARE x T."""
     from workers.data.corpus import load_corpus
     from workers.training.train import OptimConfig, RunConfig
     from workers.trial.replica import run_replica_trial
@@ -249,13 +262,12 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
     result = run_replica_trial(
         cfg,
         job.budget,
-        replica_rung_flops(job.budget),
+        replica_rung_flops(job.budget) if job.kind == "replica" else [ANCHOR_SHARE * job.budget],
         load_corpus(CORPORA[job.corpus].data()),
         seed=job.seed,
         optim=OptimConfig(lr=3e-3, **job.rule),
         run=RunConfig(**RUN),
         width_probe=False,
-        min_width=job.min_width,
     )
     return replica_rows(job_fields(job, cfg, str(result.status)), result.rungs)
 
@@ -296,7 +308,7 @@ def pending_jobs(out: Path, todo: list[Job]) -> list[Job]:
 
 def build(out: Path, all_jobs: list[Job], processes: int = 2) -> None:
     """Run the jobs `out` lacks, appending their rows (a killed build resumes where it stopped)."""
-    columns = REPLICA_COLUMNS if any(j.kind == "replica" for j in all_jobs) else COLUMNS
+    columns = REPLICA_COLUMNS if any(j.kind in ("replica", "anchor") for j in all_jobs) else COLUMNS
     append_runs(out, pending_jobs(out, all_jobs), run_job, columns=columns, processes=processes)
 
 
@@ -418,7 +430,7 @@ def report(corpora: Sequence[tuple[Corpus, Path, Path]], out: Path, dashboard_su
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("build", "build-replicas", "report"))
+    parser.add_argument("command", choices=("build", "build-replicas", "build-anchors", "report"))
     parser.add_argument("--corpus", choices=sorted(CORPORA), default="plays", help="build: the corpus and its tables")
     parser.add_argument("--runs", type=Path, help="build: the budget ladder and truth table (default: the corpus's)")
     parser.add_argument("--replica-runs", type=Path, help="build: the replica table (default: the corpus's)")
@@ -426,7 +438,6 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny budgets and 3 configs: every path, no meaning")
     parser.add_argument("--space", type=Path, help="build: train under this space file's horizon rule (if any)")
     parser.add_argument("--seeds", default="0,1", help="build: the seeds to train, comma-separated")
-    parser.add_argument("--min-width", type=int, default=8, help="build-replicas: the narrowest replica width")
     parser.add_argument("--processes", type=int, default=2, help="build: jobs run in parallel")
     parser.add_argument("--kinds", default="ladder,truth", help="build: the kinds of run, ladder and/or truth")
     parser.add_argument("--dashboard-summary", type=Path, help="report: also write the summary here (package data)")
@@ -437,9 +448,11 @@ def main() -> None:
     if args.command == "build":
         kinds = tuple(args.kinds.split(","))
         build(runs, jobs(args.smoke, horizon_rule(args.space), kinds, seeds, corpus=corpus.name), args.processes)
-    elif args.command == "build-replicas":
-        todo = jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, args.min_width, corpus.name)
-        build(replica_runs, todo, args.processes)
+    elif args.command in ("build-replicas", "build-anchors"):
+        kind = args.command.removeprefix("build-").removesuffix("s")
+        chosen = seeds if kind == "replica" else seeds[:1]  # an anchor is one run
+        todo = jobs(args.smoke, horizon_rule(args.space), (kind,), chosen, corpus.name)
+        build(replica_runs if kind == "replica" else corpus.anchor_runs, todo, args.processes)
     else:
         tables = [(c, c.runs, c.replica_runs) for c in CORPORA.values()]
         if args.runs or args.replica_runs:  # one corpus's tables given by hand
