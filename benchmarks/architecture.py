@@ -7,7 +7,8 @@ beside Kendall tau (`nas.answer.decisions` holds the maths).
 - `architecture_grade`: a ranking's Kendall tau, its architecture tau (both sides' size trend in log-parameters
   removed) and its decision accuracy on the matched-cost contrasts the truth resolves (gap above twice the truth's
   seed noise), overall and by kind of contrast.
-- `truth_ceilings`: the truth's own seed 0 against seed 1 on the same figures, the ceiling of a perfect proxy.
+- `truth_ceilings`: the truth's own seed 0 against seed 1 on the same figures, and the ceilings of a perfect
+  predictor against the mean of the truth's seeds (what a view is graded against), corrected for seed noise.
 - `bias`: a ranking's error against the truth (prediction minus truth, per config), its own size trend removed:
   its spread against what seed noise alone gives, and its mean by family and by depth.
 - `aspect_slope`, `corrected`: the slope of a view's error in ln(depth / width) of the target, and a view with
@@ -85,7 +86,9 @@ def _accuracy(predicted, true, truth: Truth, archs) -> dict:
 
 def truth_ceilings(truth: Truth, archs: Mapping[int, Architecture]) -> dict:
     """Seed 0 against seed 1 of the truth: tau, architecture tau and decision accuracy (seed 0 ordering the
-    contrasts that seed 1 resolves): what one more truth run would agree."""
+    contrasts that seed 1 resolves): what one more truth run would agree. And `for_the_seed_mean`: the same
+    figures of a perfect predictor (each config's expected loss) against the mean of the truth's seeds, which is
+    what every view is graded against (`mean_ceilings`)."""
     seeds = [{c: v[s] for c, v in truth.runs.items() if len(v) > s} for s in (0, 1)]
     accuracy = _accuracy(seeds[0], seeds[1], truth, archs)
     return {
@@ -97,7 +100,40 @@ def truth_ceilings(truth: Truth, archs: Mapping[int, Architecture]) -> dict:
         "resolvable_contrasts": {
             k: v["resolvable"] for k, v in _accuracy(truth.loss, truth.loss, truth, archs).items()
         },
+        "for_the_seed_mean": mean_ceilings(truth, archs),
     }
+
+
+def _greiner(reliability: float) -> float:
+    """Kendall tau of a Gaussian score with its noisy measurement, given the share of the measurement's variance
+    that is signal: tau = (2 / pi) arcsin(sqrt(reliability)) (Greiner's relation)."""
+    return 2.0 / math.pi * math.asin(math.sqrt(min(1.0, max(0.0, reliability))))
+
+
+def mean_ceilings(truth: Truth, archs: Mapping[int, Architecture]) -> dict:
+    """What a perfect predictor of each config's expected loss reaches against the mean of the truth's n seeds,
+    estimated from the truth's seed noise s: tau from the spread of the means (`Truth.tau_ceiling`); architecture
+    tau from the spread of their residuals after the size trend, sd_r, the same way (reliability 1 - s^2 / (n
+    sd_r^2)); decision accuracy as the mean over the resolvable contrasts of Phi(|gap| / (s sqrt(2 / n))), the chance
+    that the mean of n seeds orders a pair as its expected losses do, with the observed gap for the expected one
+    (an upper estimate: resolvable gaps are selected for size)."""
+    noise = truth.noise
+    n = float(np.mean([len(v) for v in truth.runs.values()]))
+    trend = size_trend(truth.loss, truth.params)
+    out: dict = {"kendall_tau": truth.tau_ceiling(), "architecture_tau": None, "decision_accuracy": None}
+    if noise is None or trend is None:
+        return out
+    residual = list(trend.residuals(truth.loss, truth.params).values())
+    spread = float(np.std(residual, ddof=1))
+    if spread > 0:
+        out["architecture_tau"] = _greiner(1.0 - noise**2 / (n * spread**2))
+    true = truth.loss
+    contrasts = matched_contrasts({c: archs[c] for c in true}, truth.flops)
+    gaps = [abs(true[c.a] - true[c.b]) for c in contrasts if abs(true[c.a] - true[c.b]) > 2.0 * noise]
+    if gaps:
+        sd = noise * math.sqrt(2.0 / n)
+        out["decision_accuracy"] = float(np.mean([0.5 * math.erfc(-g / sd / math.sqrt(2.0)) for g in gaps]))
+    return out
 
 
 def _r2(losses, params) -> float | None:
@@ -183,7 +219,8 @@ def headline(section: dict) -> dict:
         "best_size_rule": best,
         "best_size_rule_kendall_tau": section["size_baselines"][best]["kendall_tau"],
         "architecture_tau": answer["architecture_tau"],
-        "architecture_tau_ceiling": section["truth_ceilings"]["architecture_tau"],
+        "architecture_tau_ceiling_seed_vs_seed": section["truth_ceilings"]["architecture_tau"],
+        "architecture_tau_ceiling": section["truth_ceilings"]["for_the_seed_mean"]["architecture_tau"],
         "decision_accuracy": answer["decision_accuracy"],
         "decision_accuracy_se": answer["decision_se"],
         "resolvable_contrasts": answer["resolvable"],

@@ -85,6 +85,7 @@ class Corpus:
     replica_runs: Path  # replica rungs, narrowed as a search does by default
     anchor_runs: Path  # the replica at ANCHOR_SHARE x T of every config
     keep_heads_runs: Path | None = None  # replica rungs narrowed at a fixed head count (the earlier default)
+    replica_shares: tuple[float, ...] = REPLICA_SHARES  # the shares of T its replica table holds
 
     def data(self):
         from workers.data.config import DataConfig
@@ -115,6 +116,7 @@ CORPORA = {
         HERE / "data" / "fidelity_handbook_runs.csv",
         HERE / "data" / "fidelity_handbook_replica_runs.csv",
         HERE / "data" / "fidelity_handbook_anchor_runs.csv",
+        replica_shares=(REPLICA_TOP_SHARE,),  # the layout a search chooses by default: every config at the top rung
     ),
 }
 
@@ -131,7 +133,8 @@ class Job:
 
     @property
     def cost(self) -> float:
-        share = {"ladder": 1.1, "truth": 1.0, "replica": sum(REPLICA_SHARES) * 1.75, "anchor": ANCHOR_SHARE}[self.kind]
+        replica = sum(CORPORA[self.corpus].replica_shares) * 1.75
+        share = {"ladder": 1.1, "truth": 1.0, "replica": replica, "anchor": ANCHOR_SHARE}[self.kind]
         return self.budget * share
 
 
@@ -262,7 +265,9 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
     result = run_replica_trial(
         cfg,
         job.budget,
-        replica_rung_flops(job.budget) if job.kind == "replica" else [ANCHOR_SHARE * job.budget],
+        replica_rung_flops(job.budget, CORPORA[job.corpus].replica_shares)
+        if job.kind == "replica"
+        else [ANCHOR_SHARE * job.budget],
         load_corpus(CORPORA[job.corpus].data()),
         seed=job.seed,
         optim=OptimConfig(lr=3e-3, **job.rule),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from ..store import RungRow, TrialRow
 from .backtest import Backtest, backtest
 from .calibration import BAND_LEVEL, Calibration, calibrate
+from .discrepancy import Anchoring, Discrepancy
 from .evidence import TOP_RUNG, RungReliability, basis, predictor_weights, rung_means, rung_reliability
 from .extrapolate import RungPoint, StudyFit, fit_study, seed_noise
 from .pareto import Cost, pareto_rows
@@ -35,6 +36,7 @@ __all__ = [
 ]
 
 REPLICA_PATH = "replica path"  # the exponent group of every replica rung (`fit_group`)
+BAND_Z = 1.2816  # the standard normal's 90th percentile: the central 80% band (BAND_LEVEL) is +-BAND_Z sd
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Answer:
     curves: dict[int, tuple[float, float, float, str]] = field(default_factory=dict)  # trial -> (E, A, alpha, group)
     highest: dict[int, float] = field(default_factory=dict)  # trial -> the budget of its highest finite rung
     target: float | None = None
+    discrepancy: Discrepancy | None = None  # the anchors' correction, taken out of `predictions` (None: not asked)
 
     def noise_at_target(self, trial: int) -> float | None:
         """The seed noise of `trial`'s prediction at T: the study's seed noise at a rung, carried from its highest
@@ -117,8 +120,9 @@ def _fit(points: list[RungPoint]) -> StudyFit | None:
     return fit_study(points)
 
 
-def answer_at_target(rows: Sequence[RungRow], target: float) -> Answer:
-    """The search's Answer at `target` from its rung rows (module docstring)."""
+def answer_at_target(rows: Sequence[RungRow], target: float, anchoring: Anchoring | None = None) -> Answer:
+    """The search's Answer at `target` from its rung rows (module docstring); with `anchoring`, each prediction
+    corrected by the discrepancy its anchors measure (`nas.answer.discrepancy`), its sd added to the band."""
     points = rung_points(rows)
     reached: dict[int, int] = {}
     for r in rows:
@@ -148,7 +152,25 @@ def answer_at_target(rows: Sequence[RungRow], target: float) -> Answer:
     exponents = {label: g.alpha for label, g in fit.groups.items()} if fit else {}
     curves = {t: anchored.params(t) for t in anchored.trials} if anchored else {}
     highest = {t: max(r) for t, r in means.items() if r}
-    return Answer(out, check, calibration, reliability, seed_noise(points), exponents, curves, highest, target)
+    noise = seed_noise(points)
+    answer = Answer(out, check, calibration, reliability, noise, exponents, curves, highest, target)
+    return _corrected(answer, rows, anchoring) if anchoring is not None else answer
+
+
+def _corrected(answer: Answer, rows: Sequence[RungRow], anchoring: Anchoring) -> Answer:
+    """The answer with the anchors' discrepancy taken out of every prediction and its sd added to each band."""
+    discrepancy = anchoring.fit(rows, answer.noise)
+    corrections = anchoring.corrections(rows, discrepancy)
+    out = {}
+    for number, p in answer.predictions.items():
+        shift, sd = corrections.get(number, (0.0, 0.0))
+        if p.low is None or p.high is None:
+            out[number] = replace(p, loss=p.loss + shift)
+            continue
+        half = math.hypot((p.high - p.low) / 2.0, BAND_Z * sd)
+        centre = (p.high + p.low) / 2.0 + shift
+        out[number] = replace(p, loss=p.loss + shift, low=centre - half, high=centre + half)
+    return replace(answer, predictions=out, discrepancy=discrepancy)
 
 
 def predict_search(rows: Sequence[RungRow], target: float) -> dict[int, Prediction]:

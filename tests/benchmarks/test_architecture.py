@@ -51,6 +51,7 @@ def test_a_size_only_ranking_has_no_architecture_and_the_expected_loss_has_it_al
     assert ceiling["architecture_tau"] > 0.6 and ceiling["resolvable_contrasts"]["family"] == family["resolvable"]
 
 
+
 def test_a_bias_by_family_is_found_and_exceeds_the_seed_noise():
     truth, archs, expected = _synthetic()
     biased = {c: x + (0.04 if archs[c].residual == "nag" else 0.0) for c, x in expected.items()}
@@ -60,3 +61,24 @@ def test_a_bias_by_family_is_found_and_exceeds_the_seed_noise():
     assert found["residual_sd"] > 3 * found["expected_from_seed_noise"]
     unbiased = bias(expected, truth, archs, noise=0.005)
     assert unbiased["residual_sd"] < 2 * unbiased["expected_from_seed_noise"]
+
+
+def test_the_ceiling_against_the_seed_mean_is_what_a_perfect_predictor_reaches_there():
+    """A continuous architecture effect per config, seed noise of a third of its spread: the noise-corrected
+    ceilings against the mean of two seeds match what the expected loss itself scores, above seed against seed."""
+    rng = np.random.default_rng(3)
+    shapes = [(d, w) for d in (2, 3, 4, 6, 8, 12) for w in (32, 48, 64, 96)]
+    archs, runs, params, flops, expected = {}, {}, {}, {}, {}
+    for i, (family, (depth, width)) in enumerate((f, s) for s in shapes for f in FAMILY_EFFECT):
+        archs[i] = Architecture(residual=family, n_layers=depth, d_model=width, n_heads=2)
+        params[i] = 12 * depth * width**2 + 256 * width
+        flops[i] = 2.0 * params[i]
+        expected[i] = 3.0 - 0.2 * math.log(params[i]) + 0.03 * rng.standard_normal()
+        runs[i] = [expected[i] + 0.01 * rng.standard_normal() for _ in range(2)]
+    truth = Truth(1e15, runs, flops, params, 1e16)
+    ceiling, perfect = truth_ceilings(truth, archs), architecture_grade(expected, truth, archs)
+    mean = ceiling["for_the_seed_mean"]
+    assert mean["architecture_tau"] > ceiling["architecture_tau"]
+    assert mean["architecture_tau"] == pytest.approx(perfect["architecture_tau"], abs=0.08)
+    assert mean["kendall_tau"] == pytest.approx(perfect["kendall_tau"], abs=0.08)
+    assert mean["decision_accuracy"] >= perfect["decision_accuracy"] - 0.05
