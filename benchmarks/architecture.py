@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 TOKENS_PER_PARAM_RULE = 20.0
-ANSWER_VIEW = "answer as a search runs it (default layout, table order)"
+ANSWER_VIEW = "answer as a search runs it (default layout and anchors, table order)"
 SUMMARY_KEYS = ("kendall_tau", "architecture_tau", "decision_accuracy", "decision_se", "resolvable", "regret_nats")
 
 
@@ -181,44 +181,63 @@ def fidelity_section(
     truth: Truth,
     archs: Mapping[int, Architecture],
     tokens: Mapping[int, float],
-    answer: Mapping[int, float],
+    answers: Mapping[str, Mapping[int, float]],
     replica: Sequence[dict],
     replica_budgets: Sequence[float],
-    ladder: Sequence[dict],
-    ladder_budgets: Sequence[float],
+    ladder: Sequence[dict] = (),
+    ladder_budgets: Sequence[float] = (),
 ) -> dict:
     """`make fidelity`'s figures apart from size, on one corpus: the truth's ceilings, the size rules, and each
-    view graded (`answer`: the search's answer at the default layout as a search runs it, config -> loss at T)."""
+    view graded (`answers`: the search's answers as a search runs it, by name, each config -> loss at T, the
+    table order's under ANSWER_VIEW and one per arrival order under names that start with it); beside them the top
+    replica rung alone and, where the corpus has a budget ladder, its views."""
     top = max(replica_budgets)
     seeds = [losses_at(replica, top, s) for s in (0, 1)]
     both = {c: (seeds[0][c] + seeds[1][c]) / 2 for c in seeds[0] if c in seeds[1]}
-    answers = [answer_at_target(rung_rows(rows, budgets, (0,)), truth.target)
-               for rows, budgets in ((replica, replica_budgets), (ladder, ladder_budgets))]  # fmt: skip
     views = {
-        ANSWER_VIEW: answer,
+        **answers,
         "top replica rung alone, seed 0": seeds[0],
-        "top replica rung, mean of both seeds": both,
-        "budget-ladder top rung alone (full width), seed 0": losses_at(ladder, max(ladder_budgets)),
-        "replica and budget-ladder answers (every rung, seed 0) weighed by their backtests": weighed(answers),
+        "top replica rung, mean of both seeds (twice its compute)": both,
     }
+    if ladder:
+        replayed = [answer_at_target(rung_rows(rows, budgets, (0,)), truth.target)
+                    for rows, budgets in ((replica, replica_budgets), (ladder, ladder_budgets))]  # fmt: skip
+        views["budget-ladder top rung alone (full width), seed 0"] = losses_at(ladder, max(ladder_budgets))
+        views["replica and budget-ladder answers (every rung, seed 0) weighed by their backtests"] = weighed(replayed)
     noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica
                         if r["budget_flops"] == top])  # fmt: skip
+    graded = {name: architecture_grade(p, truth, archs) for name, p in views.items()}
+    orders = [g for name, g in graded.items() if name.startswith(f"{ANSWER_VIEW}, arrival order")]
     return {
         "truth_ceilings": truth_ceilings(truth, archs),
         "size_baselines": size_baselines(truth, tokens),
-        "views": {name: architecture_grade(p, truth, archs) for name, p in views.items()},
+        "views": graded,
+        "answer_mean_over_orders": _mean_grade(orders) if orders else None,
         "bias_of_the_top_replica_rung": bias(both, truth, archs, noise / math.sqrt(2) if noise else None),
     }
+
+
+def _mean_grade(grades: Sequence[dict]) -> dict:
+    """The mean of the headline figures of several grades (one per arrival order)."""
+    keys = ("kendall_tau", "architecture_tau", "decision_accuracy", "regret_nats")
+    return {k: float(np.mean([g[k] for g in grades if g[k] is not None])) for k in keys} | {"orders": len(grades)}
 
 
 def headline(section: dict) -> dict:
     """The answer's figures apart from size (`benchmarks.architecture`) beside the best size rule and the truth's."""
     answer = section["views"][ANSWER_VIEW]
     best = max(section["size_baselines"], key=lambda k: section["size_baselines"][k]["kendall_tau"] or -1.0)
+    mean = section["answer_mean_over_orders"] or {}
     return {
         "best_size_rule": best,
         "best_size_rule_kendall_tau": section["size_baselines"][best]["kendall_tau"],
         "architecture_tau": answer["architecture_tau"],
+        "architecture_tau_mean_over_orders": mean.get("architecture_tau"),
+        "decision_accuracy_mean_over_orders": mean.get("decision_accuracy"),
+        "decisions_by_kind": {
+            k: {"accuracy": v["accuracy"], "standard_error": v["standard_error"], "resolvable": v["resolvable"]}
+            for k, v in answer["decisions_by_kind"].items()
+        },
         "architecture_tau_ceiling_seed_vs_seed": section["truth_ceilings"]["architecture_tau"],
         "architecture_tau_ceiling": section["truth_ceilings"]["for_the_seed_mean"]["architecture_tau"],
         "decision_accuracy": answer["decision_accuracy"],

@@ -17,6 +17,7 @@ search; a config whose rows are not all in the tables yet is left out. `--smoke`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 from collections.abc import Sequence
@@ -27,10 +28,10 @@ import numpy as np
 
 from benchmarks import architecture
 from benchmarks.fidelity_plot import plot
-from benchmarks.grading import ORDERS, Truth, baselines, graded_rows, over_orders, tau
+from benchmarks.grading import ORDERS, Truth, baselines, graded_rows, losses_at, over_orders, tau
 from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, read_table, write_json
 from nas.answer.decisions import Architecture
-from nas.answer.extrapolate import RungPoint, seed_noise
+from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
 from nas.space.budget import Budget
 
 HERE = Path(__file__).resolve().parent
@@ -47,21 +48,27 @@ RUN = dict(batch_size=8, eval_sequences=256, evals=1, report_every=1000)
 COLUMNS = ["config", "residual", "n_layers", "d_model", "mod_rate", "params", "executed_flops_per_token", "kind",
            "seed", "rung", "budget_flops", "tokens", "val_loss", "compute_flops", "wall_time_s", "status"]  # fmt: skip
 # Replica rungs (`workers.trial.replica`) are built at every budget share of T below, each its own run, so that
-# the report can replay any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10: a
-# search's default), 3 at eta 2 (T/40, T/20, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
+# the report can replay any ladder whose rungs are among them: every config at T/10 (a search's default layout),
+# 3 rungs at eta 3 (T/90, T/30, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
 REPLICA_SHARES = (1 / 90, 1 / 30, 1 / 20, 1 / 10)
 REPLICA_TOP_SHARE = 0.1
 # Anchors (`nas.answer.discrepancy`): every config also trained once (seed 0) as the replica a search trains at
 # ANCHOR_SHARE x T, wider and nearer the target's shape than the top rung, so that a replay can pick any of them
 ANCHOR_SHARE = 1 / 3
-# The ladders replayed on the replica tables, and the one a search uses by default (`nas search --rungs --eta`;
-# the default must be among them)
+# The ladders replayed on the replica tables, each as a search runs it (its anchors included), and the layout a
+# search chooses by default (`Budget.chosen_layout`: must be among them)
+TOP_RUNG_ONLY = "every config once at the top rung"
 LAYOUTS = {
+    TOP_RUNG_ONLY: (1, 2.0),
     "3 rungs, eta 3": (3, 3.0),
-    "2 rungs, eta 2": (2, 2.0),
     "2 rungs, eta 3": (2, 3.0),
+    "2 rungs, eta 2": (2, 2.0),
 }
-DEFAULT_LAYOUT = "{} rungs, eta {:g}".format(*(Budget.model_fields[k].default for k in ("rungs", "eta")))  # a search's
+_CHOSEN = Budget(trial_flops=1.0).chosen_layout
+DEFAULT_LAYOUT = TOP_RUNG_ONLY if _CHOSEN.rungs == 1 else f"{_CHOSEN.rungs} rungs, eta {_CHOSEN.eta:g}"
+DEFAULT_ANCHORS = Budget.model_fields["anchors"].default  # a search's: `nas search --anchors`
+# How the search ran before the head size was kept and the layout was chosen by cost: on the *_keep_heads tables
+BEFORE_LAYOUT = (2, 2.0)
 GOALS = {
     "kendall_tau": 0.8,
     "regret_in_seed_noise": 1.0,
@@ -324,24 +331,34 @@ def layout_budgets(target: float, rungs: int, eta: float) -> list[float]:
 
 
 def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
-    """Every figure of one corpus: its truth, the replica ladder at each layout (as a search runs it) beside its
-    baselines, and the budget ladder as a search runs it."""
-    rows, replica = graded_rows(read_table(runs), read_table(replica_runs))
+    """Every figure of one corpus: its truth, the replica ladder at each layout as a search runs it (its anchors
+    included) beside its baselines, the search as it ran before (the head count kept, 2 rungs at eta 2, no
+    anchors), the budget ladder as a search runs it where the corpus has one, and the figures apart from size."""
+    tables = [read_table(runs), read_table(replica_runs)]
+    anchor_table = read_table(corpus.anchor_runs) if corpus.anchor_runs.exists() else []
+    rows, replica, *rest = graded_rows(*tables, *([anchor_table] if anchor_table else []))
+    anchors = rest[0] if rest else []
     truth = Truth.of(rows)
-    ladder = [r for r in rows if r["kind"] == "ladder"]
+    built = {budget_key(r["budget_flops"]) for r in replica}
+    search = {"anchor_rows": anchors, "anchors": DEFAULT_ANCHORS if anchors else 0}
     layouts = {}
     for name, (rungs, eta) in LAYOUTS.items():
         budgets = layout_budgets(truth.target, rungs, eta)
-        layouts[name] = over_orders(replica, truth, budgets, eta) | {"rung_flops": budgets}
-    low = min(r["budget_flops"] for r in ladder)
-    ladder_budgets = [low * ETA**r for r in range(RUNGS)]
+        if {budget_key(b) for b in budgets} <= built:
+            layouts[name] = over_orders(replica, truth, budgets, eta, **search) | {"rung_flops": budgets}
     default = layout_budgets(truth.target, *LAYOUTS[DEFAULT_LAYOUT])
-    plain = over_orders(replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1], noise_rule=False)
-    layouts[DEFAULT_LAYOUT]["without_the_noise_rule"] = plain
+    layouts[DEFAULT_LAYOUT]["without_anchors"] = over_orders(replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1])
     archs = architectures(rows, corpus.name)
     tokens = {r["config"]: r["tokens"] for r in rows if r["kind"] == "truth"}
-    answer = layouts[DEFAULT_LAYOUT]["table_order"]["predicted"]
-    return {
+    chosen = layouts[DEFAULT_LAYOUT]
+    answers = {
+        architecture.ANSWER_VIEW: chosen["table_order"]["predicted"],
+        **{f"{architecture.ANSWER_VIEW}, arrival order {i}": p for i, p in enumerate(chosen["per_order_predicted"])},
+        "the same search without anchors (table order)": chosen["without_anchors"]["table_order"]["predicted"],
+    }
+    ladder = [r for r in rows if r["kind"] == "ladder"]
+    ladder_budgets = [min(r["budget_flops"] for r in ladder) * ETA**r for r in range(RUNGS)] if ladder else []
+    out = {
         "corpus": corpus.name,
         "configs": len(truth.runs),
         "target_flops": truth.target,
@@ -355,6 +372,7 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
         },
         "replica_ladder": {
             "default_layout": DEFAULT_LAYOUT,
+            "default_anchors": search["anchors"],
             "layouts": layouts,
             "baselines_at_default_layout": baselines(replica, truth, default),
             "rung_seed_noise": seed_noise(
@@ -364,17 +382,31 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
                 [r["tokens_per_param"] / r["target_tokens_per_param"] for r in replica]
             ),
             "off_path_rungs": sum(not r["on_path"] for r in replica),
-        },
-        "budget_ladder": {
-            "as_a_search_runs_it": over_orders(ladder, truth, ladder_budgets, ETA, replica=False),
-            "baselines": baselines(ladder, truth, ladder_budgets),
-            "rung_flops": ladder_budgets,
+            "replica_width_share": _spread([r["replica_d_model"] / r["d_model"] for r in replica]),
+            "anchor_width_share": _spread([r["replica_d_model"] / r["d_model"] for r in anchors]) if anchors else None,
         },
         "architecture": architecture.fidelity_section(
-            truth, archs, tokens, answer, replica, default, ladder, ladder_budgets
+            truth, archs, tokens, answers, replica, default, ladder, ladder_budgets
         ),  # fmt: skip
         "truth_per_config": truth.loss,
     }
+    if corpus.keep_heads_runs is not None and corpus.keep_heads_runs.exists():
+        _, before = graded_rows(tables[0], read_table(corpus.keep_heads_runs))
+        budgets = layout_budgets(truth.target, *BEFORE_LAYOUT)
+        replayed = over_orders(before, truth, budgets, BEFORE_LAYOUT[1])
+        out["before"] = replayed | {
+            "narrowing": "head count kept, no narrower than 8",
+            "layout": "{} rungs, eta {:g}".format(*BEFORE_LAYOUT),
+            "architecture": architecture.architecture_grade(replayed["table_order"]["predicted"], truth, archs),
+            "top_rung_alone": architecture.architecture_grade(losses_at(before, budgets[-1]), truth, archs),
+        }
+    if ladder:
+        out["budget_ladder"] = {
+            "as_a_search_runs_it": over_orders(ladder, truth, ladder_budgets, ETA, replica=False),
+            "baselines": baselines(ladder, truth, ladder_budgets),
+            "rung_flops": ladder_budgets,
+        }
+    return out
 
 
 def architectures(rows: Sequence[dict], corpus: str) -> dict[int, Architecture]:
@@ -394,26 +426,45 @@ def _spread(values: Sequence[float]) -> dict:
 
 
 def headline(corpus: dict) -> dict:
-    """The search's answer at the default layout as a search runs it, beside the goals and the top rung alone."""
+    """The search's answer at the default layout as a search runs it (anchors included), beside the goals, the top
+    rung alone and the search as it ran before."""
     layout = corpus["replica_ladder"]["layouts"][DEFAULT_LAYOUT]
     answer, mean = layout["table_order"], layout[f"mean_over_{ORDERS}_orders"]
     top = corpus["replica_ladder"]["baselines_at_default_layout"]
     top_alone = next(v for k, v in top.items() if k.startswith(f"rung {LAYOUTS[DEFAULT_LAYOUT][0] - 1} alone"))
-    return {
+    views = corpus["architecture"]["views"]
+    out = {
         "kendall_tau": answer["kendall_tau"],
         "kendall_tau_mean_over_orders": mean["kendall_tau"],
+        "kendall_tau_min_over_orders": mean["kendall_tau_min"],
         "regret_in_seed_noise": answer["regret_in_seed_noise"],
+        "regret_in_seed_noise_mean_over_orders": mean["regret_in_seed_noise"],
         "true_best_in_predicted_top3": answer["true_best_in_predicted_top3"],
+        "true_best_in_predicted_top3_share_of_orders": mean["true_best_in_predicted_top3"],
         "hypervolume_ratio_nadir": answer["hypervolume_ratio_nadir"],
         "compute_share": answer["compute_share"],
         "band_coverage": answer["band_coverage"],
         "band_coverage_mean_over_orders": mean["band_coverage"],
+        "anchors": answer["anchors"],
+        "discrepancy": answer["discrepancy"],
+        "without_anchors_kendall_tau": layout["without_anchors"]["table_order"]["kendall_tau"],
         "top_rung_alone_kendall_tau": top_alone["kendall_tau"],
-        "every_rung_answer_kendall_tau": top["answer, every rung of every config, seed 0"]["kendall_tau"],
-        "lowest_rung_alone_kendall_tau": next(v for k, v in top.items() if k.startswith("rung 0 alone"))["kendall_tau"],
+        "top_rung_alone_architecture_tau": views["top replica rung alone, seed 0"]["architecture_tau"],
+        "top_rung_alone_decision_accuracy": views["top replica rung alone, seed 0"]["decision_accuracy"],
+        "top_rung_alone_compute_share": REPLICA_TOP_SHARE,  # every config once at T/10
         "tau_ceiling": corpus["truth"]["tau_ceiling"],
         **architecture.headline(corpus["architecture"]),
     }
+    if "before" in corpus:
+        before = corpus["before"]
+        out["before"] = {
+            "kendall_tau": before["table_order"]["kendall_tau"],
+            "architecture_tau": before["architecture"]["architecture_tau"],
+            "decision_accuracy": before["architecture"]["decision_accuracy"],
+            "compute_share": before["table_order"]["compute_share"],
+            "top_rung_alone_kendall_tau": before["top_rung_alone"]["kendall_tau"],
+        }
+    return out
 
 
 def report(corpora: Sequence[tuple[Corpus, Path, Path]], out: Path, dashboard_summary: Path | None = None) -> dict:
@@ -439,6 +490,7 @@ def main() -> None:
     parser.add_argument("--corpus", choices=sorted(CORPORA), default="plays", help="build: the corpus and its tables")
     parser.add_argument("--runs", type=Path, help="build: the budget ladder and truth table (default: the corpus's)")
     parser.add_argument("--replica-runs", type=Path, help="build: the replica table (default: the corpus's)")
+    parser.add_argument("--anchor-runs", type=Path, help="build: the anchor table (default: the corpus's)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "fidelity.json", help="report: the JSON")
     parser.add_argument("--smoke", action="store_true", help="tiny budgets and 3 configs: every path, no meaning")
     parser.add_argument("--space", type=Path, help="build: train under this space file's horizon rule (if any)")
@@ -448,7 +500,15 @@ def main() -> None:
     parser.add_argument("--dashboard-summary", type=Path, help="report: also write the summary here (package data)")
     args = parser.parse_args()
     corpus = CORPORA[args.corpus]
-    runs, replica_runs = args.runs or corpus.runs, args.replica_runs or corpus.replica_runs
+    if args.runs or args.replica_runs or args.anchor_runs:  # tables given by hand: no earlier tables beside them
+        corpus = dataclasses.replace(
+            corpus,
+            runs=args.runs or corpus.runs,
+            replica_runs=args.replica_runs or corpus.replica_runs,
+            anchor_runs=args.anchor_runs or corpus.anchor_runs,
+            keep_heads_runs=None,
+        )
+    runs, replica_runs = corpus.runs, corpus.replica_runs
     seeds = tuple(int(s) for s in args.seeds.split(","))
     if args.command == "build":
         kinds = tuple(args.kinds.split(","))
@@ -460,7 +520,7 @@ def main() -> None:
         build(replica_runs if kind == "replica" else corpus.anchor_runs, todo, args.processes)
     else:
         tables = [(c, c.runs, c.replica_runs) for c in CORPORA.values()]
-        if args.runs or args.replica_runs:  # one corpus's tables given by hand
+        if args.runs or args.replica_runs or args.anchor_runs:  # one corpus's tables given by hand
             tables = [(corpus, runs, replica_runs)]
         result = report(tables, args.out, args.dashboard_summary)
         print(json.dumps(result["summary"], indent=2))

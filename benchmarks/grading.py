@@ -5,9 +5,10 @@ trained for real there: what `benchmarks.fidelity` and `benchmarks.ladder_effici
 Replaying:
 - `SearchReplay`: a search replayed through the search's own rung gate (`nas.search.rung_gate.StoreRungGate`) on a
   real SQLite store: configs arrive in a given order, each climbs the rungs the gate promotes it to, measures a
-  rung again where the gate asks (the table's second seed), and at the end the front's members get their second
-  seed (`nas search --repeat-seeds 1`). What it paid for is counted; what it answers is
-  `nas.answer.target.answer_at_target` over what it stored.
+  rung again where the gate asks (the table's second seed), at the end the front's members get their second
+  seed (`nas search --repeat-seeds 1`), and then its anchors (`nas.answer.discrepancy.choose_anchors`, the
+  table's anchor runs) are measured. What it paid for is counted; what it answers is
+  `nas.answer.target.answer_at_target` over what it stored, anchored.
 - Where a sampler proposes the configs (TPE or random), `benchmarks.harness.TableSampler` asks it; a table with one
   run per config (no rungs to gate) is searched by `benchmarks.harness.sample_table` alone.
 - `graded_rows`: the configs every table holds in full; a config still being built is left out of the grading.
@@ -35,6 +36,7 @@ import numpy as np
 
 from nas.answer.calibration import calibrate, coverage
 from nas.answer.decisions import kendall
+from nas.answer.discrepancy import DEFAULT_PRIOR_SD, Anchoring, aspect, choose_anchors
 from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
 from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
 from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, Ladder
@@ -264,6 +266,9 @@ class SearchReplay:
     replica: bool = True
     cooldown: float = 0.2
     noise_rule: bool = True  # `Ladder.noise_rule`: off replays plain MO-ASHA
+    anchor_rows: Sequence[dict] = ()  # every config's anchor run (one seed): the table a search's anchors come from
+    anchors: int = 0  # how many the search trains
+    prior_sd: float = DEFAULT_PRIOR_SD
     spent: float = 0.0
     arrivals: list[int] = field(default_factory=list)
 
@@ -276,14 +281,19 @@ class SearchReplay:
         ladder = Ladder(self.target, self.eta, len(self.budgets), remeasure=self.replica, noise_rule=self.noise_rule)
         self.decide = StoreRungGate(self.store.url, "replay", ladder)
         self._by = {(r["config"], r["seed"], budget_key(r["budget_flops"])): r for r in self.rows}
+        self._shape = {r["config"]: (r["n_layers"], r["d_model"]) for r in self.rows}
+        self._anchor = {r["config"]: r for r in self.anchor_rows}
         self._reached: dict[int, int] = {}
+        self.anchored: list[int] = []  # the configs measured as anchors
 
     def close(self) -> None:
         self.store.close()
         self._dir.cleanup()
 
     def _result(self, config: int, seed: int, rung: int) -> dict:
-        r = self._by[(config, seed, budget_key(self.budgets[rung]))]
+        return self._result_of(self._by[(config, seed, budget_key(self.budgets[rung]))], rung)
+
+    def _result_of(self, r: dict, rung: int) -> dict:
         result = {
             "rung": rung,
             "budget_flops": r["budget_flops"],
@@ -347,15 +357,42 @@ class SearchReplay:
         self.spent += spent
         return spent
 
+    def measure_anchors(self) -> float:
+        """The search's anchors, chosen from its answer so far among the trials it trained, measured (the table's
+        anchor run of each, stored as a rung above the top one). Its compute."""
+        if self.anchors < 2 or not self.anchor_rows:
+            return 0.0
+        predictions = self.answer().predictions
+        trained = [n for n in range(len(self.arrivals)) if n in predictions]
+        aspects = {n: aspect(*self._shape[self.arrivals[n]]) for n in trained}
+        spent = 0.0
+        for number in choose_anchors(aspects, {n: predictions[n].loss for n in trained}, self.anchors):
+            row = self._anchor[self.arrivals[number]]
+            result = self._result_of(row, len(self.budgets))
+            self.store.record_rung("replay", number, row["seed"], result)
+            self.anchored.append(self.arrivals[number])
+            spent += row["compute_flops"]
+        self.spent += spent
+        return spent
+
     def run(self, order: Sequence[int]) -> Answer:
-        """The whole search: every config of `order` proposed in turn, then the front's repeats. Its answer."""
+        """The whole search: every config of `order` proposed in turn, then the front's repeats, then its anchors.
+        Its answer."""
         for config in order:
             self.propose(config)
         self.repeat_front()
+        self.measure_anchors()
         return self.answer()
 
+    def anchoring(self) -> Anchoring | None:
+        """How the answer takes the anchors' discrepancy out (None: the search trains no anchors)."""
+        if self.anchors < 2 or not self.anchor_rows:
+            return None
+        shapes = {n: self._shape[c] for n, c in enumerate(self.arrivals)}
+        return Anchoring(shapes, max(self.budgets), prior_sd=self.prior_sd)
+
     def answer(self) -> Answer:
-        return answer_at_target(self.store.rungs("replay"), self.target)
+        return answer_at_target(self.store.rungs("replay"), self.target, self.anchoring())
 
     def estimates(self, answer: Answer | None = None) -> dict[int, float]:
         """The predicted loss at T of every config proposed so far, keyed by config (of `answer`, else now)."""
@@ -370,11 +407,10 @@ class SearchReplay:
         return self.by_config(self._reached)  # type: ignore[return-value]
 
 
-def graded_replay(
-    rows, truth: Truth, budgets, eta: float, order: Sequence[int], replica: bool = True, noise_rule: bool = True
-) -> dict:
-    """One search replayed on the table (`SearchReplay`), configs arriving in `order`; graded, with its compute."""
-    search = SearchReplay(rows, budgets, eta, truth.target, replica=replica, noise_rule=noise_rule)
+def graded_replay(rows, truth: Truth, budgets, eta: float, order: Sequence[int], **search_options) -> dict:
+    """One search replayed on the table (`SearchReplay`, `search_options` its further fields: `replica`,
+    `noise_rule`, `anchor_rows`, `anchors`), configs arriving in `order`; graded, with its compute."""
+    search = SearchReplay(rows, budgets, eta, truth.target, **search_options)
     try:
         answer = search.run(order)
         predicted = search.estimates(answer)
@@ -394,18 +430,25 @@ def graded_replay(
             },
             "reliability": {f"{b:.3g}": r.tau for b, r in answer.reliability.items()},
             "seed_noise": answer.noise,
+            "anchors": search.anchored,
+            "discrepancy": answer.discrepancy.describe() if answer.discrepancy else None,
             "predicted": predicted,
         }
     finally:
         search.close()
 
 
-def over_orders(rows, truth: Truth, budgets, eta: float, replica: bool = True, noise_rule: bool = True) -> dict:
-    """The replay in table order, and its figures averaged over ORDERS arrival orders (table order first)."""
-    configs = sorted(truth.runs)
+def arrival_orders(configs: Sequence[int]) -> list[list[int]]:
+    """The table's order and ORDERS - 1 random permutations of it (seeded): the orders every replay is run in."""
     rng = np.random.default_rng(0)
-    orders = [configs] + [list(rng.permutation(configs)) for _ in range(ORDERS - 1)]
-    runs = [graded_replay(rows, truth, budgets, eta, [int(c) for c in order], replica, noise_rule) for order in orders]
+    ordered = sorted(configs)
+    return [ordered] + [[int(c) for c in rng.permutation(ordered)] for _ in range(ORDERS - 1)]
+
+
+def over_orders(rows, truth: Truth, budgets, eta: float, **search_options) -> dict:
+    """The replay in table order, and its figures averaged over ORDERS arrival orders (table order first)."""
+    orders = arrival_orders(list(truth.runs))
+    runs = [graded_replay(rows, truth, budgets, eta, order, **search_options) for order in orders]
     keys = ("kendall_tau", "regret_in_seed_noise", "hypervolume_ratio_nadir", "band_coverage", "compute_share")
     mean = {k: _mean([r[k] for r in runs]) for k in keys}
     mean["true_best_in_predicted_top3"] = float(np.mean([r["true_best_in_predicted_top3"] for r in runs]))
@@ -413,7 +456,11 @@ def over_orders(rows, truth: Truth, budgets, eta: float, replica: bool = True, n
         g: _mean([r["band_coverage_by_gamma"][g] for r in runs]) for g in runs[0]["band_coverage_by_gamma"]
     }
     mean["kendall_tau_min"] = float(min(r["kendall_tau"] for r in runs))
-    return {"table_order": runs[0], f"mean_over_{ORDERS}_orders": mean}
+    return {
+        "table_order": runs[0],
+        f"mean_over_{ORDERS}_orders": mean,
+        "per_order_predicted": [r["predicted"] for r in runs],
+    }
 
 
 def _mean(values) -> float | None:

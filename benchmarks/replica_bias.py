@@ -3,13 +3,14 @@
     python -m benchmarks.replica_bias build --corpus plays    # top rungs, seed 0 -> data/replica_bias_runs.csv
     python -m benchmarks.replica_bias report                  # both corpora -> results/replica_bias.json
 
-`make fidelity`'s replica tables narrow each config as a search does by default (`workers.trial.replica`: the
-head count kept, the head size shrinking, no narrower than 8). Against the truth at T their top rung (T/10) misses
-by more than its seed noise, in a pattern that lines up with family and depth. Each `VARIANTS` entry trains the top
-rung of every config of `benchmarks.fidelity` again with another `Narrowing` (seed 0, the fidelity runs' recipe):
+A search used to narrow each config at a fixed head count (the head size shrinking, no narrower than 8: the
+*_keep_heads tables of `make fidelity`). Against the truth at T that top rung (T/10) missed by more than its seed
+noise, in a pattern that lines up with the target's depth over width. Each `VARIANTS` entry trains the top rung of
+every config of `benchmarks.fidelity` again with another `Narrowing` (seed 0, the fidelity runs' recipe):
 
 - a width floor at half the target's width, the head count kept;
-- the same floor with heads of the target's size, fewer of them (attention scaled as at the target).
+- the same floor with heads of the target's size, fewer of them (attention scaled as at the target): what a search
+  now does by default (`workers.trial.narrowing`), so `make fidelity`'s replica tables hold it with both seeds.
 
 A learning-rate sweep (`LR_SWEEP`: 1.5e-3, 3e-3, 6e-3 around the runs' 3e-3) trains the two matched-cost shapes
 8x32 and 2x64 of every family at the top rung twice: as its replica, and at the target's own width for the same
@@ -18,7 +19,8 @@ compute. If the best rate moves by family, or differs between the two, the trans
 `report` grades each view, the default narrowing's top rung beside them (`benchmarks.architecture`): Kendall tau,
 architecture tau, decision accuracy at matched cost, and the bias: the spread of each config's error (top rung
 minus truth, after the error's own size trend) against what the rung's seed noise alone would give. The variant
-is chosen on one corpus (highest architecture tau) and read on the other: leave one corpus out.
+is chosen on two corpora (highest mean architecture tau) and read on the third: leave one corpus out, the aspect
+slope of a view graded on a choosing corpus fitted on neither it nor the held-out one.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from benchmarks.architecture import (
 from benchmarks.grading import Truth, graded_rows, losses_at
 from benchmarks.harness import append_runs, machine_info, pending, read_table, write_json
 from nas.answer.extrapolate import RungPoint, seed_noise
-from workers.trial.replica import Narrowing
+from workers.trial.narrowing import KEEP_HEADS, Narrowing
 
 HERE = Path(__file__).resolve().parent
 RUNS_CSV = HERE / "data" / "replica_bias_runs.csv"
@@ -52,7 +54,7 @@ VARIANTS = {
     "floor d_T/2 keep heads": Narrowing(min_share=0.5, keep="heads"),
     "floor d_T/2 keep head size": Narrowing(min_share=0.5, keep="head_size"),
 }
-DEFAULT = "default: floor 8 keep heads"
+DEFAULT = "default: floor d_T/2 keep head size"
 TARGET = fidelity.TRUTH_RATIO * fidelity.LOWEST_RUNG * fidelity.ETA ** (fidelity.RUNGS - 1)  # the truth's T
 COLUMNS = [*fidelity.REPLICA_COLUMNS, "corpus", "variant", "n_heads"]
 
@@ -107,7 +109,7 @@ LR_COLUMNS = [*COLUMNS, "lr", "view"]
 # than 8), the target itself at its own width for the same compute, and the replica with heads of the target's
 # size, no narrower than d_T / 2
 LR_VIEWS = {
-    "replica": Narrowing(),
+    "replica": KEEP_HEADS,
     "target width": Narrowing(min_share=1.0),
     "replica, head size kept": Narrowing(min_share=0.5, keep="head_size"),
 }
@@ -157,22 +159,28 @@ def build(out: Path, todo: list[BiasJob], processes: int) -> None:
     append_runs(out, left, run_job, columns=COLUMNS, processes=processes)
 
 
-ANSWER = "answer as a search runs it (make fidelity, default layout)"
-ASPECT = " + aspect correction fit on the other corpus"
+ANSWER = "answer as a search runs it (make fidelity, default layout and anchors)"
+ASPECT = " + aspect correction fit on the other corpora"
+KEEP_HEADS_VIEW = "floor 8 keep heads (the earlier default)"
 
 
 def bias_report(bias_rows: Sequence[dict], lr_rows: Sequence[dict] = (), fidelity_json: Path | None = None) -> dict:
-    """Each corpus: the default narrowing's top replica rung (seed 0, `benchmarks.fidelity`'s replica table), each
-    variant's, and the search's answer (from `fidelity_json`), graded; each of them corrected by the slope of its
-    error in ln(depth / width) fitted on the other corpus; the variant with the highest architecture tau on one
-    corpus read on the other; and the learning-rate sweep's best rate by family at both widths."""
+    """Each corpus: the default narrowing's top replica rung (seed 0, `benchmarks.fidelity`'s replica table), the
+    earlier default's (its *_keep_heads table), each variant's, and the search's answer (from `fidelity_json`),
+    graded; each of them corrected by the slope of its error in ln(depth / width) fitted on the other corpora;
+    the view chosen on two corpora read on the third (no choice sees the held-out corpus's truth, the slopes
+    included); and the learning-rate sweep's best rate by family at both widths."""
     answers = json.loads(fidelity_json.read_text())["corpora"] if fidelity_json and fidelity_json.exists() else {}
-    loaded = {}
+    loaded: dict[str, Loaded] = {}
     for name, corpus in fidelity.CORPORA.items():
         rows, replica = graded_rows(read_table(corpus.runs), read_table(corpus.replica_runs))
+        if not rows:
+            continue
         truth, archs = Truth.of(rows), fidelity.architectures(rows, name)
         top = fidelity.REPLICA_TOP_SHARE * truth.target
         views = {DEFAULT: losses_at(replica, top)}
+        if corpus.keep_heads_runs is not None and corpus.keep_heads_runs.exists():
+            views[KEEP_HEADS_VIEW] = losses_at(graded_rows(rows, read_table(corpus.keep_heads_runs))[1], top)
         for variant in VARIANTS:
             mine = [r for r in bias_rows if r["corpus"] == name and r["variant"] == variant]
             if {r["config"] for r in mine} >= set(truth.runs):
@@ -182,34 +190,66 @@ def bias_report(bias_rows: Sequence[dict], lr_rows: Sequence[dict] = (), fidelit
             views[ANSWER] = {int(c): v for c, v in answer.items()}
         noise = seed_noise([RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica
                             if r["budget_flops"] == top])  # fmt: skip
-        loaded[name] = (truth, archs, views, noise)
+        loaded[name] = Loaded(truth, archs, views, noise)
     corpora: dict[str, dict] = {}
-    for name, (truth, archs, views, noise) in loaded.items():
-        others = [o for o in loaded if o != name]
-        graded = {v: architecture_grade(p, truth, archs) | {"bias": bias(p, truth, archs, noise)}
-                  for v, p in views.items()}  # fmt: skip
-        for v in list(views):
-            if all(v in loaded[o][2] for o in others):
-                slope = float(np.mean([aspect_slope(loaded[o][2][v], loaded[o][0], loaded[o][1]) for o in others]))
-                graded[v + ASPECT] = architecture_grade(corrected(views[v], archs, slope), truth, archs)
-                graded[v + ASPECT]["slope_nats_per_ln_aspect"] = slope
-        corpora[name] = {"truth_ceilings": truth_ceilings(truth, archs), "views": graded}
-    return {"corpora": corpora, "leave_one_corpus_out": _leave_one_out(corpora), "lr_sweep": lr_sweep(lr_rows)}
+    for name, here in loaded.items():
+        graded = {
+            v: architecture_grade(p, here.truth, here.archs) | {"bias": bias(p, here.truth, here.archs, here.noise)}
+            for v, p in here.views.items()
+        }
+        for v in here.views:
+            if (fitted := _aspect_corrected(loaded, v, name, exclude=())) is not None:
+                graded[v + ASPECT] = fitted
+        corpora[name] = {"truth_ceilings": truth_ceilings(here.truth, here.archs), "views": graded}
+    return {
+        "corpora": corpora,
+        "leave_one_corpus_out": _leave_one_out(loaded, corpora),
+        "lr_sweep": lr_sweep(lr_rows),
+    }
 
 
-def _leave_one_out(corpora: Mapping[str, dict]) -> dict:
-    """For each corpus: the view chosen on the others (highest mean architecture tau there), and its figures here
-    beside the default's."""
+@dataclass(frozen=True)
+class Loaded:
+    truth: Truth
+    archs: dict
+    views: dict[str, dict[int, float]]
+    noise: float | None
+
+
+def _aspect_corrected(loaded: Mapping[str, Loaded], view: str, name: str, exclude: Sequence[str]) -> dict | None:
+    """`view` on corpus `name` less the mean slope of its error in ln(depth / width) on the corpora other than `name`
+    and `exclude` that have the view, graded; None when none has it."""
+    sources = [o for o, c in loaded.items() if o != name and o not in exclude and view in c.views]
+    if not sources or view not in loaded[name].views:
+        return None
+    here = loaded[name]
+    slope = float(np.mean([aspect_slope(loaded[o].views[view], loaded[o].truth, loaded[o].archs) for o in sources]))
+    graded = architecture_grade(corrected(here.views[view], here.archs, slope), here.truth, here.archs)
+    return graded | {"slope_nats_per_ln_aspect": slope, "slope_fitted_on": sources}
+
+
+def _leave_one_out(loaded: Mapping[str, Loaded], corpora: Mapping[str, dict]) -> dict:
+    """For each corpus: the view chosen on the others (highest mean architecture tau there, an aspect-corrected
+    view graded there with a slope fitted on neither it nor the held-out corpus), and its figures on the held-out
+    corpus beside the default's."""
     out = {}
     for held in corpora:
         others = [c for c in corpora if c != held]
-        common = {v for v in set.intersection(*(set(corpora[c]["views"]) for c in corpora)) if ANSWER not in v}
-        chosen = max(
-            sorted(common), key=lambda v: np.mean([corpora[c]["views"][v]["architecture_tau"] or -1 for c in others])
-        )
+        common = set.intersection(*(set(loaded[c].views) for c in corpora)) - {ANSWER}
+        score: dict[str, float] = {}
+        for v in sorted(common):
+            score[v] = float(np.mean([corpora[o]["views"][v]["architecture_tau"] or -1.0 for o in others]))
+            fitted = [_aspect_corrected(loaded, v, o, exclude=(held,)) for o in others]
+            if all(f is not None for f in fitted):
+                score[v + ASPECT] = float(np.mean([f["architecture_tau"] or -1.0 for f in fitted if f is not None]))
+        chosen = max(sorted(score), key=score.get)
         views = corpora[held]["views"]
-        out[held] = {"chosen_on_the_others": chosen, "chosen": summary(views[chosen])}
-        out[held] |= {"default": summary(views[next(iter(views))])}
+        out[held] = {
+            "chosen_on_the_others": chosen,
+            "score_on_the_others": score,
+            "chosen": summary(views[chosen]) if chosen in views else None,
+            "default": summary(views[DEFAULT]),
+        }
     return out
 
 

@@ -104,11 +104,22 @@ class Discrepancy:
         """One line: what was corrected and by how much."""
         if not self.anchors:
             return "no anchors: the top rung's bias in depth over width is not corrected"
+        trials = ", ".join(str(a.trial) for a in self.anchors)
+        if self.span <= 0:
+            return f"anchors (trials {trials}) no nearer the target than the top rung: nothing corrected"
+        slope, sd = self.top_rung_slope
         return (
-            f"{len(self.anchors)} anchors (trials {', '.join(str(a.trial) for a in self.anchors)}): the top rung's "
-            f"error grows by {-self.slope / self.span:+.3f} ± {self.slope_sd / self.span:.3f} nats per unit of "
-            "ln(depth/width) per ln 2 of narrowing; taken out of every prediction"
+            f"{len(self.anchors)} anchors (trials {trials}): the top rung's error grows by {slope:+.3f} ± {sd:.3f} "
+            "nats per unit of ln(depth/width); taken out of every prediction"
         )
+
+    @property
+    def top_rung_slope(self) -> tuple[float, float]:
+        """The slope of the top rung's error against the target in z, and its sd: beta s_top (the anchors' mean)."""
+        if not self.anchors or self.span <= 0:
+            return 0.0, 0.0
+        carry = sum(a.top_s for a in self.anchors) / len(self.anchors) / self.span
+        return -self.slope * carry, self.slope_sd * carry
 
 
 def choose_anchors(aspects: Mapping[int, float], losses: Mapping[int, float], count: int) -> list[int]:
@@ -139,7 +150,6 @@ def fit_discrepancy(anchors: Sequence[Anchor], noise: float, prior_sd: float = D
     slope = (szy / variance) / precision
     span = sum(a.top_s - a.anchor_s for a in anchors) / len(anchors)
     return Discrepancy(slope, math.sqrt(1.0 / precision), span, centre, tuple(anchors))
-
 
 
 Distance = Callable[[Any, int], float]  # (a rung row, the target's width) -> s

@@ -35,6 +35,7 @@ from workers.trial.narrowing import DEFAULT_MIN_WIDTH, KEEP_HEADS, Keep, Narrowi
 from workers.trial.replica import plan_replica, rung_budgets, target_path
 
 from . import CategoricalParam, SearchSpace, cheapest_of, describe
+from .layout import AnchorPlan, Layout, choose_layout, plan_anchors
 from .messages import options_message
 
 __all__ = [
@@ -59,6 +60,7 @@ DEFAULT_MIN_TOKENS_PER_PARAM = 4.0
 VALIDATED_TARGET_RATIO = 10.0  # T / top rung checked by `make fidelity`; the default --target-flops
 LEGACY_TARGET_RATIO = 1000.0  # T / C of a search stored without a ladder kind and without --target-flops
 Ladder = Literal["replica", "budget"]
+LayoutRule = Literal["by_cost", "as_given"]
 
 
 class BudgetError(ValueError):
@@ -94,6 +96,9 @@ class Budget(BaseModel):
     max_search_seconds: float | None = Field(None, gt=0, description="wall-clock cap of the search")
     rungs: int = Field(2, ge=1, le=8, description="budgets per trial: C, eta C, ... (1 = no ladder)")
     eta: float = Field(2.0, ge=1.5, le=10, allow_inf_nan=False, description="budget ratio between rungs")
+    layout: LayoutRule = Field(
+        "by_cost", description="by_cost: a replica ladder that saves no compute trains every config at its top rung"
+    )
     target_flops: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="training FLOPs of the planned pretraining run (T)"
     )
@@ -110,6 +115,13 @@ class Budget(BaseModel):
         le=1.0,
         allow_inf_nan=False,
         description="narrowest replica as a share of the target's width",
+    )
+    anchors: int = Field(2, ge=0, le=64, description="anchors trained above the top rung (0 or 1: none)")
+    anchor_share: float = Field(
+        0.2, ge=0.0, le=10.0, allow_inf_nan=False, description="most the anchors may cost, as a share of the trials'"
+    )
+    anchor_flops: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="training FLOPs of an anchor (default: T/3; T itself is allowed)"
     )
     min_tokens_per_param: float | None = Field(
         DEFAULT_MIN_TOKENS_PER_PARAM,
@@ -151,6 +163,11 @@ class Budget(BaseModel):
             raise ValueError(
                 f"--max-tokens-per-param: {high:g} is below --min-tokens-per-param {low:g}: no config can be trained"
             )
+        if self.anchor_flops is not None and self.anchor_flops > self.target * (1 + 1e-9):
+            raise ValueError(
+                f"--anchor-flops: {_num(self.anchor_flops)} is above the target {_num(self.target)}: an anchor is at "
+                "most the pretraining run itself"
+            )
         if self.target <= self.top_rung_flops:
             raise ValueError(
                 f"--target-flops: {_num(self.target)} must be above the top rung "
@@ -161,6 +178,20 @@ class Budget(BaseModel):
     @property
     def ladder_config(self) -> LadderConfig:
         return LadderConfig(rungs=self.rungs, eta=self.eta)
+
+    @property
+    def chosen_layout(self) -> Layout:
+        """The rungs the search trains (`nas.space.layout.choose_layout`): the ladder asked for, or every config
+        once at its top rung where a replica ladder would save no compute."""
+        return choose_layout(
+            self.trial_flops, self.rungs, self.eta, self.ladder == "replica", given=self.layout == "as_given"
+        )
+
+    def anchor_plan(self, trials: int | None = None) -> AnchorPlan:
+        """The anchors the search trains after its `trials` (default: all of them) at the chosen layout."""
+        layout = self.chosen_layout
+        cost = (trials if trials is not None else self.n_trials) * layout.cost_per_config(self.ladder == "replica")
+        return plan_anchors(cost, layout.top_flops, self.target, self.anchors, self.anchor_share, self.anchor_flops)
 
     def measurement(self) -> Measurement:
         """How each trial of the search is measured: replica rungs C eta^r on the target's path, the config on a
@@ -223,6 +254,8 @@ def stored_budget(raw: dict) -> Budget:
         raw = {**raw, "ladder": "budget", "target_flops": target}
     if "narrowing" not in raw:  # stored before the head size was kept: its replicas kept the head count
         raw = {**raw, "narrowing": KEEP_HEADS.keep, "min_replica_share": KEEP_HEADS.min_share}
+    if "anchors" not in raw:  # stored before anchors and the layout rule: no anchors, its ladder as it was
+        raw = {**raw, "anchors": 0, "layout": "as_given"}
     if "min_tokens_per_param" not in raw:  # stored before the bound: it trained every config it sampled
         raw = {**raw, "min_tokens_per_param": None}
     return Budget(**{"rungs": 1, **raw})

@@ -59,7 +59,9 @@ def choose_layout(trial_flops: float, rungs: int, eta: float, replica: bool, giv
     if given:
         return Layout(rungs, eta, trial_flops, f"{rungs} rungs at eta {eta:g}, as asked (--rungs/--eta)")
     if not replica:
-        return Layout(rungs, eta, trial_flops, f"{rungs} rungs at eta {eta:g}: a budget ladder passes every rung in one run")
+        return Layout(
+            rungs, eta, trial_flops, f"{rungs} rungs at eta {eta:g}: a budget ladder passes every rung in one run"
+        )
     promoted, top_only = ladder.cost_per_config(), ladder.top_flops
     saving = 1.0 - promoted / top_only
     if saving >= MIN_SAVING:
@@ -101,7 +103,9 @@ def plan_anchors(trials_cost: float, top_flops: float, target_flops: float, requ
     if requested < 2:
         return AnchorPlan(0, flops, "no anchors asked for (--anchors below 2): the top rung's bias is not corrected")
     if flops <= top_flops * (1 + 1e-9):
-        return AnchorPlan(0, flops, f"no anchors: their budget {_num(flops)} is not above the top rung {_num(top_flops)}")
+        return AnchorPlan(
+            0, flops, f"no anchors: their budget {_num(flops)} is not above the top rung {_num(top_flops)}"
+        )
     affordable = math.floor(share * trials_cost / flops + 1e-9)
     count = min(requested, affordable)
     if count < 2:

@@ -51,7 +51,6 @@ def test_a_size_only_ranking_has_no_architecture_and_the_expected_loss_has_it_al
     assert ceiling["architecture_tau"] > 0.6 and ceiling["resolvable_contrasts"]["family"] == family["resolvable"]
 
 
-
 def test_a_bias_by_family_is_found_and_exceeds_the_seed_noise():
     truth, archs, expected = _synthetic()
     biased = {c: x + (0.04 if archs[c].residual == "nag" else 0.0) for c, x in expected.items()}

@@ -85,7 +85,7 @@ def test_the_answer_takes_the_anchors_discrepancy_out_of_every_prediction_on_a_r
         store.create_search(
             "s", requested_trials=12, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
         )
-        for t, (layers, width) in SHAPES.items():
+        for t, (_, width) in SHAPES.items():
             tid = store.start_trial("s", number=t, config={"residual": "cascaded"})
             for seed in (0, 1000):
                 rung_row(store, t, 0, seed, top, width // 2, measured(t, TOP_S, 0.3, 0.002, rng))

@@ -88,7 +88,18 @@ def test_below_the_narrowest_on_path_replica_the_rung_is_marked_off_the_path():
 def test_keeping_the_head_count_widths_are_multiples_of_twice_the_heads_and_a_completep_target_keeps_its_base():
     four = TARGET.model_copy(update={"n_heads": 4, "d_model": 96})
     assert replica_widths(four, KEEP_HEADS) == [8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
-    assert replica_widths(four, KEEP_HEADS.model_copy(update={"min_width": 20})) == [24, 32, 40, 48, 56, 64, 72, 80, 88, 96]
+    assert replica_widths(four, KEEP_HEADS.model_copy(update={"min_width": 20})) == [
+        24,
+        32,
+        40,
+        48,
+        56,
+        64,
+        72,
+        80,
+        88,
+        96,
+    ]
     assert replica_widths(four, KEEP_HEADS.model_copy(update={"min_share": 0.5})) == [48, 56, 64, 72, 80, 88, 96]
     tuned = TARGET.model_copy(update={"parametrization": "completep", "base_width": 32, "base_depth": 4})
     assert (replica_arch(tuned, 16).base_width, replica_arch(tuned, 16).base_depth) == (32, 4)

@@ -77,9 +77,9 @@ def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], TrialTicket
 @dataclass(frozen=True)
 class Measurement:
     """How a trial is measured. Replica rungs (`replica_rungs`, their budgets lowest first): each rung its own
-    run of a copy narrowed as `narrowing` says, on the target's path to `target_flops` (`workers.trial.replica`). Otherwise the
-    config itself at `budget_flops` (the top rung's), on a budget `ladder` with a cooldown branch at each rung,
-    or at that single budget without one."""
+    run of a copy narrowed as `narrowing` says, on the target's path to `target_flops` (`workers.trial.replica`).
+    Otherwise the config itself at `budget_flops` (the top rung's), on a budget `ladder` with a cooldown branch at
+    each rung, or at that single budget without one."""
 
     budget_flops: float
     ladder: LadderConfig | None = None
