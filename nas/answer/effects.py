@@ -125,6 +125,7 @@ class Effect:
     importance: float | None = None
     level: str | None = None  # a categorical level's name, against `reference`
     reference: str | None = None
+    rests_on: str = ""  # the trials it is read from, e.g. "12 nag and 9 cascaded trials"
 
     @property
     def resolved(self) -> bool:
@@ -145,10 +146,11 @@ class Effect:
             subject = f"{change} {verb} the loss"
         if gain < 0:
             gain, lo, hi = -gain, -hi, -lo
-        return f"at T, {subject} by {gain:.3f} [{lo:.3f}, {hi:.3f}] nats {size}"
+        basis = f" (from {self.rests_on})" if self.rests_on else ""
+        return f"at T, {subject} by {gain:.3f} [{lo:.3f}, {hi:.3f}] nats {size}{basis}"
 
     def as_dict(self) -> dict:
-        keys = ("knob", "step", "effect", "low", "high", "reason", "importance", "level", "reference")
+        keys = ("knob", "step", "effect", "low", "high", "reason", "importance", "level", "reference", "rests_on")
         return {k: getattr(self, k) for k in keys} | {"resolved": self.resolved}
 
 
@@ -217,14 +219,17 @@ def knob_terms(knob: Knob, rows: Sequence[Observation]) -> list[tuple[Effect, np
             counts = [sum(a and v == x for a, v in zip(active, values, strict=True)) for x in (reference, level)]
             reason = "" if min(counts) >= 2 else f"barely varied ({counts[1]} {level}, {counts[0]} {reference})"
             step = f"{level} vs {reference}"
-            out.append((Effect(knob.name, step, None, None, None, level=str(level), reference=str(reference)),
-                        column, reason))  # fmt: skip
+            basis = f"{counts[1]} {level} and {counts[0]} {reference} trials"
+            out.append((Effect(knob.name, step, None, None, None, level=str(level), reference=str(reference),
+                               rests_on=basis), column, reason))  # fmt: skip
         return out
     encoded = np.array([knob.encode(o.knobs[knob.name]) if a else 0.0 for a, o in zip(active, rows, strict=True)])
     if active.any():
         encoded = np.where(active, encoded - encoded[active].mean(), 0.0)
     step = "x2" if knob.scale == "log" else f"{knob.low:g} -> {knob.high:g}"
-    return [(Effect(knob.name, step, None, None, None), encoded, _varied(knob, rows, active))]
+    values = {o.knobs[knob.name] for a, o in zip(active, rows, strict=True) if a}
+    basis = f"{int(active.sum())} trials over {len(values)} values"
+    return [(Effect(knob.name, step, None, None, None, rests_on=basis), encoded, _varied(knob, rows, active))]
 
 
 def _varied(knob: Knob, rows: Sequence[Observation], active: np.ndarray) -> str:

@@ -81,8 +81,11 @@ def test_the_sentence_says_which_level_wins_by_how_much_at_what_equal_cost():
     effects = estimate_effects(planted(0), knobs_of(SPACE), "flops")
     words = effects.sentences()
     ancre = [w for w in words if w.startswith("at T, ancre trails cascaded by 0.0")]
-    assert len(ancre) == 1 and ancre[0].endswith("nats at equal FLOPs per token")
-    assert any(w.startswith("at T, mod_rate 0 -> 0.5 lowers the loss by 0.0") for w in words)
+    rows = planted(0)
+    counts = {f: sum(o.knobs["residual"] == f for o in rows) for f in ("ancre", "cascaded")}
+    basis = f"(from {counts['ancre']} ancre and {counts['cascaded']} cascaded trials)"
+    assert len(ancre) == 1 and ancre[0].endswith(f"nats at equal FLOPs per token {basis}")  # what it rests on
+    assert any(w.startswith("at T, mod_rate 0 -> 0.5 lowers the loss by 0.0") and " trials over " in w for w in words)
 
 
 def test_importances_come_from_optunas_default_evaluator():
