@@ -107,3 +107,19 @@ def test_the_answer_takes_the_anchors_discrepancy_out_of_every_prediction_on_a_r
     by_compute = answer_at_target(rows, target, Anchoring(SHAPES, top, compute_distance(target)))
     assert by_compute.discrepancy is not None and by_compute.discrepancy.span == pytest.approx(math.log(10 / 3))
     assert width_distance(rows[0], SHAPES[rows[0].number][1]) == pytest.approx(TOP_S)
+
+
+def test_what_the_answer_rests_on_says_what_the_anchors_corrected_and_by_how_much():
+    from nas.answer.decisions import Architecture, rests_on
+    from nas.answer.discrepancy import Discrepancy
+
+    anchors = (Anchor(0, -1.0, 2.0, 1.9, TOP_S, 0.0), Anchor(7, -3.0, 2.0, 1.7, TOP_S, 0.0))
+    fit = fit_discrepancy(list(anchors), noise=0.002)
+    # the difference anchor - top rises by 0.1 per unit of z: the top rung's error against T falls by 0.1
+    assert isinstance(fit, Discrepancy) and fit.top_rung_slope[0] == pytest.approx(-0.1, abs=0.005)
+    from nas.answer.target import Answer
+
+    answer = Answer({}, None, None, discrepancy=fit)  # type: ignore[arg-type]
+    line = rests_on(answer, [], {0: Architecture("cascaded", 2, 64)}, {0: 1.0}, {0: 1.0})[0]
+    assert line.startswith("anchors: 2 anchors (trials 0, 7): the top rung's error grows by -0.100 ± ")
+    assert line.endswith("nats per unit of ln(depth/width); taken out of every prediction")

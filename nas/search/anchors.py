@@ -1,0 +1,126 @@
+"""Anchors: a few trials measured once more above the top rung, so that the answer can take out the top rung's bias.
+
+After the search's trials and their repeats, the budget's `anchor_plan` says how many anchors it affords and at
+what budget (`nas.space.layout.plan_anchors`); `nas.answer.discrepancy.choose_anchors` picks them among the
+completed trials for leverage on the bias's slope in ln(depth / width). Each is its replica at the anchor budget
+(a wider one, nearer the target's shape; the target itself at T), trained as a Ray task of one CPU and stored as a
+rung above the top one (`rung` = the layout's rung count), so that every reader of the store sees it and the
+answer (`nas.answer.target.answer_at_target` with `search_anchoring`) fits the discrepancy through it. An anchor
+already stored is not trained again (`nas resume` finishes the rest).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from workers.status import TrialStatus
+from workers.training.plans import LadderConfig
+from workers.trial.contract import Measurement, TrialRequest, TrialTicket
+
+from ..answer.discrepancy import Anchoring, aspect, choose_anchors
+from ..answer.target import answer_at_target
+from ..space import SearchSpace, to_configs
+from ..space.budget import Budget
+from ..store import RungRow, Store, TrialRow
+from .ray_env import init_ray
+from .repeats import _measure_again
+from .settings import SearchSettings, data_config
+from .trainable import TrialPlanner
+
+__all__ = ["AnchorJob", "anchor_jobs", "measure_anchors", "search_anchoring", "trial_shapes"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AnchorJob:
+    """One anchor: trial `number` trained as its replica at the anchor budget, stored as rung `rung`."""
+
+    number: int
+    rung: int
+    request: TrialRequest
+
+
+def trial_shapes(space: SearchSpace, trials: Sequence[TrialRow]) -> dict[int, tuple[int, int]]:
+    """Each completed trial's target shape (n_layers, d_model), from its sampled knobs and the space's fixed ones."""
+    out = {}
+    for row in trials:
+        if str(row.status) != TrialStatus.COMPLETED or not row.config:
+            continue
+        knobs = {k: v for k, v in row.config.items() if k in space.params}
+        arch = to_configs(space, knobs)[0]
+        out[row.number] = (arch.n_layers, arch.d_model)
+    return out
+
+
+def search_anchoring(space: SearchSpace, budget: Budget, trials: Sequence[TrialRow]) -> Anchoring | None:
+    """How a search's answer takes its anchors' discrepancy out (None: the search trains no anchors)."""
+    if budget.anchors < 2:
+        return None
+    return Anchoring(trial_shapes(space, trials), budget.chosen_layout.top_flops)
+
+
+def _above(row: RungRow, top: float) -> bool:
+    return row.budget_flops > top * (1 + 1e-9)
+
+
+def anchor_jobs(
+    store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings
+) -> list[AnchorJob]:
+    """The anchors the search affords and has not stored yet."""
+    trials = store.trials(name, statuses=[TrialStatus.COMPLETED])
+    plan = budget.anchor_plan(len(trials))
+    if plan.count == 0:
+        log.info("anchors: %s", plan.reason)
+        return []
+    layout = budget.chosen_layout
+    rows = store.rungs(name)
+    measured = [r for r in rows if not _above(r, layout.top_flops)]  # the choice ignores anchors already stored
+    predictions = answer_at_target(measured, budget.target).predictions
+    shapes = trial_shapes(space, trials)
+    losses = {n: p.loss for n, p in predictions.items() if n in shapes and math.isfinite(p.loss)}
+    chosen = choose_anchors({n: aspect(*shapes[n]) for n in losses}, losses, plan.count)
+    stored = {r.number for r in rows if _above(r, layout.top_flops)}
+    measurement = Measurement(
+        plan.flops, LadderConfig(rungs=1, eta=budget.eta), (plan.flops,), budget.target, budget.replica_narrowing
+    )
+    planner = TrialPlanner(space, data_config(settings), settings.seed, measurement)
+    by_number = {t.number: t for t in trials}
+    todo = []
+    for number in chosen:
+        if number in stored:
+            continue
+        row = by_number[number]
+        ticket = TrialTicket(number, row.executed_flops_per_token or float("inf"))
+        todo.append(AnchorJob(number, layout.rungs, planner.request(row.config, ticket, width_probe=False)))
+    return todo
+
+
+def measure_anchors(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> int:
+    """Train the anchors the search affords and lacks; how many ran. A lost anchor weakens the correction (the
+    answer then rests on those that ran, or none); it never fails the search."""
+    todo = anchor_jobs(store, name, space, budget, settings)
+    if not todo:
+        return 0
+    init_ray(settings)
+    import ray
+
+    task = ray.remote(num_cpus=1)(_measure_again)
+    refs = {task.remote(j.request): j for j in todo}
+    log.info(
+        "anchors: trials %s at %.3g training FLOPs each",
+        ", ".join(str(j.number) for j in todo),
+        todo[0].request.measurement.budget_flops,
+    )
+    for ref, job in refs.items():
+        try:
+            results = ray.get(ref)
+        except ray.exceptions.RayError as err:
+            log.warning("anchor trial %d failed: %s", job.number, str(err).splitlines()[0])
+            continue
+        for result in results:
+            store.record_rung(name, job.number, job.request.seed, {**result, "rung": job.rung})
+    return len(todo)
