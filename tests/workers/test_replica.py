@@ -188,3 +188,31 @@ def test_a_diverging_replica_ends_the_trial_as_diverged_with_no_loss(corpus):
 def test_meta_parameter_count_matches_a_real_build():
     torch.manual_seed(0)
     assert target_path(TARGET, T, RUN.batch_size).params == params(TARGET)
+
+
+@pytest.mark.parametrize("residual", ["cascaded", "nag", "ancre"])
+def test_a_replicas_per_layer_scalars_learn_at_the_targets_rate_and_its_matrices_at_muPs(residual):
+    """Per family: the tensors that do not grow with width (NAG's alphas, gates' mixture logits, sharpness and
+    biases, its norm lane's encoder gain; ANCRe's connectivity logits) take the target's learning rate in a replica
+    half as wide; the hidden matrices take muP's 1 / m_d = 2 times it."""
+    from workers.training.train import build_optimizer
+
+    target = ArchConfig(vocab_size=256, seq_len=32, n_layers=4, d_model=64, n_heads=2, residual=residual)
+    full, half = (build_model(replica_arch(target, w)) for w in (64, 32))
+    optim = OptimConfig(lr=3e-3)
+
+    def lr_scales(model) -> dict[str, float]:
+        opt = build_optimizer(model, optim)
+        group_of = {id(p): g["lr_scale"] for g in opt.param_groups for p in g["params"]}
+        return {n: group_of[id(p)] for n, p in model.named_parameters()}
+
+    wide, narrow = lr_scales(full), lr_scales(half)
+    scalars = [n for n, p in full.named_parameters() if p.dim() < 2 and not n.endswith("norm.weight")]
+    scalars = [n for n in scalars if "norm" not in n or n.endswith("g_encode")]
+    expected = {"cascaded": set(), "nag": {"alpha", "mix_logits", "beta_raw", "pre.bias", "g_encode"},
+                "ancre": {"connectivity.logits"}}[residual]  # fmt: skip
+    assert {s for s in expected if any(n.endswith(s) for n in scalars)} == expected
+    for name in scalars:
+        assert narrow[name] == pytest.approx(wide[name]), name
+    for name in (n for n in wide if n.endswith(("qkv.weight", "w_in.weight"))):
+        assert narrow[name] == pytest.approx(2.0 * wide[name]), name
