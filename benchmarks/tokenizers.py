@@ -48,8 +48,7 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
     """One search with tokenizer `spec`; its trials as the store keeps them."""
     from nas.answer.pareto import pareto_rows
     from nas.store import Store
-    from search_spaces.residual_lm import ArchConfig, flops_per_token
-    from workers.trial.replica import _parameters
+    from search_spaces.residual_lm import ArchConfig, flops_per_token, parameter_count
 
     db = f"sqlite:///{tmp}/{spec.replace(':', '_')}.db"
     cmd = [sys.executable, "-m", "nas.cli", "search", "--name", "t", "--trial-flops", str(TRIAL_FLOPS)]
@@ -76,8 +75,8 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
                 d_model=arch.d_model,
                 mod_rate=arch.mod_rate,
                 vocab_size=arch.vocab_size,
-                params=_parameters(arch),
-                non_embedding_params=_parameters(arch) - embedding,
+                params=parameter_count(arch),
+                non_embedding_params=parameter_count(arch) - embedding,
                 executed_flops_per_token=r.executed_flops_per_token,
                 head_flops_share=flops_per_token(arch).executed_breakdown["unembed"] / r.executed_flops_per_token,
                 tokens_seen=r.tokens_seen,
