@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import multiprocessing as mp
+import os
 import platform
 import statistics
 import time
@@ -84,7 +85,8 @@ SPEC_SHEETS = {
 
 
 def machine_info() -> dict:
-    """The machine a result was measured on: platform, CPU model, torch version and threads, Python."""
+    """The machine a result was measured on: platform, CPU model and cores, torch version and threads, Python,
+    and its load average (1, 5, 15 min) then: other jobs share a machine's cores and timings."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
@@ -94,6 +96,8 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "python": platform.python_version(),
+        "cores": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
 
 

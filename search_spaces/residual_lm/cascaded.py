@@ -79,6 +79,7 @@ class PreNormBlock(nn.Module):
             z, h = add_then_norm(x, a, self.mlp_norm)  # z = x + a: (B, T, d), h = norm(z)
             m = Delta(self.mlp(h))
         else:
+            assert self.mlp_router is not None
             a = run_prenorm_sublayer(self.attn, self.attn_router, self.attn_norm, x)
             z = a.added_to(x)
             m = run_prenorm_sublayer(self.mlp, self.mlp_router, self.mlp_norm, z)
