@@ -365,6 +365,10 @@ ENTRIES: dict[str, Entry] = {
             Figure("best: bytes", ("summary", "bytes", "best_config"), "{}"),
             Figure("8k", ("summary", "train:8192", "best_config"), "{}"),
             Figure("8k head share of FLOPs", ("summary", "train:8192", "best_head_flops_share"), "{:.0%}"),
+            Figure("encoding 2k", ("throughput", 1, "encode_mb_per_s"), "{:.1f} MB/s"),
+            Figure("8k", ("throughput", 2, "encode_mb_per_s"), "{:.1f} MB/s"),
+            Figure("the tokenizer's own, 8k", ("throughput", 2, "encode_mb_per_s_by_tokenizer"), "{:.1f} MB/s"),
+            Figure("same ids", ("throughput", 2, "same_ids_and_bytes"), "{}"),
         ),
     ),
     "transfer_checks.json": Entry(

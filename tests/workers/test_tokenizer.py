@@ -64,7 +64,11 @@ TRICKY = [
     "héllo wörld — “quoted” 😀😀 emoji's 'tis he'll we're I've   spaced\n\n  lines\t\ttabs 123 4.5 ½ ２３ 中文字符",
     "١٢٣ \u00a0nbsp \u2028sep \u3000ideographic 's 'S ''s !'s ' s don't rock'n'roll\r\n end   ",
     "a\u0301\u0302 combining ﬁ ligature ǅ Ελληνικά русский עברית हिन्दी 한국어 🙂 🙃",
-    "  x  \n y \n\nz", "'", "'ll", " ", "x",
+    "  x  \n y \n\nz",
+    "'",
+    "'ll",
+    " ",
+    "x",
 ]
 
 
