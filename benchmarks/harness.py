@@ -228,6 +228,16 @@ def write_json(path: Path, result: Any) -> None:
     path.write_text(json.dumps(result, indent=2) + "\n")
 
 
+def update_json(path: Path, key: str, part: dict) -> None:
+    """Put `part` (with its own machine record and `run_seconds`) under `key` of the JSON at `path`, the rest of
+    the file as it was: one part of a benchmark measured again alone."""
+    result = json.loads(path.read_text()) if path.exists() else {}
+    part["machine"] = {**machine_info(), "run_seconds": round(time.monotonic() - STARTED, 1)}
+    result[key] = part
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
 # How each column of the benchmarks' tables that holds a number or a flag reads; any other column is text.
 COLUMN_TYPES: dict[str, Callable[[str], Any]] = {
     **dict.fromkeys(

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import machine_info, write_json
+from benchmarks.harness import machine_info, update_json, write_json
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "tokenizers.json"
@@ -255,10 +255,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.only == "throughput":
-        result = json.loads(OUT.read_text())
-        result["throughput"], result["throughput_machine"] = _throughput(), machine_info()
-        write_json(OUT, result)
-        print(json.dumps(result["throughput"], indent=1))
+        update_json(OUT, "throughput_alone", {"tokenizers": _throughput()})
         return
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
