@@ -14,6 +14,7 @@ One run measures, side by side and interleaved (so machine noise hits every mode
 
     python -m benchmarks.cpu_throughput --out benchmarks/results/cpu_throughput.json
     python -m benchmarks.cpu_throughput --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
+    python -m benchmarks.cpu_throughput --only families   # the references, cascaded and NAG alone, into `families`
 
 (`--threads 1` is how a search's workers train: one torch thread per trial, one trial per core.)
 """
@@ -39,6 +40,7 @@ from benchmarks.harness import (
     machine_info,
     make_step,
     time_interleaved,
+    update_json,
     write_json,
 )
 from search_spaces.residual_lm import (
@@ -154,8 +156,8 @@ def matmul_peak_gflops(sizes=(512, 1024, 2048), repeats: int = 5) -> dict:
     return {"gflops": max(best.values()), "by_size": best}
 
 
-def build_models() -> tuple[dict, dict]:
-    """The models to time and their training FLOPs per token."""
+def build_models(names: tuple[str, ...] | None = None) -> tuple[dict, dict]:
+    """The models to time (all, or those `names`) and their training FLOPs per token."""
     models, train_flops = {}, {}
     torch.manual_seed(0)
     ref = ReferenceGPT(SIZE["vocab_size"], SIZE["seq_len"], SIZE["n_layers"], SIZE["d_model"], SIZE["n_heads"])
@@ -168,6 +170,8 @@ def build_models() -> tuple[dict, dict]:
     for name, knobs in VARIANTS.items():
         cfg = ArchConfig(**SIZE, **knobs)
         models[name], train_flops[name] = build_model(cfg).train(), training_flops(cfg, 1)
+    if names is not None:
+        return {n: models[n] for n in names}, {n: train_flops[n] for n in names}
     return models, train_flops
 
 
@@ -228,6 +232,24 @@ def verdicts(ratios: dict) -> dict:
     return met
 
 
+FAMILY_STEPS = ("reference_gpt", "reference_llama", "cascaded", "nag")
+
+
+def time_families(out: Path, rounds: int, warmup: int) -> None:
+    """The references, cascaded and NAG alone, interleaved: step-time medians and the ratios the targets name,
+    written into `out` under "families" (the rest of the file stays)."""
+    models, _ = build_models(FAMILY_STEPS)
+    times = time_interleaved({n: make_step(m) for n, m in models.items()}, rounds, 1, warmup)
+    step = {name: statistics.median(t) for name, t in times.items()}
+    ratios = {
+        "nag_vs_cascaded_step_time": step["nag"] / step["cascaded"],
+        "cascaded_vs_reference_llama_tokens_per_s": step["reference_llama"] / step["cascaded"],
+        "cascaded_vs_reference_tokens_per_s": step["reference_gpt"] / step["cascaded"],
+    }
+    update_json(out, "families", {"median_step_s": step, "rounds": rounds, "ratios": ratios})
+    log.info("%s", {k: f"{v:.3f}" for k, v in ratios.items()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/cpu_throughput.json"))
@@ -240,10 +262,13 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's; a search's workers run 1 each)"
     )
+    parser.add_argument("--only", choices=["families"], help="time only the references, cascaded and NAG")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    if args.only == "families":
+        return time_families(args.out, args.rounds, args.warmup)
     peak = matmul_peak_gflops()
     log.info("fp32 matmul peak: %.1f GFLOP/s", peak["gflops"])
     models, train_flops = build_models()

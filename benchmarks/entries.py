@@ -37,11 +37,13 @@ class Entry:
 
 CLAIM_MOD = ("summary", "loss_minus_full_depth")
 CPU_RATIOS = ("ratios",)
+CPU_FAMILIES = ("families", "ratios")
 DECODE = ("summary", "published_speed_vs_dense")
 EFFECTS = ("summary", "headline")
 FIDELITY = ("summary", "headline")
 GPU_STEPS = ("stages", "kernel_steps", "result", "ratios")
 LADDER = ("summary", "random")
+TOKENISING = ("throughput_alone", "tokenizers")
 LADDER_FIGURES = (  # the same four strategies at 1T on each corpus
     Figure("HV/HV* at 1T: replica", (*LADDER, "replica", "hv_ratio_nadir", "1T"), "{:.2f}"),
     Figure("without noise rule", (*LADDER, "replica_without_noise_rule", "hv_ratio_nadir", "1T"), "{:.2f}"),
@@ -113,6 +115,12 @@ ENTRIES: dict[str, Entry] = {
             Figure("NAG / cascaded step", (*CPU_RATIOS, "nag_vs_cascaded_step_time"), "{:.2f}x"),
             Figure("ANCRe / cascaded step", (*CPU_RATIOS, "ancre_vs_cascaded_step_time"), "{:.2f}x"),
             Figure("share of matmul peak", (*CPU_RATIOS, "fp32_share_of_matmul_peak"), "{:.1%}"),
+            Figure("measured alone: NAG / cascaded step", (*CPU_FAMILIES, "nag_vs_cascaded_step_time"), "{:.2f}x"),
+            Figure(
+                "cascaded / LLaMA-style tokens/s",
+                (*CPU_FAMILIES, "cascaded_vs_reference_llama_tokens_per_s"),
+                "{:.2f}x",
+            ),
         ),
     ),
     "cpu_throughput_1thread.json": Entry(
@@ -365,6 +373,10 @@ ENTRIES: dict[str, Entry] = {
             Figure("best: bytes", ("summary", "bytes", "best_config"), "{}"),
             Figure("8k", ("summary", "train:8192", "best_config"), "{}"),
             Figure("8k head share of FLOPs", ("summary", "train:8192", "best_head_flops_share"), "{:.0%}"),
+            Figure("encoding 2k", (*TOKENISING, 1, "encode_mb_per_s"), "{:.1f} MB/s"),
+            Figure("8k", (*TOKENISING, 2, "encode_mb_per_s"), "{:.1f} MB/s"),
+            Figure("the tokenizer's own, 8k", (*TOKENISING, 2, "encode_mb_per_s_by_tokenizer"), "{:.1f} MB/s"),
+            Figure("same ids", (*TOKENISING, 2, "same_ids_and_bytes"), "{}"),
         ),
     ),
     "transfer_checks.json": Entry(

@@ -246,7 +246,7 @@ def run_job(job: Job) -> list[dict]:
 
 def job_fields(job: Job, cfg, status: str) -> dict:
     """The columns every row of a job shares: the config, its size and cost, the job's kind and seed."""
-    from search_spaces.residual_lm import build_model, count_parameters, flops_per_token
+    from search_spaces.residual_lm import flops_per_token, parameter_count
 
     return dict(
         config=job.config,
@@ -254,7 +254,7 @@ def job_fields(job: Job, cfg, status: str) -> dict:
         n_layers=cfg.n_layers,
         d_model=cfg.d_model,
         mod_rate=cfg.mod_rate,
-        params=count_parameters(build_model(cfg)),
+        params=parameter_count(cfg),
         executed_flops_per_token=flops_per_token(cfg).executed,
         kind=job.kind,
         seed=job.seed,

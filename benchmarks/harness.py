@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import multiprocessing as mp
+import os
 import platform
 import statistics
 import time
@@ -84,7 +85,8 @@ SPEC_SHEETS = {
 
 
 def machine_info() -> dict:
-    """The machine a result was measured on: platform, CPU model, torch version and threads, Python."""
+    """The machine a result was measured on: platform, CPU model and cores, torch version and threads, Python,
+    and its load average (1, 5, 15 min) then: other jobs share a machine's cores and timings."""
     cpuinfo = Path("/proc/cpuinfo")
     lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
     cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
@@ -94,6 +96,8 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "python": platform.python_version(),
+        "cores": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -220,6 +224,16 @@ def write_json(path: Path, result: Any) -> None:
     start), which the index shows as its run time."""
     if isinstance(result, dict) and isinstance(result.get("machine"), dict):
         result["machine"]["run_seconds"] = round(time.monotonic() - STARTED, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def update_json(path: Path, key: str, part: dict) -> None:
+    """Put `part` (with its own machine record and `run_seconds`) under `key` of the JSON at `path`, the rest of
+    the file as it was: one part of a benchmark measured again alone."""
+    result = json.loads(path.read_text()) if path.exists() else {}
+    part["machine"] = {**machine_info(), "run_seconds": round(time.monotonic() - STARTED, 1)}
+    result[key] = part
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -1,7 +1,8 @@
 """What the vocabulary changes: the same small search with bytes and with byte-level BPEs of 2k and 8k tokens.
 
-    python -m benchmarks.tokenizers              # about 15 min on 2 cores
-    python -m benchmarks.tokenizers --trials 4   # a quick look
+    python -m benchmarks.tokenizers                      # about 15 min on 2 cores
+    python -m benchmarks.tokenizers --trials 4           # a quick look
+    python -m benchmarks.tokenizers --only throughput    # the encoding speeds alone, into the same file
 
 Writes results/tokenizers.json and results/tokenizers.png.
 
@@ -11,8 +12,10 @@ Writes results/tokenizers.json and results/tokenizers.png.
    trial's bits per byte and executed FLOPs per token, the front in bits per byte, the best config (the
    compute-optimal size among these: layers, width, parameters with and without the embedding and head)
    and its family, and the share of its executed FLOPs the head takes.
-2. Throughput: BPE training seconds and encoding speed (MB of text per second, `tokenizers`' parallel
-   batch encoding on this machine's cores) on the shipped corpus.
+2. Throughput: BPE training seconds and encoding speed (MB of text per second) on the shipped corpus, in
+   interleaved rounds (medians), of what a corpus build runs (`HFTokenizer.encode`: each distinct word once,
+   `workers.data.word_encoding`, starting from no known word) beside the tokenizer's own parallel batch
+   encoding of whole documents, and whether the two give the same ids and bytes per token.
 3. Memory: K processes at once each read a synthetic shard of 100M uint16 tokens in full, memory-mapped
    (`workers.data.shards.open_stream`, as trials read) or read into a private array (`np.load`):
    each process's private memory (RssAnon) and proportional set size (Pss: shared pages split among the
@@ -23,9 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import multiprocessing as mp
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import machine_info, write_json
+from benchmarks.harness import machine_info, update_json, write_json
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "tokenizers.json"
@@ -42,14 +47,14 @@ TOKENIZERS = ("bytes", "train:2048", "train:8192")
 TRIAL_FLOPS = 2e12
 SHARD_TOKENS = 100_000_000
 PROCESSES = 4
+log = logging.getLogger("tokenizers")
 
 
 def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
     """One search with tokenizer `spec`; its trials as the store keeps them."""
     from nas.answer.pareto import pareto_rows
     from nas.store import Store
-    from search_spaces.residual_lm import ArchConfig, flops_per_token
-    from workers.trial.replica import _parameters
+    from search_spaces.residual_lm import ArchConfig, flops_per_token, parameter_count
 
     db = f"sqlite:///{tmp}/{spec.replace(':', '_')}.db"
     cmd = [sys.executable, "-m", "nas.cli", "search", "--name", "t", "--trial-flops", str(TRIAL_FLOPS)]
@@ -76,8 +81,8 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
                 d_model=arch.d_model,
                 mod_rate=arch.mod_rate,
                 vocab_size=arch.vocab_size,
-                params=_parameters(arch),
-                non_embedding_params=_parameters(arch) - embedding,
+                params=parameter_count(arch),
+                non_embedding_params=parameter_count(arch) - embedding,
                 executed_flops_per_token=r.executed_flops_per_token,
                 head_flops_share=flops_per_token(arch).executed_breakdown["unembed"] / r.executed_flops_per_token,
                 tokens_seen=r.tokens_seen,
@@ -92,35 +97,50 @@ def _search(spec: str, trials: int, cache: Path, tmp: Path) -> dict:
     return dict(tokenizer=spec, corpus=corpus, wall_s=wall, trials=trials_out, best=best)
 
 
-def _throughput(cache: Path) -> list[dict]:
-    """Seconds to train each BPE and encoding MB/s of each tokenizer on the shipped corpus."""
+def _throughput(rounds: int = 5) -> list[dict]:
+    """Seconds to train each BPE and encoding MB/s of each tokenizer on the shipped corpus: by word (what a
+    corpus build runs) and by the tokenizer itself, interleaved round by round; medians, and their ratio."""
     from workers.data.documents import read_shipped_texts
     from workers.data.tokenizer import ByteTokenizer, HFTokenizer, train_bpe
+    from workers.data.word_encoding import WordEncoder
 
     docs = read_shipped_texts()
     n_bytes = sum(len(d.encode("utf-8")) for d in docs)
     out = []
     for spec in TOKENIZERS:
-        train_s = 0.0
-        if spec == "bytes":
-            tokenizer = ByteTokenizer()
-        else:
-            start = time.perf_counter()
-            tokenizer = HFTokenizer(train_bpe(docs, int(spec.split(":")[1])), spec)
-            train_s = time.perf_counter() - start
         start = time.perf_counter()
-        ids, _ = tokenizer.encode(docs)
-        encode_s = time.perf_counter() - start
+        tokenizer = ByteTokenizer() if spec == "bytes" else HFTokenizer(train_bpe(docs, int(spec.split(":")[1])), spec)
+        train_s = 0.0 if spec == "bytes" else time.perf_counter() - start
+        seconds: dict[str, list[float]] = {"by_word": [], "by_tokenizer": []}
+        results = {}
+        for _ in range(rounds if spec != "bytes" else 1):
+            for path in seconds:
+                words = getattr(tokenizer, "words", None)
+                if words is not None:  # by word: a fresh encoder, knowing no word yet, as a corpus build starts
+                    tokenizer.words = WordEncoder(words.tokenizer, words.separator) if path == "by_word" else None
+                start = time.perf_counter()
+                results[path] = tokenizer.encode(docs)
+                seconds[path].append(time.perf_counter() - start)
+                if words is not None:
+                    tokenizer.words = words  # type: ignore[union-attr]
+        ids, counts = results["by_word"]
+        same = np.array_equal(ids, results["by_tokenizer"][0]) and np.array_equal(counts, results["by_tokenizer"][1])
+        mb_s = {path: n_bytes / statistics.median(s) / 1e6 for path, s in seconds.items()}
         out.append(
             dict(
                 tokenizer=spec,
                 train_s=train_s,
-                encode_s=encode_s,
-                encode_mb_per_s=n_bytes / encode_s / 1e6,
+                encode_s=statistics.median(seconds["by_word"]),
+                encode_mb_per_s=mb_s["by_word"],
+                encode_mb_per_s_by_tokenizer=mb_s["by_tokenizer"],
+                by_word_vs_by_tokenizer=mb_s["by_word"] / mb_s["by_tokenizer"],
+                same_ids_and_bytes=bool(same),
+                rounds=len(seconds["by_word"]),
                 bytes_per_token=n_bytes / ids.size,
                 text_mb=n_bytes / 1e6,
             )
         )
+        log.info("%s: %.1f MB/s by word, %.1f by the tokenizer", spec, mb_s["by_word"], mb_s["by_tokenizer"])
     return out
 
 
@@ -231,7 +251,12 @@ def _plot(result: dict, path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10, help="configs per search")
+    parser.add_argument("--only", choices=["throughput"], help="measure only this part; the rest of the file stays")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.only == "throughput":
+        update_json(OUT, "throughput_alone", {"tokenizers": _throughput()})
+        return
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         cache = tmp / "cache"
@@ -244,7 +269,7 @@ def main() -> None:
             trial_flops=TRIAL_FLOPS,
             trials_per_search=args.trials,
             searches=searches,
-            throughput=_throughput(cache),
+            throughput=_throughput(),
             memory=_memory(tmp),
         )
     result["summary"] = {

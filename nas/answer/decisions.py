@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import kendalltau
 
-from search_spaces.residual_lm import ArchConfig, build_model, count_parameters
+from search_spaces.residual_lm import ArchConfig, parameter_count
 
 from .target import Answer
 
@@ -317,7 +317,7 @@ def _differ(names: Sequence[str]) -> str:
 
 def trial_facts(rows: Sequence) -> tuple[dict[int, Architecture], dict[int, float], dict[int, float]]:
     """(architecture, executed FLOPs per token, parameter count) of each completed trial row with an architecture:
-    what `rests_on` reads. The parameter count is the model's, built shape-only (no memory, no weights)."""
+    what `rests_on` reads. The parameter count is the model's, in closed form (`parameter_count`)."""
     archs, flops, params = {}, {}, {}
     for r in rows:
         knobs = (r.config or {}).get("arch") or r.config or {}
@@ -334,12 +334,10 @@ def trial_facts(rows: Sequence) -> tuple[dict[int, Architecture], dict[int, floa
 @functools.lru_cache(maxsize=4096)
 def _parameters(knobs: tuple) -> float | None:
     """The parameter count of the config with these (name, value) knobs, or None when it is not a valid config."""
-    import torch
     from pydantic import ValidationError
 
     try:
         cfg = ArchConfig(**dict(knobs))
     except ValidationError:
         return None
-    with torch.device("meta"):
-        return float(count_parameters(build_model(cfg)))
+    return float(parameter_count(cfg))

@@ -14,6 +14,7 @@ from .flops import (
     training_flops,
 )
 from .model import FAMILIES, build_model, count_parameters
+from .parameters import parameter_count
 
 __all__ = [
     "FAMILIES",
@@ -34,6 +35,7 @@ __all__ = [
     "forward_flops",
     "forward_flops_per_token",
     "kv_cache_bytes",
+    "parameter_count",
     "tokens_for",
     "training_flops",
 ]

@@ -8,10 +8,11 @@ token gets nothing added (the identity), a kept one gets sigmoid(r) * sublayer(.
 With `mod_granularity="block"` one router decides for the whole block (the MoD paper's form):
 r = w . norm(x), and a kept token runs both sublayers, x' = x + sigmoid(r) (a + m) with
 a = Attn(norm(x)) over the kept tokens and m = MLP(norm(x + a)); a skipped one passes unchanged.
-The kept tokens are gathered once and scattered back once per block.
+The kept tokens are gathered once and scattered back once per block. A router scores from x itself
+(`LinearRouter.score`: (w * g) . x / rms(x), never forming norm(x)), and only the kept tokens are normalised.
 
-The add that makes z and the MLP's norm of z are one fused op (`ops.add_rmsnorm`: a Triton
-kernel on CUDA, the PyTorch reference elsewhere); so is every other RMSNorm here.
+In a dense block the add that makes z and the MLP's norm of z are one fused op (`ops.add_rmsnorm`: a
+Triton kernel on CUDA, the PyTorch reference elsewhere); so is every other RMSNorm here.
 """
 
 from __future__ import annotations
@@ -42,16 +43,19 @@ def add_then_norm(x: Tensor, delta: Delta, norm: nn.RMSNorm) -> tuple[Tensor, Te
     return z, rms_norm(norm, z)
 
 
-def run_prenorm_sublayer(sublayer: nn.Module, router: LinearRouter | None, h: Tensor) -> Delta:
-    """sublayer(h) on every token, or on the tokens the router keeps (scaled by sigmoid(score)); h = norm(x)."""
-    if router is None:
-        return Delta(sublayer(h))
-    score = router.score(h)  # (B, T)
-    sel = router.route(score, h)  # None: every token executes
+def predictor_input(router: LinearRouter, norm: nn.RMSNorm, x: Tensor) -> Tensor | None:
+    """norm(x) of every token where the router has a predictor (`mod_routing="predictor"` reads it), else None."""
+    return None if router.predictor is None else rms_norm(norm, x)
+
+
+def run_prenorm_sublayer(sublayer: nn.Module, router: LinearRouter, norm: nn.RMSNorm, x: Tensor) -> Delta:
+    """sublayer(norm(x)) on the tokens the router keeps, scaled by sigmoid(score); only they are normalised."""
+    score = router.score(x, norm)  # (B, T)
+    sel = router.route(score, predictor_input(router, norm, x))  # None: every token executes
     if sel is not None and sel.skip_all:
         return Delta(None)  # every token skips: nothing runs
     gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1) or (B, T, 1)
-    return Delta(sublayer(gather_tokens(h, sel), sel) * gate, sel)
+    return Delta(sublayer(rms_norm(norm, gather_tokens(x, sel)), sel) * gate, sel)
 
 
 class PreNormBlock(nn.Module):
@@ -70,21 +74,26 @@ class PreNormBlock(nn.Module):
     def forward(self, x: Tensor, base: Tensor | None = None) -> Tensor:
         if self.block_router is not None:
             return self._routed_block(x, base)
-        a = run_prenorm_sublayer(self.attn, self.attn_router, rms_norm(self.attn_norm, x))
-        z, h = add_then_norm(x, a, self.mlp_norm)  # z = x + a: (B, T, d), h = norm(z)
-        m = run_prenorm_sublayer(self.mlp, self.mlp_router, h)
+        if self.attn_router is None:  # a dense block (a routed one routes both sublayers)
+            a = Delta(self.attn(rms_norm(self.attn_norm, x)))
+            z, h = add_then_norm(x, a, self.mlp_norm)  # z = x + a: (B, T, d), h = norm(z)
+            m = Delta(self.mlp(h))
+        else:
+            assert self.mlp_router is not None
+            a = run_prenorm_sublayer(self.attn, self.attn_router, self.attn_norm, x)
+            z = a.added_to(x)
+            m = run_prenorm_sublayer(self.mlp, self.mlp_router, self.mlp_norm, z)
         return m.added_to(z if base is None else a.added_to(base))
 
     def _routed_block(self, x: Tensor, base: Tensor | None) -> Tensor:
         """One decision per token for the whole block: the kept tokens run both sublayers, gathered once."""
         assert self.block_router is not None
-        h = rms_norm(self.attn_norm, x)
-        score = self.block_router.score(h)  # (B, T)
-        sel = self.block_router.route(score, h)  # None: every token executes
+        score = self.block_router.score(x, self.attn_norm)  # (B, T)
+        sel = self.block_router.route(score, predictor_input(self.block_router, self.attn_norm, x))  # None: all
         if sel is not None and sel.skip_all:
             return x if base is None else base  # every token skips: nothing runs
         x_sel = gather_tokens(x, sel)  # (N, d) or (B, T, d)
-        a = self.attn(gather_tokens(h, sel), sel)
+        a = self.attn(rms_norm(self.attn_norm, x_sel), sel)  # only the kept tokens are normalised
         _, h_mlp = add_then_norm(x_sel, Delta(a), self.mlp_norm)  # norm(x + a), on the kept tokens only
         gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1) or (B, T, 1)
         return Delta((a + self.mlp(h_mlp)) * gate, sel).added_to(x if base is None else base)

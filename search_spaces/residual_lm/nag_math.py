@@ -36,21 +36,26 @@ def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
     """Rotate u towards the part of f orthogonal to it by theta. Returns (u', s' - s).
 
     u' = cos(theta) u + sin(theta) v with v = sqrt(d) f_perp / ||f_perp||, and s' - s =
-    log1p(tan(theta)^2) / 2, for u, f (..., d) and tan_theta (...,). u' = sqrt(d) (u + tan v) /
-    ||u + tan v||, since ||u|| = ||v|| = sqrt(d) and u is orthogonal to v.
+    log1p(tan(theta)^2) / 2, for u, f (..., d) and tan_theta (...,): u' = cos(theta) (u + tan v),
+    cos(theta) = 1 / sqrt(1 + tan^2).
 
     u is zero-mean with ||u||^2 = d, so 1 and u are orthogonal and, with m = mean(f) and
     a = <f, u> / d, f_perp = f - m - a u has ||f_perp||^2 = ||f||^2 - d m^2 - d a^2. Then
-    u + tan v = (1 - k a) u + k (f - m) with k = tan sqrt(d) / ||f_perp||: three row reductions
-    and one pass over f, instead of materialising f_perp and v. The final renormalisation keeps
-    ||u'||^2 = d exactly even where f is almost parallel to u (cancellation in ||f_perp||);
-    ||f_perp||^2 is clamped below at eps.
+    u + tan v = (1 - k a) u + k (f - m) with k = tan sqrt(d) / ||f_perp||, so
+
+        u' = c_u u + c_f (f - m),   c_f = cos(theta) k,   c_u = cos(theta) - c_f a
+
+    three row reductions and two passes over the rows, instead of materialising f_perp and v.
+    ||u'||^2 = d holds as the paper's maths has it (u and v orthonormal up to the factor sqrt(d)),
+    to rounding while ||f_perp|| is resolved; ||f_perp||^2 is clamped below at eps (f parallel to
+    u, or d <= 2, where no direction orthogonal to 1 and u exists).
     """
     d = u.shape[-1]
     mean = f.mean(-1, keepdim=True)
     along_u = (f * u).sum(-1, keepdim=True) / d
     perp_sq = (f * f).sum(-1, keepdim=True) - d * (mean.square() + along_u.square())
-    k = tan_theta.unsqueeze(-1) * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))
-    moved = torch.addcmul(u * (1.0 - k * along_u), k, f) - k * mean  # u + tan(theta) v, (..., d)
-    u_next = moved * (math.sqrt(d) * torch.rsqrt(moved.square().sum(-1, keepdim=True)))
+    tan = tan_theta.unsqueeze(-1)
+    cos = torch.rsqrt(1.0 + tan.square())
+    c_f = cos * tan * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))
+    u_next = torch.addcmul(u * (cos - c_f * along_u), c_f, f - mean)  # (..., d)
     return u_next, 0.5 * torch.log1p(tan_theta.square())

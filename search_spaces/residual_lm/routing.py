@@ -57,7 +57,7 @@ class TokenSelection:
     """The executed tokens of a (B, T) batch, in ascending (b, t) order.
 
     Everything but the decision is computed on first use: a decoding step that skips or executes every
-    token reads only the index's size, and routed MLPs never pay for the padded layout only attention
+    token reads only how many execute, and routed MLPs never pay for the padded layout only attention
     needs (`max_count`, `padded_index`: a host sync and a cumsum).
     """
 
@@ -87,15 +87,20 @@ class TokenSelection:
     def batch(self) -> int:
         return self.keep.shape[0]
 
+    @functools.cached_property
+    def executed(self) -> int:
+        """How many tokens execute (a host sync on a GPU, as skipping work there needs)."""
+        return int(self.keep.count_nonzero())
+
     @property
     def is_empty(self) -> bool:
-        """No token executes (the index's size: a host sync on a GPU, as skipping work there needs)."""
-        return self.index.numel() == 0
+        """No token executes."""
+        return self.executed == 0
 
     @property
     def is_full(self) -> bool:
         """Every token executes."""
-        return self.index.numel() == self.keep.numel()
+        return self.executed == self.keep.numel()
 
     @functools.cached_property
     def max_count(self) -> int:
@@ -235,8 +240,14 @@ class DepthRouter(nn.Module):
 
 
 class LinearRouter(DepthRouter):
-    """Raposo et al. 2024's router for cascaded/ANCRe: score r = w . norm(x).
+    """Raposo et al. 2024's router for cascaded/ANCRe: score r = w . norm(x), norm the sublayer's RMSNorm.
 
+    With norm(x) = g x / rms(x), rms(x) = sqrt(mean(x^2) + eps), the score is computed as
+
+        r = ((w * g) . x) / rms(x)
+
+    the same function of (w, g, x), with the same gradients, up to rounding; norm(x) is never formed, so a
+    token that skips costs one dot product and its RMS, and a sublayer normalises only the tokens it runs.
     The executed output is scaled by sigmoid(r) so that w receives gradient.
     """
 
@@ -244,5 +255,8 @@ class LinearRouter(DepthRouter):
         super().__init__(rate, routing, d_model)
         self.scorer = nn.Linear(d_model, 1, bias=False)
 
-    def score(self, h: Tensor) -> Tensor:
-        return self.scorer(h).squeeze(-1)  # (B, T)
+    def score(self, x: Tensor, norm: nn.RMSNorm) -> Tensor:
+        """r: (B, T) for the stream x: (B, T, d) that `norm` reads."""
+        assert norm.eps is not None  # every norm here is built with eps=1e-6
+        inv_rms = torch.rsqrt(x.float().square().mean(-1) + norm.eps)  # (B, T), in at least fp32 as the norm
+        return F.linear(x, self.scorer.weight * norm.weight).squeeze(-1) * inv_rms  # (w * g) . x: (B, T)

@@ -179,7 +179,7 @@ def test_block_routing_equals_the_dense_block_on_the_kept_tokens(family):
         x = torch.randn(2, cfg.seq_len, cfg.d_model)
         with torch.no_grad():
             h = block.attn_norm(x)
-            gate = torch.sigmoid(block.block_router.score(h)).unsqueeze(-1)
+            gate = torch.sigmoid(block.block_router.scorer(h))  # w . norm(x) with norm(x) formed: (B, T, 1)
             got = block(x)
             a = block.attn(h)
             m = block.mlp(block.mlp_norm(x + a))
@@ -218,3 +218,21 @@ def test_the_predictor_learns_the_top_k_decisions_and_its_loss_reaches_only_the_
     assert model.auxiliary_loss() is None  # evaluation: the predictor decides, nothing to learn
     for router in model.routers().values():
         assert abs(float(router.last_skip_rate) - 0.5) < 0.2
+
+
+def test_the_linear_router_scores_without_forming_the_normalised_stream_to_the_same_values_and_gradients():
+    """r = (w * g) . x / rms(x) is w . norm(x): equal values, and equal gradients for w, g and x."""
+    from search_spaces.residual_lm.routing import LinearRouter
+
+    torch.manual_seed(0)
+    router, norm = LinearRouter(64, 0.5), torch.nn.RMSNorm(64, eps=1e-6)
+    torch.nn.init.normal_(norm.weight, 1.0, 0.3)
+    x = (3.0 * torch.randn(3, 17, 64)).requires_grad_()
+    params = (router.scorer.weight, norm.weight, x)
+    folded = router.score(x, norm)
+    folded_grads = torch.autograd.grad(folded.square().sum(), params)
+    formed = router.scorer(norm(x)).squeeze(-1)
+    formed_grads = torch.autograd.grad(formed.square().sum(), params)
+    torch.testing.assert_close(folded, formed, rtol=1e-5, atol=1e-6)
+    for got, want in zip(folded_grads, formed_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)

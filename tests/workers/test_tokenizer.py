@@ -58,6 +58,50 @@ def test_trained_bpe_round_trips_and_is_deterministic(bpe, bpe_corpus):
     assert bpe_corpus.n_train_bytes / bpe_corpus.train.numel() > 1.5
 
 
+# words the pre-tokenizer's rules treat apart: contractions, whitespace runs before words and at the end,
+# multi-byte characters split across tokens, digits in other scripts, separators that are \s only in Unicode
+TRICKY = [
+    "héllo wörld — “quoted” 😀😀 emoji's 'tis he'll we're I've   spaced\n\n  lines\t\ttabs 123 4.5 ½ ２３ 中文字符",
+    "١٢٣ \u00a0nbsp \u2028sep \u3000ideographic 's 'S ''s !'s ' s don't rock'n'roll\r\n end   ",
+    "a\u0301\u0302 combining ﬁ ligature ǅ Ελληνικά русский עברית हिन्दी 한국어 🙂 🙃",
+    "  x  \n y \n\nz",
+    "'",
+    "'ll",
+    " ",
+    "x",
+]
+
+
+def test_encoding_by_word_gives_the_ids_and_bytes_of_the_tokenizer_itself(bpe):
+    """A byte-level BPE encodes each distinct word once (`word_encoding`); the stream and the bytes per token are
+    those of the tokenizer's own encoding, shipped text and pre-tokenizer edge cases alike."""
+    docs = read_shipped_texts()[:4] + TRICKY + KNOWN
+    assert bpe.words is not None
+    by_word = bpe.encode(docs)
+    words, bpe.words = bpe.words, None
+    try:
+        by_tokenizer = bpe.encode(docs)
+    finally:
+        bpe.words = words
+    assert np.array_equal(by_word[0], by_tokenizer[0])
+    assert np.array_equal(by_word[1], by_tokenizer[1])
+    with_added_token = ["text then <|endoftext|> inside"]  # the tokenizer splits it out first: no word path
+    assert np.array_equal(bpe.encode(with_added_token)[0], bpe.tokenizer.encode(with_added_token[0]).ids)
+
+
+def test_the_shards_are_the_tokenizer_s_own_encoding_byte_for_byte(bpe, bpe_corpus):
+    train_docs, val_docs = split_documents(read_shipped_texts(), 0.05, 0)
+    words, bpe.words = bpe.words, None
+    try:
+        (train_ids, _), (val_ids, val_bytes) = bpe.encode(train_docs), bpe.encode(val_docs)
+    finally:
+        bpe.words = words
+    dtype = bpe_corpus.train.numpy().dtype
+    assert (bpe_corpus.path / "train.bin").read_bytes() == train_ids.astype(dtype).tobytes()
+    assert (bpe_corpus.path / "val.bin").read_bytes() == val_ids.astype(dtype).tobytes()
+    assert (bpe_corpus.path / "val_bytes.bin").read_bytes() == val_bytes.astype(np.uint16).tobytes()
+
+
 def test_bytes_each_token_covers_sum_to_the_utf8_bytes_of_the_text(bpe):
     ids, counts = bpe.encode(KNOWN)
     assert counts.sum() == sum(len(d.encode("utf-8")) for d in KNOWN) + len(KNOWN) - 1  # a separator is a byte

@@ -1,10 +1,11 @@
 """The corpus a trial trains on: `DataConfig`, and each (source, tokeniser, split) tokenised once into a
 cache of memory-mapped token shards (`load_corpus`).
 
-Where documents come from and how they are split is `workers.data.documents`; batches are `workers.data.batches`.
+`load_corpus` decides the source once (`documents.resolve_source`: a shard folder, local files, a hub dataset),
+maps a shard folder as it is, and otherwise reads the cache entry or builds it in one line of calls: read
+(`documents.read_documents`), split (`documents.split_documents`), tokenise and write (`write_corpus`).
 The tokeniser is ``DataConfig.tokenizer`` (`workers.data.tokenizer`: bytes, train:V, a file or a hub name);
-documents are joined by the tokeniser's separator. A source may also be a folder of token shards another
-pipeline wrote (`workers.data.shards`), used as it is.
+documents are joined by the tokeniser's separator. Batches are `workers.data.batches`.
 
 Each (source, tokeniser, split) is tokenised once into memory-mapped shards under ``cache_dir``
 (`workers.data.shards`), keyed by a fingerprint of the source, the tokeniser's identity and the split;
@@ -26,7 +27,8 @@ import torch
 
 from . import shards
 from .config import DataConfig
-from .documents import corpus_name, local_path, read_documents, source_identity, split_documents
+from .documents import HubDataset, LocalFiles, ShardFolder, read_documents, resolve_source, split_documents
+from .progress import TokenisingProgress
 from .tokenizer import BYTES, HFTokenizer, load_tokenizer, token_dtype
 
 logger = logging.getLogger(__name__)
@@ -91,11 +93,12 @@ def _tokenizer_key(cfg: DataConfig) -> str:
     return f"hub:{cfg.tokenizer}"
 
 
-def corpus_fingerprint(cfg: DataConfig) -> str:
-    """Cache key: hash of the source identity, the tokeniser and the split parameters."""
+def corpus_fingerprint(cfg: DataConfig, source: LocalFiles | HubDataset | None = None) -> str:
+    """Cache key: hash of the source's identity (`resolve_source(cfg)` unless given), the tokeniser and the split."""
+    source = source or _text_source(cfg)
     key = {
         "format": CACHE_FORMAT,
-        "source": source_identity(cfg),
+        "source": source.identity(),
         "text_field": cfg.text_field,
         "tokenizer": _tokenizer_key(cfg),
         "val_fraction": cfg.val_fraction,
@@ -140,65 +143,65 @@ def _read_cache(entry: Path) -> TokenizedCorpus | None:
         return None
 
 
-def _encoded_chunks(tokenizer, docs: Sequence[str], label: str, per_chunk: int = 256):
-    """(ids, bytes per id) of consecutive groups of documents, the groups joined by the separator;
-    a progress bar on large corpora (over 64 MB of text)."""
-    n_chars = sum(len(d) for d in docs)
-    show = n_chars > 64 << 20
-    progress = None
-    if show:
-        from rich.progress import Progress
-
-        progress = Progress(transient=True)
-        progress.start()
-        task = progress.add_task(f"tokenising {label}", total=n_chars)
-    try:
-        for start in range(0, len(docs), per_chunk):
-            group = docs[start : start + per_chunk]
-            ids, counts = tokenizer.encode(group)
-            if start:
-                ids = np.concatenate([[tokenizer.separator], ids])
-                counts = np.concatenate([np.ones(1, dtype=np.uint16), counts])
-            yield ids, counts
-            if progress is not None:
-                progress.advance(task, sum(len(d) for d in group))
-    finally:
-        if progress is not None:
-            progress.stop()
+def _encoded_chunks(tokenizer, docs: Sequence[str], progress: TokenisingProgress):
+    """(ids, bytes per id) of consecutive groups of documents (`_groups`), the groups joined by the separator."""
+    for start, group in _groups(docs):
+        ids, counts = tokenizer.encode(group)
+        if start:
+            ids = np.concatenate([[tokenizer.separator], ids])
+            counts = np.concatenate([np.ones(1, dtype=np.uint16), counts])
+        yield ids, counts
+        progress.advance(sum(len(d) for d in group))
 
 
-def _write_split(entry: Path, split: str, tokenizer, docs: Sequence[str], dtype: np.dtype) -> tuple[int, int]:
+def _groups(docs: Sequence[str], max_docs: int = 4096, max_chars: int = 1 << 23):
+    """(index of its first document, group) of consecutive documents, at most `max_docs` and about `max_chars`
+    characters each: large enough for a tokenizer's batches and word cache, small enough to stream."""
+    start, size = 0, 0
+    for i, doc in enumerate(docs):
+        if i > start and (i - start == max_docs or size + len(doc) > max_chars):
+            yield start, docs[start:i]
+            start, size = i, 0
+        size += len(doc)
+    if start < len(docs):
+        yield start, docs[start:]
+
+
+def _write_split(
+    entry: Path, split: str, tokenizer, docs: Sequence[str], progress: TokenisingProgress
+) -> tuple[int, int]:
     """Tokenise one split into ``<split>.bin`` (and ``val_bytes.bin``): (tokens, bytes of text)."""
     n_bytes = 0
     byte_chunks: list[np.ndarray] = []
 
     def ids():
         nonlocal n_bytes
-        for chunk_ids, counts in _encoded_chunks(tokenizer, docs, split):
+        for chunk_ids, counts in _encoded_chunks(tokenizer, docs, progress):
             n_bytes += int(counts.sum(dtype=np.int64))
             if split == "val":
                 byte_chunks.append(counts)
             yield chunk_ids
 
-    n_tokens = shards.write_stream(entry / f"{split}.bin", ids(), dtype)
+    n_tokens = shards.write_stream(entry / f"{split}.bin", ids(), token_dtype(tokenizer.vocab_size))
     if split == "val":
         shards.write_stream(entry / shards.VAL_BYTES, byte_chunks, np.dtype(np.uint16))
     return n_tokens, n_bytes
 
 
-def _build_corpus(cfg: DataConfig, fingerprint: str, entry: Path) -> dict[str, Any]:
-    """Read, split and tokenise the source into the shard folder ``entry``; returns its metadata."""
-    docs = read_documents(cfg)
-    train_docs, val_docs = split_documents(docs, cfg.val_fraction, cfg.split_seed)
+def write_corpus(
+    entry: Path, cfg: DataConfig, source: LocalFiles | HubDataset, train_docs: list[str], val_docs: list[str]
+) -> TokenizedCorpus:
+    """Tokenise the split documents into the shard folder ``entry`` (a trained tokeniser learns from the
+    training split), write its metadata last, and open it."""
     entry.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(cfg.tokenizer, lambda: train_docs, entry)
     if isinstance(tokenizer, HFTokenizer):
         (entry / "tokenizer.json").write_text(tokenizer.to_str(), encoding="utf-8")
-    dtype = token_dtype(tokenizer.vocab_size)
-    n_train, train_bytes = _write_split(entry, "train", tokenizer, train_docs, dtype)
-    n_val, val_bytes = _write_split(entry, "val", tokenizer, val_docs, dtype)
+    with TokenisingProgress(f"tokenising {source.name}", sum(map(len, train_docs)) + sum(map(len, val_docs))) as bar:
+        n_train, train_bytes = _write_split(entry, "train", tokenizer, train_docs, bar)
+        n_val, val_bytes = _write_split(entry, "val", tokenizer, val_docs, bar)
     meta = {
-        "dtype": dtype.name,
+        "dtype": token_dtype(tokenizer.vocab_size).name,
         "vocab_size": tokenizer.vocab_size,
         "tokenizer": tokenizer.identity,
         "tokenizer_spec": cfg.tokenizer,
@@ -207,14 +210,15 @@ def _build_corpus(cfg: DataConfig, fingerprint: str, entry: Path) -> dict[str, A
         "n_val_tokens": n_val,
         "n_train_bytes": train_bytes,
         "n_val_bytes": val_bytes,
-        "fingerprint": fingerprint,
-        "name": corpus_name(cfg),
+        "fingerprint": entry.name,
+        "name": source.name,
         "config": cfg.model_dump(),
         "n_train_docs": len(train_docs),
         "n_val_docs": len(val_docs),
     }
     shards.write_meta(entry, meta)
-    return meta
+    _log_built(meta, cfg, entry)
+    return _open_corpus(entry, meta)
 
 
 def load_corpus(cfg: DataConfig) -> TokenizedCorpus:
@@ -224,16 +228,26 @@ def load_corpus(cfg: DataConfig) -> TokenizedCorpus:
     miss; every file is written atomically and ``meta.json`` last, so no one reads a half-written entry.
     A shard folder given as the source is mapped as it is (`check_shard_source` checks it whole).
     """
-    path = local_path(cfg)
-    if path is not None and shards.is_shard_folder(path):
-        return _shard_source(cfg, path)
-    fingerprint = corpus_fingerprint(cfg)
-    entry = cfg.resolved_cache_dir() / "corpora" / fingerprint
+    source = resolve_source(cfg)
+    if isinstance(source, ShardFolder):
+        return _shard_source(cfg, source.path)
+    entry = cfg.resolved_cache_dir() / "corpora" / corpus_fingerprint(cfg, source)
     cached = _read_cache(entry)
     if cached is not None:
         logger.debug("corpus %s: cache hit %s", cached.name, entry)
         return cached
-    meta = _build_corpus(cfg, fingerprint, entry)
+    docs = read_documents(source, cfg.text_field, cfg.resolved_cache_dir())
+    return write_corpus(entry, cfg, source, *split_documents(docs, cfg.val_fraction, cfg.split_seed))
+
+
+def _text_source(cfg: DataConfig) -> LocalFiles | HubDataset:
+    source = resolve_source(cfg)
+    if isinstance(source, ShardFolder):
+        raise ValueError(f"{source.name}: a shard folder is used as it is, it has no cache key")
+    return source
+
+
+def _log_built(meta: dict[str, Any], cfg: DataConfig, entry: Path) -> None:
     if meta["n_val_tokens"] == 0:
         logger.warning("corpus %s has a single document: the validation stream is empty", meta["name"])
     logger.info(
@@ -247,7 +261,6 @@ def load_corpus(cfg: DataConfig) -> TokenizedCorpus:
         cfg.tokenizer,
         entry,
     )
-    return _open_corpus(entry, meta)
 
 
 def _shard_source(cfg: DataConfig, folder: Path) -> TokenizedCorpus:
@@ -283,9 +296,10 @@ def _shard_source(cfg: DataConfig, folder: Path) -> TokenizedCorpus:
 def check_shard_source(cfg: DataConfig) -> None:
     """When ``cfg.source`` is a shard folder: load it and check every id is below its vocabulary
     (one pass over the files; ShardError in one line otherwise)."""
-    path = local_path(cfg)
-    if path is None or not shards.is_shard_folder(path):
+    source = resolve_source(cfg)
+    if not isinstance(source, ShardFolder):
         return
+    path = source.path
     corpus = _shard_source(cfg, path)
     for split, stream in (("train", corpus.train), ("val", corpus.val)):
         top = shards.max_id(stream)

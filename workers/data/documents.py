@@ -2,6 +2,10 @@
 folders, hub datasets (all through Hugging Face ``datasets``), their identity for the cache, byte streams,
 and the split by document.
 
+`resolve_source(cfg)` decides once what ``DataConfig.source`` names, as a typed `Source`: a `ShardFolder`,
+`LocalFiles` (the shipped corpus is one) or a `HubDataset`; each knows its name and its identity for the
+cache, and `read_documents(source, text_field, cache_dir)` reads a `LocalFiles` or a `HubDataset`.
+
 Sources (``DataConfig.source``, `workers.data.corpus`):
 
 * ``"shipped"``: the default corpus ``shipped/shakespeare.jsonl.gz`` (see shipped/NOTICE),
@@ -21,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -61,16 +66,67 @@ def _builder_for(path: Path) -> str | None:
     return _BUILDERS.get(suffixes[-1]) if suffixes else None
 
 
-def local_path(cfg: DataConfig) -> Path | None:
-    """The local file or directory named by the config, or None for a hub dataset."""
+@dataclass(frozen=True)
+class ShardFolder:
+    """A folder of token shards another pipeline wrote (`workers.data.shards`), used as it is."""
+
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return f"shards:{self.path}"
+
+
+@dataclass(frozen=True)
+class LocalFiles:
+    """Local data files (sorted), read through ``datasets``; the shipped corpus is one, named apart."""
+
+    path: Path
+    files: tuple[Path, ...]
+    name: str
+
+    def identity(self) -> dict[str, Any]:
+        """Shipped: the sha256 of its file. Otherwise the absolute path, size and mtime of each file."""
+        if self.name == SHIPPED_NAME:
+            return {"kind": SHIPPED, "sha256": hashlib.sha256(self.path.read_bytes()).hexdigest()}
+        return {"kind": "local", "files": [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in self.files]}
+
+
+@dataclass(frozen=True)
+class HubDataset:
+    """A Hugging Face hub dataset, loaded by name and split (a dataset that changes upstream needs its cache
+    cleared: its identity is its name and split)."""
+
+    dataset: str
+    split: str
+
+    @property
+    def name(self) -> str:
+        return f"hub:{self.dataset}[{self.split}]"
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "hub", "name": self.dataset, "split": self.split}
+
+
+Source = ShardFolder | LocalFiles | HubDataset
+SHIPPED_NAME = "shipped:shakespeare"
+
+
+def resolve_source(cfg: DataConfig) -> Source:
+    """What ``cfg.source`` names, decided once (cheap: no text is read). FileNotFoundError for a path that
+    names nothing, ValueError for files of no supported type."""
     if cfg.source == SHIPPED:
-        return shipped_corpus_path()
+        path = shipped_corpus_path()
+        return LocalFiles(path, (path,), SHIPPED_NAME)
     path = Path(cfg.source).expanduser()
-    if path.exists():
-        return path.resolve()
-    if _looks_like_path(cfg.source):
-        raise FileNotFoundError(f"data source {cfg.source!r}: no such file or directory")
-    return None
+    if not path.exists():
+        if _looks_like_path(cfg.source):
+            raise FileNotFoundError(f"data source {cfg.source!r}: no such file or directory")
+        return HubDataset(cfg.source, cfg.hub_split)
+    path = path.resolve()
+    if shards.is_shard_folder(path):
+        return ShardFolder(path)
+    return LocalFiles(path, tuple(_data_files(path)), f"local:{path}")
 
 
 def _data_files(path: Path) -> list[Path]:
@@ -91,35 +147,6 @@ def _data_files(path: Path) -> list[Path]:
     return files
 
 
-def source_identity(cfg: DataConfig) -> dict[str, Any]:
-    """What identifies the source's content for the cache key (cheap: no text is read).
-
-    Shipped: sha256 of the file.  Local files: absolute path, size and mtime of each.
-    Hub: name and split (a hub dataset that changes upstream needs its cache cleared).
-    """
-    if cfg.source == SHIPPED:
-        digest = hashlib.sha256(shipped_corpus_path().read_bytes()).hexdigest()
-        return {"kind": SHIPPED, "sha256": digest}
-    path = local_path(cfg)
-    if path is None:
-        return {"kind": "hub", "name": cfg.source, "split": cfg.hub_split}
-    if shards.is_shard_folder(path):
-        return {"kind": "shards", "meta": (path / shards.META).read_text(encoding="utf-8")}
-    files = []
-    for f in _data_files(path):
-        st = f.stat()
-        files.append([str(f), st.st_size, st.st_mtime_ns])
-    return {"kind": "local", "files": files}
-
-
-def corpus_name(cfg: DataConfig) -> str:
-    """A short human-readable name for the source."""
-    if cfg.source == SHIPPED:
-        return "shipped:shakespeare"
-    path = local_path(cfg)
-    return f"local:{path}" if path is not None else f"hub:{cfg.source}[{cfg.hub_split}]"
-
-
 # --------------------------------------------------------------------------- reading
 
 
@@ -130,7 +157,7 @@ def _column(ds: Any, field: str, source: str) -> list[Any]:
     return ds[field]
 
 
-def _load_local_group(builder: str, files: list[Path], cfg: DataConfig) -> list[Any]:
+def _load_local_group(builder: str, files: list[Path], text_field: str, cache_dir: Path, label: str) -> list[Any]:
     """The documents of local files of one format, read through ``datasets`` (without its progress bars:
     reading a local file takes a moment, and a bar on stderr would break the CLI's one-line errors)."""
     import datasets
@@ -143,63 +170,65 @@ def _load_local_group(builder: str, files: list[Path], cfg: DataConfig) -> list[
             builder,
             data_files=[str(f) for f in files],
             split="train",
-            cache_dir=str(cfg.resolved_cache_dir() / "hf-datasets"),
+            cache_dir=str(cache_dir / "hf-datasets"),
             **kwargs,
         )
     finally:
         if bars:
             datasets.enable_progress_bars()
-    field = "text" if builder == "text" else cfg.text_field  # .txt files: the whole file
-    return list(_column(ds, field, cfg.source))
+    field = "text" if builder == "text" else text_field  # .txt files: the whole file
+    return list(_column(ds, field, label))
 
 
-def _raw_documents(cfg: DataConfig) -> list[Any]:
+def _raw_documents(source: LocalFiles | HubDataset, text_field: str, cache_dir: Path) -> list[Any]:
     """Every record's text field, in source order, read through ``datasets`` (may contain None)."""
-    path = local_path(cfg)
-    if path is None:
+    if isinstance(source, HubDataset):
         import datasets
 
-        logger.info("loading hub dataset %s (split %s)", cfg.source, cfg.hub_split)
-        ds = datasets.load_dataset(cfg.source, split=cfg.hub_split)
-        return list(_column(ds, cfg.text_field, cfg.source))
+        logger.info("loading hub dataset %s (split %s)", source.dataset, source.split)
+        ds = datasets.load_dataset(source.dataset, split=source.split)
+        return list(_column(ds, text_field, source.dataset))
     groups: dict[str, list[Path]] = {}
-    for f in _data_files(path):
+    for f in source.files:
         groups.setdefault(_builder_for(f) or "", []).append(f)
     docs: list[Any] = []
     for builder in sorted(groups):
-        docs.extend(_load_local_group(builder, groups[builder], cfg))
+        docs.extend(_load_local_group(builder, groups[builder], text_field, cache_dir, str(source.path)))
     return docs
 
 
-def read_documents(cfg: DataConfig) -> list[str]:
-    """The non-empty documents of the source, in source order, NUL bytes removed.
+def read_documents(source: LocalFiles | HubDataset, text_field: str, cache_dir: Path) -> list[str]:
+    """The non-empty documents of the source, in source order, NUL bytes removed (``datasets`` caches local
+    files under ``cache_dir``).
 
     Raises ValueError (naming the source) when a text is not a string or nothing is left.
     """
+    label = source.dataset if isinstance(source, HubDataset) else str(source.path)
     docs: list[str] = []
     n_nul = 0
-    for doc in _raw_documents(cfg):
+    for doc in _raw_documents(source, text_field, cache_dir):
         if doc is None:
             continue
         if not isinstance(doc, str):
-            raise ValueError(
-                f"data source {cfg.source!r}: field {cfg.text_field!r} holds {type(doc).__name__}, not text"
-            )
+            raise ValueError(f"data source {label!r}: field {text_field!r} holds {type(doc).__name__}, not text")
         if "\x00" in doc:
             n_nul += 1
             doc = doc.replace("\x00", "")
         if doc:
             docs.append(doc)
     if n_nul:
-        logger.warning("data source %r: removed NUL bytes from %d documents", cfg.source, n_nul)
+        logger.warning("data source %r: removed NUL bytes from %d documents", label, n_nul)
     if not docs:
-        raise ValueError(f"data source {cfg.source!r} is empty: no non-empty text in field {cfg.text_field!r}")
+        raise ValueError(f"data source {label!r} is empty: no non-empty text in field {text_field!r}")
     return docs
 
 
 def read_shipped_texts() -> list[str]:
     """Every work of the shipped corpus, as text, in a fixed (file) order."""
-    return read_documents(DataConfig())
+    cfg = DataConfig()
+    source = resolve_source(cfg)
+    assert isinstance(source, LocalFiles)
+    return read_documents(source, cfg.text_field, cfg.resolved_cache_dir())
 
 
 # --------------------------------------------------------------------------- byte streams

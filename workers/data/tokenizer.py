@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .word_encoding import EncodingFallback, WordEncoder
+
 log = logging.getLogger(__name__)
 
 BYTES = "bytes"
@@ -146,12 +148,19 @@ class HFTokenizer:
         self.vocab_size = size if found is not None else size + 1
         if found is None:
             log.info("tokenizer %s has no end-of-text token: id %d separates documents", spec, self.separator)
+        self.words = WordEncoder(tokenizer, self.separator) if WordEncoder.applies(tokenizer) else None
 
     def to_str(self) -> str:
         return self.tokenizer.to_str()
 
     def encode(self, docs: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, bytes per id) of the documents joined by the separator; batches encode in parallel."""
+        """(ids, bytes per id) of the documents joined by the separator: by distinct word for a byte-level BPE
+        (`word_encoding`, the same ids), else by the tokenizer itself, batches of documents in parallel."""
+        if self.words is not None:
+            try:
+                return self.words.encode(docs)
+            except EncodingFallback as why:
+                log.debug("encoding %d documents with the tokenizer itself: %s", len(docs), why)
         ids: list[np.ndarray] = []
         counts: list[np.ndarray] = []
         for start in range(0, len(docs), batch_size):

@@ -28,15 +28,12 @@ parameter up to the width grid's rounding, and costs exactly C_r (to whole batch
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
-from search_spaces.residual_lm import ArchConfig, build_model, count_parameters, flops_per_token, training_flops
+from search_spaces.residual_lm import ArchConfig, flops_per_token, parameter_count, training_flops
 
 from ..data.batches import bits_per_byte, validation_tokens_per_byte
 from ..data.corpus import TokenizedCorpus
@@ -65,11 +62,9 @@ MEASURE_AGAIN = "again"  # what `on_rung` returns to have a rung measured once m
 OnReplicaRung = Callable[[dict], "bool | str"]  # True: climb on; False: stop here; MEASURE_AGAIN
 
 
-@functools.lru_cache(maxsize=4096)
 def _parameters(cfg: ArchConfig) -> int:
-    """count_parameters of `cfg` from a shape-only (meta-device) build."""
-    with torch.device("meta"):
-        return count_parameters(build_model(cfg))
+    """count_parameters of `cfg`, in closed form."""
+    return parameter_count(cfg)
 
 
 @dataclass(frozen=True)

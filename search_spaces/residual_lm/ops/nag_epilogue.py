@@ -7,15 +7,15 @@ shared p = mix_weights (C,), beta > 0, alpha and eps = NORM_EPS, exactly the fam
     mix = sum_c p_c sigmoid(pre_c),  m = max(mix, eps)^beta,  tan = alpha m
     mean = mean(f),  a = <f, u> / d,  P = ||f||^2 - d (mean^2 + a^2)   (= ||f_perp||^2)
     k = tan sqrt(d) / sqrt(max(P, eps)),  moved = (1 - k a) u + k (f - mean)
-    u' = sqrt(d) moved / ||moved||,  s' = s + log1p(tan^2) / 2
+    cos = 1 / sqrt(1 + tan^2),  u' = cos moved,  s' = s + log1p(tan^2) / 2
 
 Backward (g = dL/du', g_s = dL/ds'; f_perp = f - mean - a u; [.] is the clamp's pass mask):
 
-    g_moved = (sqrt(d) / ||moved||) (g - (<g, u'> / d) u')
+    g_moved = cos g
     g_k = <g_moved, f_perp>,  g_P = -k g_k / (2 max(P, eps)) [P >= eps]
     g_f = k (g_moved - mean(g_moved) - (<g_moved, u> / d) u) + 2 g_P f_perp
     g_u = (1 - k a) g_moved - (k <g_moved, u> / d + 2 a g_P) f
-    g_tan = sqrt(d) g_k / sqrt(max(P, eps)) + g_s tan / (1 + tan^2)
+    g_tan = sqrt(d) g_k / sqrt(max(P, eps)) + g_s tan / (1 + tan^2) - tan cos^2 <g, u'>
     g_alpha = sum_rows g_tan m,  g_m = alpha g_tan,  g_beta = sum_rows g_m m log(max(mix, eps))
     g_mix = g_m beta m / max(mix, eps) [mix >= eps]
     g_pre_c = g_mix p_c sigmoid'(pre_c),  g_p_c = sum_rows g_mix sigmoid(pre_c),  g_s passes through
@@ -27,10 +27,8 @@ which torch adds up. The kernels compute in fp32 whatever the input dtype; outpu
 their input's dtype (u' that of u, s' that of s). The reference computes in the promoted dtype of
 its inputs (as eager PyTorch would) and casts u', s' the same way.
 
-d = 1 is degenerate (no zero-mean unit-RMS u exists): u = +-1 makes P = -f^2 < eps, so
-k = tan / sqrt(eps) and u' = sign(moved) = +-1; d u'/d moved = 0, so only g_s reaches the gate,
-alpha and beta (the kernel's g_u, g_f are exactly 0, autograd's are rounding noise ~1e-6).
-A row with moved = 0 gives NaN on both paths.
+d <= 2 is degenerate (no direction is orthogonal to both 1 and u): P is clamped at eps and both
+paths compute the same formulas on it.
 """
 
 from __future__ import annotations
@@ -197,7 +195,7 @@ def _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C: tl.constexpr, EPS: t
 
 @jit
 def _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS: tl.constexpr):
-    """Per row: mean, a, P, 1/sqrt(max(P, eps)), k; moved (zero off the row); ||moved||^-1."""
+    """Per row: mean, a, P, 1/sqrt(max(P, eps)), k; moved (zero off the row); cos(theta)."""
     mean = tl.sum(f, axis=1) / d
     along_u = tl.sum(f * u, axis=1) / d
     perp_sq = tl.sum(f * f, axis=1) - d * (mean * mean + along_u * along_u)
@@ -205,8 +203,7 @@ def _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS: tl.constexpr):
     k = tan * sqrt_d * inv_perp
     moved = u * (1.0 - k * along_u)[:, None] + k[:, None] * (f - mean[:, None])
     moved = tl.where(mask, moved, 0.0)
-    moved_sq = tl.where(row_mask, tl.sum(moved * moved, axis=1), 1.0)  # padding rows stay finite
-    return mean, along_u, perp_sq, inv_perp, k, moved, tl.rsqrt(moved_sq)
+    return mean, along_u, perp_sq, inv_perp, k, moved, tl.rsqrt(1.0 + tan * tan)
 
 
 @jit
@@ -248,8 +245,8 @@ def _forward_kernel(
 
     _, _, _, _, m = _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C, EPS)
     tan = alpha * m
-    _, _, _, _, _, moved, inv_norm = _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS)
-    u_next = moved * (sqrt_d * inv_norm)[:, None]
+    _, _, _, _, _, moved, cos = _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS)
+    u_next = moved * cos[:, None]
     tl.store(u_out_ptr + offs, u_next.to(u_out_ptr.dtype.element_ty), mask=mask)
 
     s = tl.load(s_ptr + rows, mask=row_mask, other=0.0).to(tl.float32)
@@ -303,12 +300,11 @@ def _backward_kernel(
     # Recompute the forward.
     sig, w, mix, log_mix, m = _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C, EPS)
     tan = alpha * m
-    mean, a, perp_sq, inv_perp, k, moved, inv_norm = _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS)
-    u_next = moved * (sqrt_d * inv_norm)[:, None]
+    mean, a, perp_sq, inv_perp, k, moved, cos = _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS)
 
-    # Through the renormalisation, then the rotation's row statistics.
-    g_along = tl.sum(g * u_next, axis=1) / d
-    g_moved = (sqrt_d * inv_norm)[:, None] * (g - g_along[:, None] * u_next)
+    # Through u' = cos moved, then the rotation's row statistics.
+    g_cos = tl.sum(g * moved, axis=1)
+    g_moved = cos[:, None] * g
     f_perp = tl.where(mask, f - mean[:, None] - a[:, None] * u, 0.0)
     g_k = tl.sum(g_moved * f_perp, axis=1)
     g_moved_u = tl.sum(g_moved * u, axis=1) / d
@@ -320,7 +316,7 @@ def _backward_kernel(
     tl.store(gf_ptr + offs, g_f.to(gf_ptr.dtype.element_ty), mask=mask)
 
     # Through tan = alpha m and m = max(mix, eps)^beta to the gate's inputs.
-    g_tan = sqrt_d * g_k * inv_perp + g_s * tan / (1.0 + tan * tan)
+    g_tan = sqrt_d * g_k * inv_perp + g_s * tan / (1.0 + tan * tan) - tan * cos * cos * cos * g_cos
     g_m = alpha * g_tan
     g_mix = tl.where(mix >= EPS, g_m * beta * m * tl.exp(-log_mix), 0.0)
     c_cols = tl.arange(0, BLOCK_C)
