@@ -20,7 +20,7 @@ import argparse
 import dataclasses
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from benchmarks.fidelity_plot import plot
 from benchmarks.grading import ORDERS, Truth, baselines, graded_rows, losses_at, over_orders, tau
 from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, read_table, write_json
 from nas.answer.decisions import Architecture
+from nas.answer.discrepancy import NO_PRIOR, BiasPrior
 from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
 from nas.space.budget import Budget
 
@@ -47,11 +48,13 @@ LOWEST_RUNG, RUNGS, ETA, TRUTH_RATIO = 2.25e10, 4, 2.0, 10.0
 RUN = dict(batch_size=8, eval_sequences=256, evals=1, report_every=1000)
 COLUMNS = ["config", "residual", "n_layers", "d_model", "mod_rate", "params", "executed_flops_per_token", "kind",
            "seed", "rung", "budget_flops", "tokens", "val_loss", "compute_flops", "wall_time_s", "status"]  # fmt: skip
-# Replica rungs (`workers.trial.replica`) are built at every budget share of T below, each its own run, so that
-# the report can replay any ladder whose rungs are among them: every config at T/10 (a search's default layout),
-# 3 rungs at eta 3 (T/90, T/30, T/10), 2 at eta 2 or 3 (T/20 or T/30, and T/10).
-REPLICA_SHARES = (1 / 90, 1 / 30, 1 / 20, 1 / 10)
+# Replica rungs (`workers.trial.replica`), narrowed as a search narrows by default, are built at T/10: the layout a
+# search chooses by default trains every config there once (`nas.space.layout`). The tables that narrowed at a
+# fixed head count (*_keep_heads) hold every share of KEEP_HEADS_SHARES, each its own run, so that the report can
+# replay there any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10), 2 at eta 2 or 3.
 REPLICA_TOP_SHARE = 0.1
+REPLICA_SHARES = (REPLICA_TOP_SHARE,)
+KEEP_HEADS_SHARES = (1 / 90, 1 / 40, 1 / 30, 1 / 20, 1 / 10)
 # Anchors (`nas.answer.discrepancy`): every config also trained once (seed 0) as the replica a search trains at
 # ANCHOR_SHARE x T, wider and nearer the target's shape than the top rung, so that a replay can pick any of them
 ANCHOR_SHARE = 1 / 3
@@ -92,7 +95,6 @@ class Corpus:
     replica_runs: Path  # replica rungs, narrowed as a search does by default
     anchor_runs: Path  # the replica at ANCHOR_SHARE x T of every config
     keep_heads_runs: Path | None = None  # replica rungs narrowed at a fixed head count (the earlier default)
-    replica_shares: tuple[float, ...] = REPLICA_SHARES  # the shares of T its replica table holds
 
     def data(self):
         from workers.data.config import DataConfig
@@ -123,7 +125,6 @@ CORPORA = {
         HERE / "data" / "fidelity_handbook_runs.csv",
         HERE / "data" / "fidelity_handbook_replica_runs.csv",
         HERE / "data" / "fidelity_handbook_anchor_runs.csv",
-        replica_shares=(REPLICA_TOP_SHARE,),  # the layout a search chooses by default: every config at the top rung
     ),
 }
 
@@ -140,7 +141,7 @@ class Job:
 
     @property
     def cost(self) -> float:
-        replica = sum(CORPORA[self.corpus].replica_shares) * 1.75
+        replica = sum(REPLICA_SHARES) * 1.75
         share = {"ladder": 1.1, "truth": 1.0, "replica": replica, "anchor": ANCHOR_SHARE}[self.kind]
         return self.budget * share
 
@@ -272,9 +273,7 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
     result = run_replica_trial(
         cfg,
         job.budget,
-        replica_rung_flops(job.budget, CORPORA[job.corpus].replica_shares)
-        if job.kind == "replica"
-        else [ANCHOR_SHARE * job.budget],
+        replica_rung_flops(job.budget) if job.kind == "replica" else [ANCHOR_SHARE * job.budget],
         load_corpus(CORPORA[job.corpus].data()),
         seed=job.seed,
         optim=OptimConfig(lr=3e-3, **job.rule),
@@ -330,7 +329,7 @@ def layout_budgets(target: float, rungs: int, eta: float) -> list[float]:
     return [top / eta ** (rungs - 1 - r) for r in range(rungs)]
 
 
-def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
+def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPrior = NO_PRIOR) -> dict:
     """Every figure of one corpus: its truth, the replica ladder at each layout as a search runs it (its anchors
     included) beside its baselines, the search as it ran before (the head count kept, 2 rungs at eta 2, no
     anchors), the budget ladder as a search runs it where the corpus has one, and the figures apart from size."""
@@ -340,21 +339,25 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
     anchors = rest[0] if rest else []
     truth = Truth.of(rows)
     built = {budget_key(r["budget_flops"]) for r in replica}
-    search = {"anchor_rows": anchors, "anchors": DEFAULT_ANCHORS if anchors else 0}
+    search = {"anchor_rows": anchors, "anchors": DEFAULT_ANCHORS if anchors else 0, "prior": prior}
     layouts = {}
     for name, (rungs, eta) in LAYOUTS.items():
         budgets = layout_budgets(truth.target, rungs, eta)
         if {budget_key(b) for b in budgets} <= built:
             layouts[name] = over_orders(replica, truth, budgets, eta, **search) | {"rung_flops": budgets}
     default = layout_budgets(truth.target, *LAYOUTS[DEFAULT_LAYOUT])
-    layouts[DEFAULT_LAYOUT]["without_anchors"] = over_orders(replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1])
+    layouts[DEFAULT_LAYOUT]["without_the_bias_correction"] = over_orders(
+        replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1]
+    )
     archs = architectures(rows, corpus.name)
     tokens = {r["config"]: r["tokens"] for r in rows if r["kind"] == "truth"}
     chosen = layouts[DEFAULT_LAYOUT]
     answers = {
         architecture.ANSWER_VIEW: chosen["table_order"]["predicted"],
         **{f"{architecture.ANSWER_VIEW}, arrival order {i}": p for i, p in enumerate(chosen["per_order_predicted"])},
-        "the same search without anchors (table order)": chosen["without_anchors"]["table_order"]["predicted"],
+        "the same search without the bias correction (table order)": chosen["without_the_bias_correction"][
+            "table_order"
+        ]["predicted"],
     }
     ladder = [r for r in rows if r["kind"] == "ladder"]
     ladder_budgets = [min(r["budget_flops"] for r in ladder) * ETA**r for r in range(RUNGS)] if ladder else []
@@ -373,6 +376,8 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
         "replica_ladder": {
             "default_layout": DEFAULT_LAYOUT,
             "default_anchors": search["anchors"],
+            "bias_prior": {"beta": prior.beta, "beta_sd": prior.beta_sd, "family": dict(prior.family),
+                           "measured_on": prior.source},  # fmt: skip
             "layouts": layouts,
             "baselines_at_default_layout": baselines(replica, truth, default),
             "rung_seed_noise": seed_noise(
@@ -391,20 +396,34 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path) -> dict:
         "truth_per_config": truth.loss,
     }
     if corpus.keep_heads_runs is not None and corpus.keep_heads_runs.exists():
-        _, before = graded_rows(tables[0], read_table(corpus.keep_heads_runs))
-        budgets = layout_budgets(truth.target, *BEFORE_LAYOUT)
-        replayed = over_orders(before, truth, budgets, BEFORE_LAYOUT[1])
-        out["before"] = replayed | {
+        out["layouts_with_the_head_count_kept"] = layouts_compared(tables[0], read_table(corpus.keep_heads_runs), archs)
+        out["before"] = out["layouts_with_the_head_count_kept"]["{} rungs, eta {:g}".format(*BEFORE_LAYOUT)] | {
             "narrowing": "head count kept, no narrower than 8",
             "layout": "{} rungs, eta {:g}".format(*BEFORE_LAYOUT),
-            "architecture": architecture.architecture_grade(replayed["table_order"]["predicted"], truth, archs),
-            "top_rung_alone": architecture.architecture_grade(losses_at(before, budgets[-1]), truth, archs),
         }
     if ladder:
         out["budget_ladder"] = {
             "as_a_search_runs_it": over_orders(ladder, truth, ladder_budgets, ETA, replica=False),
             "baselines": baselines(ladder, truth, ladder_budgets),
             "rung_flops": ladder_budgets,
+        }
+    return out
+
+
+def layouts_compared(runs: Sequence[dict], keep_heads: Sequence[dict], archs: Mapping[int, Architecture]) -> dict:
+    """Every layout of LAYOUTS replayed as a search runs it (without anchors) on a table that holds every share of
+    KEEP_HEADS_SHARES (the replicas that kept the head count), each with its compute, its architecture figures
+    and the top rung alone: does promotion pay for what it spends?"""
+    rows, replica = graded_rows(runs, keep_heads)
+    truth = Truth.of(rows)
+    out = {}
+    for name, (rungs, eta) in LAYOUTS.items():
+        budgets = layout_budgets(truth.target, rungs, eta)
+        replayed = over_orders(replica, truth, budgets, eta)
+        out[name] = replayed | {
+            "rung_flops": budgets,
+            "architecture": architecture.architecture_grade(replayed["table_order"]["predicted"], truth, archs),
+            "top_rung_alone": architecture.architecture_grade(losses_at(replica, budgets[-1]), truth, archs),
         }
     return out
 
@@ -447,7 +466,8 @@ def headline(corpus: dict) -> dict:
         "band_coverage_mean_over_orders": mean["band_coverage"],
         "anchors": answer["anchors"],
         "discrepancy": answer["discrepancy"],
-        "without_anchors_kendall_tau": layout["without_anchors"]["table_order"]["kendall_tau"],
+        "without_the_bias_correction_kendall_tau": layout["without_the_bias_correction"]["table_order"]["kendall_tau"],
+        "bias_prior_measured_on": corpus["replica_ladder"]["bias_prior"]["measured_on"],
         "top_rung_alone_kendall_tau": top_alone["kendall_tau"],
         "top_rung_alone_architecture_tau": views["top replica rung alone, seed 0"]["architecture_tau"],
         "top_rung_alone_decision_accuracy": views["top replica rung alone, seed 0"]["decision_accuracy"],
@@ -467,10 +487,34 @@ def headline(corpus: dict) -> dict:
     return out
 
 
+def ready(corpus: Corpus) -> bool:
+    """Whether a corpus's truth and replica tables hold at least one config in full (a table being built may not)."""
+    if not (corpus.runs.exists() and corpus.replica_runs.exists()):
+        return False
+    rows, _ = graded_rows(read_table(corpus.runs), read_table(corpus.replica_runs))
+    return any(r["kind"] == "truth" for r in rows)
+
+
+def held_out_priors(names: Sequence[str]) -> dict[str, BiasPrior]:
+    """The bias prior each corpus is graded with: fitted on the other corpora (`benchmarks.anchors.fit_prior`),
+    never on its own truth; the held-out corpus's is the one a search ships with (fitted on the method corpora)."""
+    from benchmarks.anchors import Corpus as BiasCorpus
+    from benchmarks.anchors import fit_prior
+
+    loaded = {}
+    for name in names:
+        try:
+            loaded[name] = BiasCorpus(name)
+        except (OSError, IndexError, KeyError):  # tables not built yet
+            continue
+    return {name: fit_prior([c for n, c in loaded.items() if n != name]) for name in loaded if len(loaded) > 1}
+
+
 def report(corpora: Sequence[tuple[Corpus, Path, Path]], out: Path, dashboard_summary: Path | None = None) -> dict:
     """Grade every corpus; write `out` (JSON and PNG) and, if given, `dashboard_summary` (the headline figures,
     which the dashboard ships as package data)."""
-    graded = {c.name: corpus_report(c, runs, replica) for c, runs, replica in corpora}
+    priors = held_out_priors([c.name for c, _, _ in corpora])
+    graded = {c.name: corpus_report(c, runs, replica, priors.get(c.name, NO_PRIOR)) for c, runs, replica in corpora}
     summary = {
         "default_layout": DEFAULT_LAYOUT,
         "goals": GOALS,
@@ -519,7 +563,7 @@ def main() -> None:
         todo = jobs(args.smoke, horizon_rule(args.space), (kind,), chosen, corpus.name)
         build(replica_runs if kind == "replica" else corpus.anchor_runs, todo, args.processes)
     else:
-        tables = [(c, c.runs, c.replica_runs) for c in CORPORA.values()]
+        tables = [(c, c.runs, c.replica_runs) for c in CORPORA.values() if ready(c)]
         if args.runs or args.replica_runs or args.anchor_runs:  # one corpus's tables given by hand
             tables = [(corpus, runs, replica_runs)]
         result = report(tables, args.out, args.dashboard_summary)

@@ -36,7 +36,7 @@ import numpy as np
 
 from nas.answer.calibration import calibrate, coverage
 from nas.answer.decisions import kendall
-from nas.answer.discrepancy import DEFAULT_PRIOR_SD, Anchoring, aspect, choose_anchors
+from nas.answer.discrepancy import NO_PRIOR, Anchoring, BiasPrior, aspect, choose_anchors
 from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
 from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
 from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, Ladder
@@ -268,7 +268,7 @@ class SearchReplay:
     noise_rule: bool = True  # `Ladder.noise_rule`: off replays plain MO-ASHA
     anchor_rows: Sequence[dict] = ()  # every config's anchor run (one seed): the table a search's anchors come from
     anchors: int = 0  # how many the search trains
-    prior_sd: float = DEFAULT_PRIOR_SD
+    prior: BiasPrior = NO_PRIOR  # the top rung's bias the answer takes out (`nas search --bias-prior`)
     spent: float = 0.0
     arrivals: list[int] = field(default_factory=list)
 
@@ -282,6 +282,7 @@ class SearchReplay:
         self.decide = StoreRungGate(self.store.url, "replay", ladder)
         self._by = {(r["config"], r["seed"], budget_key(r["budget_flops"])): r for r in self.rows}
         self._shape = {r["config"]: (r["n_layers"], r["d_model"]) for r in self.rows}
+        self._family = {r["config"]: r["residual"] for r in self.rows}
         self._anchor = {r["config"]: r for r in self.anchor_rows}
         self._reached: dict[int, int] = {}
         self.anchored: list[int] = []  # the configs measured as anchors
@@ -385,11 +386,12 @@ class SearchReplay:
         return self.answer()
 
     def anchoring(self) -> Anchoring | None:
-        """How the answer takes the anchors' discrepancy out (None: the search trains no anchors)."""
-        if self.anchors < 2 or not self.anchor_rows:
+        """How the answer takes the top rung's bias out (None: no prior and no anchors)."""
+        if self.prior == NO_PRIOR and (self.anchors < 2 or not self.anchor_rows):
             return None
         shapes = {n: self._shape[c] for n, c in enumerate(self.arrivals)}
-        return Anchoring(shapes, max(self.budgets), prior_sd=self.prior_sd)
+        families = {n: self._family[c] for n, c in enumerate(self.arrivals)}
+        return Anchoring(shapes, families, max(self.budgets), self.prior)
 
     def answer(self) -> Answer:
         return answer_at_target(self.store.rungs("replay"), self.target, self.anchoring())
@@ -409,7 +411,7 @@ class SearchReplay:
 
 def graded_replay(rows, truth: Truth, budgets, eta: float, order: Sequence[int], **search_options) -> dict:
     """One search replayed on the table (`SearchReplay`, `search_options` its further fields: `replica`,
-    `noise_rule`, `anchor_rows`, `anchors`), configs arriving in `order`; graded, with its compute."""
+    `noise_rule`, `anchor_rows`, `anchors`, `prior`), configs arriving in `order`; graded, with its compute."""
     search = SearchReplay(rows, budgets, eta, truth.target, **search_options)
     try:
         answer = search.run(order)

@@ -16,7 +16,8 @@ JSON null prints "n/a" and a boolean "yes" or "no". An entry whose file is absen
 without rows no heading.
 
 The table sits in benchmarks/README.md between `<!-- index:start -->` and `<!-- index:end -->`; the
-text outside the markers is left as it is.
+text outside the markers is left as it is. `--write` and `--check` also keep the root README's table of how far to
+trust the answer (`benchmarks.answer_table`) in step with the results.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchmarks import answer_table
 from benchmarks.entries import ENTRIES, SECTIONS, Entry, Figure, KeyPath
 
 HERE = Path(__file__).resolve().parent
@@ -189,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, default=README, help="Markdown file holding the table")
     parser.add_argument("--docs", type=Path, nargs="*", default=DOCS, help="Markdown files --check reads for pointers")
     parser.add_argument("--makefile", type=Path, default=MAKEFILE, help="the Makefile whose targets docs name")
+    parser.add_argument(
+        "--root-readme", type=Path, default=ROOT / "README.md", help="the README holding the answer table"
+    )
     args = parser.parse_args(argv)
 
     table = render_table(args.results)
@@ -201,16 +206,25 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         print(f"{shown(args.readme)}: {getattr(err, 'strerror', None) or err}", file=sys.stderr)
         return 1
+    root, answer = args.root_readme, None
+    if root.is_file() and (args.results / "fidelity.json").is_file() and answer_table.START in root.read_text():
+        answer = (root.read_text(), answer_table.splice(root.read_text(), answer_table.render(args.results)))
     if args.check:
         problems = stale_doc_references(args.docs, args.makefile, RESULTS)  # the docs point at the committed results
         if updated != current:
             problems.insert(
                 0, f"{shown(args.readme)}: the benchmarks table is out of date; run python -m benchmarks.index --write"
             )
+        if answer is not None and answer[0] != answer[1]:
+            problems.insert(
+                0, f"{shown(root)}: the answer table is out of date; run python -m benchmarks.index --write"
+            )
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
     args.readme.write_text(updated)
+    if answer is not None:
+        root.write_text(answer[1])
     return 0
 
 

@@ -265,7 +265,7 @@ def rests_on(
     """What the answer rests on, in a few lines (module docstring): size against architecture over the completed
     trials, and the recommended config's decisions at matched cost. `front`: the front's trials."""
     predicted = {t: p.loss for t, p in answer.predictions.items() if math.isfinite(p.loss) and t in params}
-    lines = [f"anchors: {answer.discrepancy.describe()}"] if answer.discrepancy is not None else []
+    lines = [f"bias: {answer.discrepancy.describe()}"] if answer.discrepancy is not None else []
     trend = size_trend(predicted, params)
     if trend is not None and front:
         residual = trend.residuals({t: predicted[t] for t in front if t in predicted}, params)

@@ -1,52 +1,63 @@
-"""Anchors: the bias of the search's top rung against the target, measured inside the search and taken out.
+"""The top rung's bias against the target, and how the answer takes it out: a prior measured across corpora,
+updated by anchors where the search trains them.
 
-A replica rung judges a target through a narrower copy of it, and its error against the target run is not
-noise alone: it grows with the target's aspect z = ln(n_layers / d_model) (deep, narrow configs are judged too
-poorly; `benchmarks/results/replica_bias.json`). A few *anchors*, trials trained once more at a fidelity C_a
-above the top rung C_top (a wider replica, nearer the target's shape), measure it. The model, a linear
-discrepancy in the spirit of Kennedy and O'Hagan (2000), with `s` a rung's distance from the target:
+A replica rung judges a target through a narrower copy of it, and its error against the target run is not noise
+alone. On `make fidelity`'s corpora it follows the family (the replica favours cascaded over NAG and ANCRe) and the
+target's aspect z = ln(n_layers / d_model) (deep, narrow targets are judged too poorly), and both vanish at the
+target's own width. The model, a linear discrepancy in the spirit of Kennedy and O'Hagan (2000), with s a rung's
+distance from the target:
 
-    L_r(x) = L_T(x) + c_r + beta * z(x) * s_r,      s_r = ln(d_T / d_r)  (the replica's narrowing, 0 at d_T)
+    L_r(x) = L_T(x) + c_r + s_r (beta z(x) + phi_family(x)),      s_r = ln(d_T / d_r)  (0 at d_T)
 
-so that an anchor's two measurements differ by y = L_a - L_top = (c_a - c_top) + beta * z * (s_a - s_top): a
-line in z whose slope b = beta (s_a - s_top) the anchors fit (intercept free). A trial whose prediction rests on a
-rung at distance s_r is corrected by -beta z s_r = b z s_r / (s_top - s_a), relative to the anchors' mean aspect
-(a shift shared by every trial changes no ranking; it is the level the study's curve already carries).
+so a prediction resting on a rung at distance s is corrected by -s (beta (z - z0) + phi_family), z0 the study's
+mean aspect (a shift shared by every trial changes no ranking: the study's curve carries the level).
 
-The slope is shrunk toward zero (prior sd `prior_sd`) in a Gaussian conjugate fit whose noise is the study's
-seed noise of one rung measurement, twice over (two measurements per anchor): with no anchor it is zero, with
-two close ones it stays small, with anchors far apart in z it follows them. Its standard deviation carries into
-each correction's, and so into the prediction's band.
+**The prior** (`BiasPrior`): beta and phi per unit of s, measured on the fidelity corpora (the top rung, T/10, at
+d_T/2, against the truth at T, the size trend removed; `benchmarks.anchors` fits it and holds each corpus out in
+turn), with beta's sd from how much the corpora disagree. A search uses it unless told not to (`--bias-prior none`).
 
-Anchors are chosen for leverage on that slope: among the contenders (the trials whose top rung is within the
-better half), the extremes of z, alternately the deepest-narrowest and the shallowest-widest.
+**Anchors**: trials trained once more at a fidelity C_a above the top rung C_top, nearer the target's shape. Their
+two measurements differ by y = L_a - L_top = (c_a - c_top) - (s_top - s_a) (beta z + phi): after the prior's
+family offsets are taken out, a line in x = -(s_top - s_a) z whose slope is beta. A Gaussian conjugate fit (its
+noise the study's seed noise of one rung measurement, twice over) moves beta from the prior toward what the anchors
+show: with no anchor it is the prior; with two close or noisy ones it stays near it; with anchors far apart in z it
+follows them. Each difference's variance is twice the seed noise's plus the prior's misfit (a config's own error
+that no line in z explains), so that a few anchors do not take their own quirks for the slope. The family offsets stay the prior's (a few anchors cannot pin them). beta's sd carries into each
+correction's, and so into the prediction's band. Anchors are chosen for leverage on beta: among the contenders
+(the better half of the trials), the extremes of z, alternately the deepest-narrowest and the shallowest-widest.
+An anchor is informative only if it is unbiased where the top rung is biased: `benchmarks/results/anchors.json`
+measures that the target's own shape at T/3 (a third of its tokens) is not, so a search trains none by default.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 __all__ = [
     "DEFAULT_PRIOR_SD",
+    "NO_PRIOR",
     "Anchor",
-    "Discrepancy",
     "Anchoring",
+    "BiasPrior",
+    "Discrepancy",
     "Distance",
     "anchor_points",
     "aspect",
     "choose_anchors",
     "compute_distance",
     "fit_discrepancy",
+    "measured_prior",
     "narrowing_distance",
     "width_distance",
 ]
 
-# Prior sd of the slope b, nats per unit of z; b is beta (s_a - s_top), and beta was 0.03-0.04 nats per unit of
-# z per ln 2 of narrowing at the top rung on the two method corpora (`benchmarks/results/anchors.json`)
-DEFAULT_PRIOR_SD = 0.05
+DEFAULT_PRIOR_SD = 0.05  # beta's sd when nothing is known: nats per unit of z per unit of narrowing distance
+PRIOR_FILE = "bias_prior.json"  # the measured prior, package data beside this module (`measured_prior`)
 
 
 def aspect(n_layers: int, d_model: int) -> float:
@@ -60,9 +71,34 @@ def narrowing_distance(target_width: int, replica_width: int) -> float:
 
 
 @dataclass(frozen=True)
+class BiasPrior:
+    """The top rung's bias per unit of narrowing distance: beta (nats per unit of z) with its sd, each family's
+    offset (nats; a family it does not name: 0), and where it was measured."""
+
+    beta: float = 0.0
+    beta_sd: float = DEFAULT_PRIOR_SD
+    family: Mapping[str, float] = field(default_factory=dict)
+    source: str = "none"
+    misfit: float = 0.0  # sd of a config's top-rung error that the model leaves (beyond size, family and z)
+
+    def describe(self) -> str:
+        offsets = ", ".join(f"{f} {v:+.3f}" for f, v in sorted(self.family.items()))
+        return f"beta {self.beta:+.3f} ± {self.beta_sd:.3f}" + (f", family offsets {offsets}" if offsets else "")
+
+
+NO_PRIOR = BiasPrior()
+
+
+def measured_prior() -> BiasPrior:
+    """The prior `benchmarks.anchors` measured on the fidelity corpora (package data `bias_prior.json`)."""
+    raw = json.loads(resources.files("nas.answer").joinpath(PRIOR_FILE).read_text())
+    return BiasPrior(raw["beta"], raw["beta_sd"], dict(raw["family"]), raw["source"], raw["misfit"])
+
+
+@dataclass(frozen=True)
 class Anchor:
-    """One anchor: trial `trial` of aspect `z`, measured at the top rung (`top_loss`, narrowing distance `top_s`)
-    and at the anchor's fidelity (`anchor_loss`, distance `anchor_s`)."""
+    """One anchor: trial `trial` of aspect `z` and family `family`, measured at the top rung (`top_loss`, narrowing
+    distance `top_s`) and at the anchor's fidelity (`anchor_loss`, distance `anchor_s`)."""
 
     trial: int
     z: float
@@ -70,61 +106,54 @@ class Anchor:
     anchor_loss: float
     top_s: float
     anchor_s: float
+    family: str = ""
 
     @property
     def difference(self) -> float:
         return self.anchor_loss - self.top_loss
 
+    @property
+    def span(self) -> float:
+        return self.top_s - self.anchor_s
+
 
 @dataclass(frozen=True)
 class Discrepancy:
-    """The fitted slope `slope` (b, nats per unit of z, with its sd `slope_sd`) of the anchors' difference in z,
-    the mean distance between top rung and anchor (`span` = s_top - s_a), the anchors' mean aspect (`centre`) and
-    the anchors it rests on."""
+    """beta (with its sd) and the family offsets the answer takes out, per unit of narrowing distance, around the
+    aspect `centre`; the anchors they rest on beside the prior."""
 
-    slope: float
-    slope_sd: float
-    span: float
+    beta: float
+    beta_sd: float
+    family: Mapping[str, float]
     centre: float
+    prior: BiasPrior
     anchors: tuple[Anchor, ...] = ()
 
-    @property
-    def beta(self) -> float:
-        """beta: the error per unit of z per unit of narrowing distance (0 without anchors)."""
-        return -self.slope / self.span if self.span > 0 else 0.0
-
-    def correction(self, z: float, s: float) -> tuple[float, float]:
-        """What to add to a measurement at narrowing distance `s` of a target of aspect `z`, and its sd."""
-        if not self.anchors or self.span <= 0:
-            return 0.0, 0.0
-        carry = s / self.span * (z - self.centre)
-        return self.slope * carry, self.slope_sd * abs(carry)
+    def correction(self, z: float, family: str, s: float) -> tuple[float, float]:
+        """What to add to a measurement at narrowing distance `s` of a target of aspect `z` and `family`, and its
+        sd."""
+        bias = self.beta * (z - self.centre) + self.family.get(family, 0.0)
+        return -s * bias, s * self.beta_sd * abs(z - self.centre)
 
     def describe(self) -> str:
-        """One line: what was corrected and by how much."""
-        if not self.anchors:
-            return "no anchors: the top rung's bias in depth over width is not corrected"
-        trials = ", ".join(str(a.trial) for a in self.anchors)
-        if self.span <= 0:
-            return f"anchors (trials {trials}) no nearer the target than the top rung: nothing corrected"
-        slope, sd = self.top_rung_slope
-        return (
-            f"{len(self.anchors)} anchors (trials {trials}): the top rung's error grows by {slope:+.3f} ± {sd:.3f} "
-            "nats per unit of ln(depth/width); taken out of every prediction"
+        """One line: what was corrected and by how much (per ln 2 of narrowing: a replica at half the width)."""
+        half = math.log(2.0)
+        offsets = ", ".join(f"{f} {half * v:+.3f}" for f, v in sorted(self.family.items()))
+        what = (
+            f"the top rung's error taken out: {half * self.beta:+.3f} ± {half * self.beta_sd:.3f} nats per unit of "
+            f"ln(depth/width)" + (f" and family offsets {offsets} nats" if offsets else "") + " at half the width"
         )
-
-    @property
-    def top_rung_slope(self) -> tuple[float, float]:
-        """The slope of the top rung's error against the target in z, and its sd: beta s_top (the anchors' mean)."""
-        if not self.anchors or self.span <= 0:
-            return 0.0, 0.0
-        carry = sum(a.top_s for a in self.anchors) / len(self.anchors) / self.span
-        return -self.slope * carry, self.slope_sd * carry
+        if self.anchors:
+            trials = ", ".join(str(a.trial) for a in self.anchors)
+            basis = f"the prior ({self.prior.source}) moved by {len(self.anchors)} anchors (trials {trials})"
+        else:
+            basis = f"the prior measured on {self.prior.source}, no anchors"
+        return f"{what}; from {basis}"
 
 
 def choose_anchors(aspects: Mapping[int, float], losses: Mapping[int, float], count: int) -> list[int]:
-    """`count` trials for leverage on the slope in z: among the contenders (the better half by `losses`, at least
-    `count` trials), the extremes of z, taken alternately from the deep-narrow and the shallow-wide end."""
+    """`count` trials for leverage on beta: among the contenders (the better half by `losses`, at least `count`
+    trials), the extremes of z, taken alternately from the deep-narrow and the shallow-wide end."""
     finite = sorted((t for t in aspects if t in losses and math.isfinite(losses[t])), key=lambda t: (losses[t], t))
     contenders = finite[: max(count, math.ceil(len(finite) / 2))]
     by_z = sorted(contenders, key=lambda t: (aspects[t], t))
@@ -134,22 +163,26 @@ def choose_anchors(aspects: Mapping[int, float], losses: Mapping[int, float], co
     return chosen
 
 
-def fit_discrepancy(anchors: Sequence[Anchor], noise: float, prior_sd: float = DEFAULT_PRIOR_SD) -> Discrepancy:
-    """The slope of the anchors' differences in z (intercept free), shrunk toward 0 (module docstring). `noise`:
-    the sd of one rung measurement (the study's seed noise)."""
-    if len(anchors) < 2:
-        return Discrepancy(0.0, prior_sd, 0.0, 0.0, tuple(anchors))
-    zs = [a.z for a in anchors]
-    centre = sum(zs) / len(zs)
-    ys = [a.difference for a in anchors]
-    y_bar = sum(ys) / len(ys)
-    szz = sum((z - centre) ** 2 for z in zs)
-    szy = sum((z - centre) * (y - y_bar) for z, y in zip(zs, ys, strict=True))
-    variance = 2.0 * max(noise, 1e-6) ** 2  # two measurements per difference
-    precision = szz / variance + 1.0 / prior_sd**2
-    slope = (szy / variance) / precision
-    span = sum(a.top_s - a.anchor_s for a in anchors) / len(anchors)
-    return Discrepancy(slope, math.sqrt(1.0 / precision), span, centre, tuple(anchors))
+def fit_discrepancy(
+    anchors: Sequence[Anchor], noise: float, prior: BiasPrior = NO_PRIOR, centre: float | None = None
+) -> Discrepancy:
+    """beta from the prior moved by the anchors (module docstring); `noise`: the sd of one rung measurement (the
+    study's seed noise); `centre`: the aspect corrections are taken around (default: the anchors' mean, else 0)."""
+    usable = [a for a in anchors if a.span > 0]
+    zs = [a.z for a in usable]
+    middle = centre if centre is not None else (sum(zs) / len(zs) if zs else 0.0)
+    if len(usable) < 2:
+        sd = prior.beta_sd if prior != NO_PRIOR else 0.0  # no prior, no anchors: nothing corrected, nothing added
+        return Discrepancy(prior.beta, sd, dict(prior.family), middle, prior, tuple(usable))
+    xs = [-a.span * a.z for a in usable]
+    ys = [a.difference + a.span * prior.family.get(a.family, 0.0) for a in usable]  # the prior's family part out
+    x_bar, y_bar = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - x_bar) ** 2 for x in xs)
+    sxy = sum((x - x_bar) * (y - y_bar) for x, y in zip(xs, ys, strict=True))
+    variance = 2.0 * max(noise, 1e-6) ** 2 + prior.misfit**2  # two measurements, and what the model leaves
+    precision = sxx / variance + 1.0 / prior.beta_sd**2
+    beta = (sxy / variance + prior.beta / prior.beta_sd**2) / precision
+    return Discrepancy(beta, math.sqrt(1.0 / precision), dict(prior.family), middle, prior, tuple(usable))
 
 
 Distance = Callable[[Any, int], float]  # (a rung row, the target's width) -> s
@@ -170,6 +203,7 @@ def anchor_points(
     shapes: Mapping[int, tuple[int, int]],
     top_rung_flops: float,
     distance: Distance = width_distance,
+    families: Mapping[int, str] | None = None,
 ) -> list[Anchor]:
     """The anchors among a search's rung rows (`nas.store.RungRow`): the trials measured at a budget above the top
     rung `top_rung_flops`, each with its mean loss over seeds at the top rung and at its highest budget, and those
@@ -186,6 +220,7 @@ def anchor_points(
             continue
         layers, width = shapes[trial]
         high = budgets[max(above)]
+        family = (families or {}).get(trial) or (budgets[top][0].residual or "")
         out.append(
             Anchor(
                 trial,
@@ -194,6 +229,7 @@ def anchor_points(
                 _mean(high),
                 distance(budgets[top][0], width),
                 distance(high[0], width),
+                family,
             )
         )
     return out
@@ -209,20 +245,22 @@ def _budget_key(flops: float) -> float:
 
 @dataclass(frozen=True)
 class Anchoring:
-    """What the answer needs to take the anchors' discrepancy out: each trial's target shape (n_layers, d_model),
-    the layout's top rung (budgets above it are anchors), how a rung's distance from the target is read, the
-    slope's prior sd, and the noise of one rung measurement when the study has measured none (`fallback_noise`)."""
+    """What the answer needs to take the top rung's bias out: each trial's target shape (n_layers, d_model) and
+    family, the layout's top rung (budgets above it are anchors), the prior, how a rung's distance from the target
+    is read, and the noise of one rung measurement when the study has measured none (`fallback_noise`)."""
 
     shapes: Mapping[int, tuple[int, int]]
+    families: Mapping[int, str]
     top_rung_flops: float
+    prior: BiasPrior = NO_PRIOR
     distance: Distance = width_distance
-    prior_sd: float = DEFAULT_PRIOR_SD
     fallback_noise: float = 0.02
 
     def fit(self, rows: Sequence[Any], noise: float | None) -> Discrepancy:
-        """The discrepancy the anchors among `rows` support (zero without two of them)."""
-        points = anchor_points(rows, self.shapes, self.top_rung_flops, self.distance)
-        return fit_discrepancy(points, noise if noise else self.fallback_noise, self.prior_sd)
+        """The discrepancy the prior and the anchors among `rows` give."""
+        points = anchor_points(rows, self.shapes, self.top_rung_flops, self.distance, self.families)
+        centre = sum(aspect(*s) for s in self.shapes.values()) / len(self.shapes) if self.shapes else 0.0
+        return fit_discrepancy(points, noise if noise else self.fallback_noise, self.prior, centre)
 
     def corrections(self, rows: Sequence[Any], discrepancy: Discrepancy) -> dict[int, tuple[float, float]]:
         """Each trial's correction (mean, sd) for the rung its prediction rests on: its highest budget."""
@@ -231,6 +269,8 @@ class Anchoring:
             if r.number in self.shapes and (r.number not in highest or r.budget_flops > highest[r.number].budget_flops):
                 highest[r.number] = r
         return {
-            t: discrepancy.correction(aspect(*self.shapes[t]), self.distance(r, self.shapes[t][1]))
+            t: discrepancy.correction(
+                aspect(*self.shapes[t]), self.families.get(t, ""), self.distance(r, self.shapes[t][1])
+            )
             for t, r in highest.items()
         }

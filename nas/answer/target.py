@@ -122,7 +122,12 @@ def _fit(points: list[RungPoint]) -> StudyFit | None:
 
 def answer_at_target(rows: Sequence[RungRow], target: float, anchoring: Anchoring | None = None) -> Answer:
     """The search's Answer at `target` from its rung rows (module docstring); with `anchoring`, each prediction
-    corrected by the discrepancy its anchors measure (`nas.answer.discrepancy`), its sd added to the band."""
+    corrected by the top rung's bias (`nas.answer.discrepancy`: its prior, moved by the anchors among `rows`), its
+    sd added to the band. Anchors (rows above `anchoring.top_rung_flops`) inform the bias only: every prediction
+    rests on the layout's rungs, so that all of them stand on one scale."""
+    if anchoring is not None:
+        layout = [r for r in rows if r.budget_flops <= anchoring.top_rung_flops * (1 + 1e-9)]
+        return _corrected(answer_at_target(layout, target), rows, anchoring)
     points = rung_points(rows)
     reached: dict[int, int] = {}
     for r in rows:
@@ -152,18 +157,21 @@ def answer_at_target(rows: Sequence[RungRow], target: float, anchoring: Anchorin
     exponents = {label: g.alpha for label, g in fit.groups.items()} if fit else {}
     curves = {t: anchored.params(t) for t in anchored.trials} if anchored else {}
     highest = {t: max(r) for t, r in means.items() if r}
-    noise = seed_noise(points)
-    answer = Answer(out, check, calibration, reliability, noise, exponents, curves, highest, target)
-    return _corrected(answer, rows, anchoring) if anchoring is not None else answer
+    return Answer(out, check, calibration, reliability, seed_noise(points), exponents, curves, highest, target)
 
 
 def _corrected(answer: Answer, rows: Sequence[RungRow], anchoring: Anchoring) -> Answer:
-    """The answer with the anchors' discrepancy taken out of every prediction and its sd added to each band."""
+    """The answer with the top rung's bias taken out of every prediction and its sd added to each band. A bias in
+    nats at a rung is carried to T as the curve carries that rung's loss: times (C / T)^alpha."""
     discrepancy = anchoring.fit(rows, answer.noise)
-    corrections = anchoring.corrections(rows, discrepancy)
+    layout = [r for r in rows if r.budget_flops <= anchoring.top_rung_flops * (1 + 1e-9)]
+    corrections = anchoring.corrections(layout, discrepancy)
     out = {}
     for number, p in answer.predictions.items():
         shift, sd = corrections.get(number, (0.0, 0.0))
+        if number in answer.highest and answer.target:
+            carry = (answer.highest[number] / answer.target) ** answer.exponents.get(p.group, 0.0)
+            shift, sd = shift * carry, sd * carry
         if p.low is None or p.high is None:
             out[number] = replace(p, loss=p.loss + shift)
             continue

@@ -61,6 +61,7 @@ VALIDATED_TARGET_RATIO = 10.0  # T / top rung checked by `make fidelity`; the de
 LEGACY_TARGET_RATIO = 1000.0  # T / C of a search stored without a ladder kind and without --target-flops
 Ladder = Literal["replica", "budget"]
 LayoutRule = Literal["by_cost", "as_given"]
+BiasPriorChoice = Literal["measured", "none"]
 
 
 class BudgetError(ValueError):
@@ -116,9 +117,12 @@ class Budget(BaseModel):
         allow_inf_nan=False,
         description="narrowest replica as a share of the target's width",
     )
-    anchors: int = Field(2, ge=0, le=64, description="anchors trained above the top rung (0 or 1: none)")
+    anchors: int = Field(0, ge=0, le=64, description="anchors trained above the top rung (0 or 1: none)")
     anchor_share: float = Field(
         0.2, ge=0.0, le=10.0, allow_inf_nan=False, description="most the anchors may cost, as a share of the trials'"
+    )
+    bias_prior: BiasPriorChoice = Field(
+        "measured", description="the top rung's bias taken out of the answer: measured on the fidelity corpora, or none"
     )
     anchor_flops: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="training FLOPs of an anchor (default: T/3; T itself is allowed)"
@@ -254,8 +258,8 @@ def stored_budget(raw: dict) -> Budget:
         raw = {**raw, "ladder": "budget", "target_flops": target}
     if "narrowing" not in raw:  # stored before the head size was kept: its replicas kept the head count
         raw = {**raw, "narrowing": KEEP_HEADS.keep, "min_replica_share": KEEP_HEADS.min_share}
-    if "anchors" not in raw:  # stored before anchors and the layout rule: no anchors, its ladder as it was
-        raw = {**raw, "anchors": 0, "layout": "as_given"}
+    if "anchors" not in raw:  # stored before anchors, the layout rule and the bias prior: its answer as it was
+        raw = {**raw, "anchors": 0, "layout": "as_given", "bias_prior": "none"}
     if "min_tokens_per_param" not in raw:  # stored before the bound: it trained every config it sampled
         raw = {**raw, "min_tokens_per_param": None}
     return Budget(**{"rungs": 1, **raw})

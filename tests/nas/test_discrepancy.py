@@ -1,67 +1,90 @@
-"""Anchors: a planted bias in depth over width is recovered from a few anchors and taken out; none, no change."""
+"""The top rung's bias: a planted bias in family and depth over width is taken out by its prior, recovered from a
+few anchors, left alone without either; the answer on a real store carries it."""
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from nas.answer.decisions import kendall
+from nas.answer.decisions import Architecture, kendall, rests_on
 from nas.answer.discrepancy import (
+    NO_PRIOR,
     Anchor,
     Anchoring,
+    BiasPrior,
     aspect,
     choose_anchors,
     compute_distance,
     fit_discrepancy,
+    measured_prior,
     width_distance,
 )
-from nas.answer.target import answer_at_target
+from nas.answer.target import Answer, answer_at_target
 from nas.store import Store, default_url
 
 SHAPES = {i: (layers, width) for i, (layers, width) in enumerate(
     [(2, 96), (3, 64), (4, 64), (4, 48), (6, 64), (8, 48), (8, 32), (12, 32), (2, 64), (6, 32), (4, 32), (3, 96)]
 )}  # fmt: skip
-BETA = 0.05  # nats per unit of z per unit of narrowing distance: the replica judges deep, narrow targets too poorly
+FAMILIES = {i: ("cascaded", "nag", "ancre")[i % 3] for i in SHAPES}
+BETA, PHI = 0.05, {"nag": 0.04, "ancre": 0.02}  # per unit of narrowing distance: the replica favours cascaded
 TOP_S, ANCHOR_S = math.log(2.0), 0.0  # the top rung at d_T / 2, the anchor at d_T
+PLANTED = BiasPrior(BETA, 0.01, PHI, "planted")
 
 
 def truth(trial: int) -> float:
     layers, width = SHAPES[trial]
-    return 1.9 - 0.02 * math.log(layers * width * width / 1e4) + 0.004 * (trial % 3)
+    return 1.9 - 0.02 * math.log(layers * width * width / 1e4) + 0.004 * (trial % 4)
 
 
 def measured(trial: int, s: float, shift: float, noise: float, rng) -> float:
-    return truth(trial) + shift + BETA * aspect(*SHAPES[trial]) * s + rng.normal(0.0, noise)
+    bias = BETA * aspect(*SHAPES[trial]) + PHI.get(FAMILIES[trial], 0.0)
+    return truth(trial) + shift + s * bias + rng.normal(0.0, noise)
 
 
-def test_anchors_at_the_extremes_of_depth_over_width_recover_the_planted_slope():
+def anchor(t: int, top: float, rng) -> Anchor:
+    at_anchor = measured(t, ANCHOR_S, 0.1, 0.003, rng)
+    return Anchor(t, aspect(*SHAPES[t]), top, at_anchor, TOP_S, ANCHOR_S, FAMILIES[t])
+
+
+def corrected(top: dict[int, float], fit) -> dict[int, float]:
+    return {t: x + fit.correction(aspect(*SHAPES[t]), FAMILIES[t], TOP_S)[0] for t, x in top.items()}
+
+
+def test_the_prior_takes_the_planted_bias_out_and_nothing_is_corrected_without_one():
     rng = np.random.default_rng(0)
+    top = {t: measured(t, TOP_S, 0.3, 0.002, rng) for t in SHAPES}
+    true = {t: truth(t) for t in SHAPES}
+    centre = float(np.mean([aspect(*s) for s in SHAPES.values()]))
+    none = fit_discrepancy([], noise=0.002, prior=NO_PRIOR, centre=centre)
+    assert none.correction(-1.0, "nag", TOP_S) == (0.0, 0.0) and "no anchors" in none.describe()
+    by_prior = fit_discrepancy([], noise=0.002, prior=PLANTED, centre=centre)
+    assert kendall(corrected(top, by_prior), true) > kendall(top, true) + 0.3 > 0.3
+    assert kendall(corrected(top, by_prior), true) > 0.9
+
+
+def test_anchors_at_the_extremes_of_depth_over_width_recover_the_slope_the_prior_lacks():
+    rng = np.random.default_rng(1)
     top = {t: measured(t, TOP_S, 0.3, 0.003, rng) for t in SHAPES}
     aspects = {t: aspect(*SHAPES[t]) for t in SHAPES}
-    chosen = choose_anchors(aspects, top, 2)
+    chosen = choose_anchors(aspects, top, 4)
     contenders = sorted(top, key=top.get)[:6]
-    assert set(chosen) <= set(contenders) and len(chosen) == 2
+    assert set(chosen) <= set(contenders) and len(chosen) == 4
     assert aspects[chosen[0]] == max(aspects[t] for t in contenders)
     assert aspects[chosen[1]] == min(aspects[t] for t in contenders)
-    anchors = [Anchor(t, aspects[t], top[t], measured(t, ANCHOR_S, 0.1, 0.003, rng), TOP_S, ANCHOR_S) for t in chosen]
-    fit = fit_discrepancy(anchors, noise=0.003)
-    assert fit.beta == pytest.approx(BETA, abs=0.015)
-    corrected = {t: top[t] + fit.correction(aspects[t], TOP_S)[0] for t in SHAPES}
-    true = {t: truth(t) for t in SHAPES}
-    assert kendall(corrected, true) > kendall(top, true) + 0.2 and kendall(corrected, true) > 0.8
+    flat = BiasPrior(0.0, 0.1, PHI, "family only")  # the family offsets known, the slope not
+    fit = fit_discrepancy([anchor(t, top[t], rng) for t in chosen], noise=0.003, prior=flat)
+    assert fit.beta == pytest.approx(BETA, abs=0.015) and fit.beta_sd < 0.01
+    assert fit.anchors and "moved by 4 anchors" in fit.describe()
 
 
-def test_without_two_anchors_nothing_is_corrected_and_few_noisy_ones_are_shrunk_toward_zero():
-    none = fit_discrepancy([], noise=0.01)
-    assert none.correction(-1.0, TOP_S) == (0.0, 0.0) and "no anchors" in none.describe()
-    one = fit_discrepancy([Anchor(0, -3.0, 2.0, 1.9, TOP_S, 0.0)], noise=0.01)
-    assert one.correction(-1.0, TOP_S) == (0.0, 0.0)
-    # two anchors close in z, noisy: the slope they suggest (0.1 / 0.1 = 1 nat per unit) is mostly shrunk away
+def test_few_noisy_anchors_close_in_depth_over_width_leave_the_prior_nearly_as_it_was():
     close = [Anchor(0, -2.0, 2.0, 1.9, TOP_S, 0.0), Anchor(1, -1.9, 2.0, 2.0, TOP_S, 0.0)]
-    weak = fit_discrepancy(close, noise=0.05, prior_sd=0.05)
-    assert abs(weak.slope) < 0.1 and weak.slope_sd == pytest.approx(0.05, rel=0.05)
-    far = fit_discrepancy([Anchor(0, -4.0, 2.0, 1.9, TOP_S, 0.0), Anchor(1, -1.0, 2.0, 1.6, TOP_S, 0.0)], noise=0.005)
-    assert far.slope == pytest.approx(-0.1, abs=0.005) and far.slope_sd < 0.005
+    weak = fit_discrepancy(close, noise=0.05, prior=PLANTED)
+    assert weak.beta == pytest.approx(BETA, abs=0.005)
+    same_width = [Anchor(0, -4.0, 2.0, 1.9, TOP_S, TOP_S), Anchor(1, -1.0, 2.0, 1.6, TOP_S, TOP_S)]
+    assert fit_discrepancy(same_width, noise=0.001, prior=PLANTED).beta == BETA  # no nearer the target: no say
 
 
 def rung_row(store, trial: int, rung: int, seed: int, budget: float, width: int, loss: float) -> None:
@@ -76,50 +99,56 @@ def rung_row(store, trial: int, rung: int, seed: int, budget: float, width: int,
     )  # fmt: skip
 
 
-def test_the_answer_takes_the_anchors_discrepancy_out_of_every_prediction_on_a_real_store(tmp_path):
-    """Every trial at one rung (d_T / 2, T / 10), two of them also at T / 3 at d_T: the answer ranks by the top rung
-    until anchored, and by the truth once the planted slope is taken out."""
-    rng = np.random.default_rng(1)
+def test_the_answer_takes_the_bias_out_of_every_prediction_on_a_real_store(tmp_path):
+    """Every trial at one rung (d_T / 2, T / 10), four of them also at T / 3 at d_T: the answer ranks by the top rung
+    until told the bias, and by the truth once the prior and the anchors take it out."""
+    rng = np.random.default_rng(2)
     target, top = 1e13, 1e12
     with Store(default_url(tmp_path)) as store:
         store.create_search(
             "s", requested_trials=12, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
         )
         for t, (_, width) in SHAPES.items():
-            tid = store.start_trial("s", number=t, config={"residual": "cascaded"})
+            tid = store.start_trial("s", number=t, config={"residual": FAMILIES[t]})
             for seed in (0, 1000):
                 rung_row(store, t, 0, seed, top, width // 2, measured(t, TOP_S, 0.3, 0.002, rng))
             store.finish_trial(tid, {"status": "completed", "val_loss": 2.0, "executed_flops_per_token": 1.0})
-        anchoring = Anchoring(SHAPES, top)
         plain = answer_at_target(store.rungs("s"), target)
         aspects = {t: aspect(*SHAPES[t]) for t in SHAPES}
-        for t in choose_anchors(aspects, {t: p.loss for t, p in plain.predictions.items()}, 2):
+        for t in choose_anchors(aspects, {t: p.loss for t, p in plain.predictions.items()}, 4):
             rung_row(store, t, 1, 0, target / 3, SHAPES[t][1], measured(t, ANCHOR_S, 0.1, 0.002, rng))
         rows = store.rungs("s")
-    anchored = answer_at_target(rows, target, anchoring)
+    flat = BiasPrior(0.0, 0.1, PHI, "family only")
+    anchored = answer_at_target(rows, target, Anchoring(SHAPES, FAMILIES, top, flat))
     true = {t: truth(t) for t in SHAPES}
-    assert plain.discrepancy is None and anchored.discrepancy is not None and len(anchored.discrepancy.anchors) == 2
-    assert anchored.discrepancy.beta == pytest.approx(BETA, abs=0.02)
+    assert plain.discrepancy is None and anchored.discrepancy is not None
+    assert len(anchored.discrepancy.anchors) == 4 and anchored.discrepancy.beta == pytest.approx(BETA, abs=0.02)
     before = kendall({t: p.loss for t, p in plain.predictions.items()}, true)
     after = kendall({t: p.loss for t, p in anchored.predictions.items()}, true)
     assert after > before + 0.2
     # read as compute, the same anchors lie ln(T / C_top) - ln(T / C_a) = ln(10 / 3) apart
-    by_compute = answer_at_target(rows, target, Anchoring(SHAPES, top, compute_distance(target)))
-    assert by_compute.discrepancy is not None and by_compute.discrepancy.span == pytest.approx(math.log(10 / 3))
+    by_compute = answer_at_target(rows, target, Anchoring(SHAPES, FAMILIES, top, flat, compute_distance(target)))
+    assert by_compute.discrepancy is not None
+    assert by_compute.discrepancy.anchors[0].span == pytest.approx(math.log(10 / 3))
     assert width_distance(rows[0], SHAPES[rows[0].number][1]) == pytest.approx(TOP_S)
 
 
-def test_what_the_answer_rests_on_says_what_the_anchors_corrected_and_by_how_much():
-    from nas.answer.decisions import Architecture, rests_on
-    from nas.answer.discrepancy import Discrepancy
-
-    anchors = (Anchor(0, -1.0, 2.0, 1.9, TOP_S, 0.0), Anchor(7, -3.0, 2.0, 1.7, TOP_S, 0.0))
-    fit = fit_discrepancy(list(anchors), noise=0.002)
-    # the difference anchor - top rises by 0.1 per unit of z: the top rung's error against T falls by 0.1
-    assert isinstance(fit, Discrepancy) and fit.top_rung_slope[0] == pytest.approx(-0.1, abs=0.005)
-    from nas.answer.target import Answer
-
+def test_what_the_answer_rests_on_says_what_was_taken_out_and_from_what():
+    fit = fit_discrepancy([], noise=0.002, prior=PLANTED, centre=-2.0)
     answer = Answer({}, None, None, discrepancy=fit)  # type: ignore[arg-type]
     line = rests_on(answer, [], {0: Architecture("cascaded", 2, 64)}, {0: 1.0}, {0: 1.0})[0]
-    assert line.startswith("anchors: 2 anchors (trials 0, 7): the top rung's error grows by -0.100 ± ")
-    assert line.endswith("nats per unit of ln(depth/width); taken out of every prediction")
+    half = math.log(2.0)
+    assert line.startswith(f"bias: the top rung's error taken out: {half * BETA:+.3f} ± ")
+    assert f"family offsets ancre {half * PHI['ancre']:+.3f}, nag {half * PHI['nag']:+.3f} nats" in line
+    assert line.endswith("from the prior measured on planted, no anchors")
+
+
+def test_the_shipped_prior_is_the_one_the_benchmark_measured():
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "anchors.json"
+    prior = measured_prior()
+    assert prior.source == "plays + code" and prior.beta_sd > 0 and set(prior.family) == {"nag", "ancre"}
+    if results.exists():
+        measured = json.loads(results.read_text())["prior"]
+        assert (prior.beta, prior.beta_sd, dict(prior.family), prior.misfit) == (
+            measured["beta"], measured["beta_sd"], measured["family"], measured["misfit"]
+        )  # fmt: skip
