@@ -20,7 +20,7 @@ import argparse
 import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -196,8 +196,8 @@ def run_job(job: Job) -> list[dict]:
 
     from search_spaces.residual_lm import ArchConfig
     from workers.data.corpus import load_corpus
+    from workers.training.config import OptimConfig, RunConfig
     from workers.training.plans import LadderConfig
-    from workers.training.train import OptimConfig, RunConfig
     from workers.trial.run import run_trial
 
     torch.set_num_threads(1)
@@ -218,7 +218,9 @@ def run_job(job: Job) -> list[dict]:
     base = job_fields(job, cfg, str(result.status)) | dict(
         wall_time_s=result.wall_time_s, compute_flops=result.training_flops + result.branch_flops
     )
-    rungs = result.rungs or [dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)]
+    rungs = [asdict(r) for r in result.rungs] or [
+        dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)
+    ]
     return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
 
 
@@ -243,25 +245,27 @@ def job_fields(job: Job, cfg, status: str) -> dict:
 def run_replica_job(job: Job, cfg) -> list[dict]:
     """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`)."""
     from workers.data.corpus import load_corpus
-    from workers.training.train import OptimConfig, RunConfig
+    from workers.training.config import OptimConfig, RunConfig
+    from workers.trial.contract import TrialRequest
     from workers.trial.replica import run_replica_trial
 
-    result = run_replica_trial(
-        cfg,
-        job.budget,
-        replica_rung_flops(job.budget),
-        load_corpus(CORPORA[job.corpus].data()),
-        seed=job.seed,
-        optim=OptimConfig(lr=3e-3, **job.rule),
-        run=RunConfig(**RUN),
-        width_probe=False,
-        min_width=job.min_width,
-    )
+    measurement = replica_measurement(job.budget, replica_rung_flops(job.budget), job.min_width)
+    optim, run = OptimConfig(lr=3e-3, **job.rule), RunConfig(**RUN)
+    request = TrialRequest.of(cfg, measurement, optim=optim, run=run, seed=job.seed, width_probe=False)
+    result = run_replica_trial(request, load_corpus(CORPORA[job.corpus].data()))
     return replica_rows(job_fields(job, cfg, str(result.status)), result.rungs)
 
 
-def replica_rows(base: dict, rungs: Sequence[dict]) -> list[dict]:
-    """A replica trial's rung records as table rows, each with the job's shared columns `base`."""
+def replica_measurement(target: float, rung_flops, narrowing):
+    """Replica rungs of `rung_flops` (lowest first) on the path to `target`, narrowed as `narrowing` says."""
+    from workers.trial.contract import Measurement
+
+    return Measurement(rung_flops[-1], None, tuple(rung_flops), target, narrowing)
+
+
+def replica_rows(base: dict, records: Sequence) -> list[dict]:
+    """A replica trial's rung records (`RungRecord`) as table rows, each with the job's shared columns `base`."""
+    rungs = [asdict(r) for r in records]
     return [
         {
             **base,

@@ -42,7 +42,7 @@ from benchmarks.fidelity import DEFAULT_LAYOUT, ETA, LAYOUTS, REPLICA_CSV, RUNS_
 from benchmarks.grading import SearchReplay, Truth, as_rows, graded_rows
 from benchmarks.harness import TableSampler, machine_info, read_table
 from nas.answer.pareto import hypervolume, pareto_rows
-from workers.training.train import OptimConfig
+from workers.training.config import OptimConfig
 
 log = logging.getLogger("ladder_efficiency")
 HERE = Path(__file__).resolve().parent
