@@ -108,9 +108,9 @@ replica-bias: $(STAMP)
 
 ladder-efficiency: $(STAMP)
 	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
-		--replica-runs benchmarks/data/fidelity_replica_runs.csv --out benchmarks/results/ladder_efficiency.json
+		--replica-runs benchmarks/data/fidelity_replica_runs_keep_heads.csv --out benchmarks/results/ladder_efficiency.json
 	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_code_runs.csv \
-		--replica-runs benchmarks/data/fidelity_code_replica_runs.csv --out benchmarks/results/ladder_efficiency_code.json
+		--replica-runs benchmarks/data/fidelity_code_replica_runs_keep_heads.csv --out benchmarks/results/ladder_efficiency_code.json
 
 # Mixture-of-Depths as published (block routing, 0.875 on every other block) vs dense and per-sublayer 0.25,
 # equal training compute, every family, two seeds

@@ -21,7 +21,6 @@ the target's aspect z = ln(depth / width)]: the bias per unit of s that `nas.ans
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence

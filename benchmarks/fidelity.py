@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -219,8 +219,8 @@ def run_job(job: Job) -> list[dict]:
 
     from search_spaces.residual_lm import ArchConfig
     from workers.data.corpus import load_corpus
+    from workers.training.config import OptimConfig, RunConfig
     from workers.training.plans import LadderConfig
-    from workers.training.train import OptimConfig, RunConfig
     from workers.trial.run import run_trial
 
     torch.set_num_threads(1)
@@ -241,7 +241,9 @@ def run_job(job: Job) -> list[dict]:
     base = job_fields(job, cfg, str(result.status)) | dict(
         wall_time_s=result.wall_time_s, compute_flops=result.training_flops + result.branch_flops
     )
-    rungs = result.rungs or [dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)]
+    rungs = [asdict(r) for r in result.rungs] or [
+        dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)
+    ]
     return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
 
 
@@ -267,24 +269,29 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
     """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`), narrowed
     as a search does by default; an anchor job: the one replica at ANCHOR_SHARE x T."""
     from workers.data.corpus import load_corpus
-    from workers.training.train import OptimConfig, RunConfig
+    from workers.training.config import OptimConfig, RunConfig
+    from workers.trial.contract import TrialRequest
+    from workers.trial.narrowing import Narrowing
     from workers.trial.replica import run_replica_trial
 
-    result = run_replica_trial(
-        cfg,
-        job.budget,
-        replica_rung_flops(job.budget) if job.kind == "replica" else [ANCHOR_SHARE * job.budget],
-        load_corpus(CORPORA[job.corpus].data()),
-        seed=job.seed,
-        optim=OptimConfig(lr=3e-3, **job.rule),
-        run=RunConfig(**RUN),
-        width_probe=False,
-    )
+    flops = replica_rung_flops(job.budget) if job.kind == "replica" else [ANCHOR_SHARE * job.budget]
+    measurement = replica_measurement(job.budget, flops, Narrowing())  # as a search narrows by default
+    optim, run = OptimConfig(lr=3e-3, **job.rule), RunConfig(**RUN)
+    request = TrialRequest.of(cfg, measurement, optim=optim, run=run, seed=job.seed, width_probe=False)
+    result = run_replica_trial(request, load_corpus(CORPORA[job.corpus].data()))
     return replica_rows(job_fields(job, cfg, str(result.status)), result.rungs)
 
 
-def replica_rows(base: dict, rungs: Sequence[dict]) -> list[dict]:
-    """A replica trial's rung records as table rows, each with the job's shared columns `base`."""
+def replica_measurement(target: float, rung_flops, narrowing):
+    """Replica rungs of `rung_flops` (lowest first) on the path to `target`, narrowed as `narrowing` says."""
+    from workers.trial.contract import Measurement
+
+    return Measurement(rung_flops[-1], None, tuple(rung_flops), target, narrowing)
+
+
+def replica_rows(base: dict, records: Sequence) -> list[dict]:
+    """A replica trial's rung records (`RungRecord`) as table rows, each with the job's shared columns `base`."""
+    rungs = [asdict(r) for r in records]
     return [
         {
             **base,
@@ -376,8 +383,12 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPri
         "replica_ladder": {
             "default_layout": DEFAULT_LAYOUT,
             "default_anchors": search["anchors"],
-            "bias_prior": {"beta": prior.beta, "beta_sd": prior.beta_sd, "family": dict(prior.family),
-                           "measured_on": prior.source},  # fmt: skip
+            "bias_prior": {
+                "beta": prior.beta,
+                "beta_sd": prior.beta_sd,
+                "family": dict(prior.family),
+                "measured_on": prior.source,
+            },  # fmt: skip
             "layouts": layouts,
             "baselines_at_default_layout": baselines(replica, truth, default),
             "rung_seed_noise": seed_noise(

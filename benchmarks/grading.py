@@ -30,7 +30,7 @@ import math
 import tempfile
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from nas.answer.target import Answer, answer_at_target, front_at_target
 from nas.search.rung_gate import StoreRungGate
 from nas.store import RungRow, Store
 from workers.status import TrialStatus
+from workers.training.records import RungRecord
+from workers.trial.contract import CountedCosts, Verdict
+from workers.trial.result import TrialResult
 
 __all__ = [
     "BAND_GAMMAS",
@@ -291,22 +294,17 @@ class SearchReplay:
         self.store.close()
         self._dir.cleanup()
 
-    def _result(self, config: int, seed: int, rung: int) -> dict:
+    def _result(self, config: int, seed: int, rung: int) -> RungRecord:
         return self._result_of(self._by[(config, seed, budget_key(self.budgets[rung]))], rung)
 
-    def _result_of(self, r: dict, rung: int) -> dict:
-        result = {
-            "rung": rung,
-            "budget_flops": r["budget_flops"],
-            "steps": 1,
-            "tokens": r["tokens"],
-            "val_loss": r["val_loss"],
-            "training_flops": r["compute_flops"],
-        }
+    def _result_of(self, r: dict, rung: int) -> RungRecord:
+        replica = {}
         if self.replica:
-            result |= {k: r[src] for k, src in (("d_model", "replica_d_model"), ("params", "replica_params"))}
-            result |= {k: r[k] for k in ("tokens_per_param", "target_tokens_per_param", "on_path")}
-        return result
+            replica = {k: r[src] for k, src in (("d_model", "replica_d_model"), ("params", "replica_params"))}
+            replica |= {k: r[k] for k in ("tokens_per_param", "target_tokens_per_param", "on_path")}
+        return RungRecord(
+            rung, r["seed"], r["budget_flops"], 1, r["tokens"], r["val_loss"], r["compute_flops"], **replica
+        )
 
     def _cost(self, config: int, seed: int, rung: int) -> float:
         if self.replica:
@@ -318,25 +316,24 @@ class SearchReplay:
         number, first = len(self.arrivals), self._by[(config, 0, budget_key(self.budgets[0]))]
         self.arrivals.append(config)
         flops = first["executed_flops_per_token"]
-        trial_id = self.store.start_trial("replay", number=number, config={"residual": first["residual"]})
+        trial_id = self.store.start_trial(
+            "replay", number=number, config={"residual": first["residual"]}, costs=CountedCosts(flops)
+        )
         spent, rung = 0.0, 0
         while True:
-            decision = self.decide(number, 0, flops, self._result(config, 0, rung))
+            decision = self.decide(number, flops, self._result(config, 0, rung))
             spent = self._cost(config, 0, rung) if not self.replica else spent + self._cost(config, 0, rung)
-            if decision.measure_again:
-                again = {**self._result(config, 1, rung), "seed": REMEASURE_SEED_OFFSET}
-                decision = self.decide(number, REMEASURE_SEED_OFFSET, flops, again)
+            if decision.verdict == Verdict.MEASURE_AGAIN:
+                again = replace(self._result(config, 1, rung), seed=REMEASURE_SEED_OFFSET)
+                decision = self.decide(number, flops, again)
                 spent += self._cost(config, 1, rung)
-            if not decision.promote:
+            if decision.verdict != Verdict.CLIMB:
                 break
             rung += 1
         if not self.replica:  # one run to rung r, plus the cooldown branch of every rung below it
             spent += self.cooldown * sum(self.budgets[:rung])
         self._reached[number] = rung + 1
-        self.store.finish_trial(
-            trial_id,
-            {"status": TrialStatus.COMPLETED, "val_loss": first["val_loss"], "executed_flops_per_token": flops},
-        )
+        self.store.finish_trial(trial_id, TrialResult.loss_only(first["val_loss"], flops))
         self.spent += spent
         return spent
 
@@ -350,7 +347,7 @@ class SearchReplay:
             config = self.arrivals[row.number]
             todo = [r for r in range(self._reached[row.number]) if (row.number, r) not in have]
             for rung in todo:
-                self.store.record_rung("replay", row.number, 1, self._result(config, 1, rung))
+                self.store.record_rung("replay", row.number, self._result(config, 1, rung))
                 spent += self._cost(config, 1, rung) if self.replica else 0.0
             if todo and not self.replica:  # one run of the second seed up to its top rung, with its branches
                 top = self._reached[row.number] - 1
@@ -369,8 +366,7 @@ class SearchReplay:
         spent = 0.0
         for number in choose_anchors(aspects, {n: predictions[n].loss for n in trained}, self.anchors):
             row = self._anchor[self.arrivals[number]]
-            result = self._result_of(row, len(self.budgets))
-            self.store.record_rung("replay", number, row["seed"], result)
+            self.store.record_rung("replay", number, self._result_of(row, len(self.budgets)))
             self.anchored.append(self.arrivals[number])
             spent += row["compute_flops"]
         self.spent += spent

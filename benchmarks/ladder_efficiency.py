@@ -1,7 +1,7 @@
 """Ladder efficiency: the front at the target that a ladder, a single-budget or a target-budget search buys per FLOP.
 
     python -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
-        --replica-runs benchmarks/data/fidelity_replica_runs.csv \
+        --replica-runs benchmarks/data/fidelity_replica_runs_keep_heads.csv \
         --out benchmarks/results/ladder_efficiency.json        # JSON + PNG beside it
 
 Every search is replayed on the fidelity benchmark's tables (`benchmarks.fidelity`), so its compute is counted,
@@ -38,13 +38,16 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from benchmarks.fidelity import DEFAULT_LAYOUT, ETA, LAYOUTS, REPLICA_CSV, RUNS_CSV, layout_budgets
+from benchmarks.fidelity import BEFORE_LAYOUT, CORPORA, ETA, RUNS_CSV, layout_budgets
 from benchmarks.grading import SearchReplay, Truth, as_rows, graded_rows
 from benchmarks.harness import TableSampler, machine_info, read_table
 from nas.answer.pareto import hypervolume, pareto_rows
-from workers.training.train import OptimConfig
+from workers.training.config import OptimConfig
 
 log = logging.getLogger("ladder_efficiency")
+# The replica strategy's ladder: promotion over replica rungs, replayed on the tables that hold every share (the
+# replicas that kept the head count); a search's default layout has one rung and nothing to promote.
+REPLICA_LAYOUT = BEFORE_LAYOUT
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PROPOSERS = ("random", "tpe")
@@ -103,7 +106,7 @@ def load(path: Path, replica_path: Path | None = None) -> Table:
         ladder_compute=float(np.median([r["compute_flops"] for r in ladder])),
         ladder_rows=tuple(r for r in rows if r["kind"] == "ladder"),
         replica_rows=tuple(replica) if replica is not None else None,
-        replica_budgets=tuple(layout_budgets(target, *LAYOUTS[DEFAULT_LAYOUT])) if replica is not None else (),
+        replica_budgets=tuple(layout_budgets(target, *REPLICA_LAYOUT)) if replica is not None else (),
     )
 
 
@@ -132,7 +135,7 @@ def make_strategy(name: str, table: Table) -> SearchReplay | SingleBudget:
         if replica and table.replica_rows is None:
             raise SystemExit("the replica strategy needs --replica-runs (fidelity.py build-replicas)")
         rows, budgets = (table.replica_rows, table.replica_budgets) if replica else (table.ladder_rows, table.budgets)
-        eta = LAYOUTS[DEFAULT_LAYOUT][1] if replica else ETA
+        eta = REPLICA_LAYOUT[1] if replica else ETA
         noise_rule = name != "replica_without_noise_rule"
         return SearchReplay(rows, budgets, eta, table.target, replica=replica, cooldown=COOLDOWN, noise_rule=noise_rule)
     if name == "rung0":
@@ -429,7 +432,7 @@ def _brief(summary: dict) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=RUNS_CSV)
-    parser.add_argument("--replica-runs", type=Path, default=REPLICA_CSV, help="replica rows (the replica strategy)")
+    parser.add_argument("--replica-runs", type=Path, default=CORPORA["plays"].keep_heads_runs, help="replica rows")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "ladder_efficiency.json")
     parser.add_argument("--seeds", type=int, default=10, help="proposal orders 0..N-1 per proposer")
     parser.add_argument("--proposers", default=",".join(PROPOSERS), help="comma-separated: random, tpe")

@@ -51,7 +51,7 @@ def run_one(job: tuple[str, str, int, float, bool]) -> dict:
     from search_spaces.residual_lm import flavour, flops_per_token
     from workers.data.config import DataConfig
     from workers.data.corpus import load_corpus
-    from workers.training.train import RunConfig
+    from workers.training.config import RunConfig
     from workers.trial.run import run_trial
 
     torch.set_num_threads(1)

@@ -78,23 +78,17 @@ def run_job(job: BiasJob) -> list[dict]:
 
     from search_spaces.residual_lm import ArchConfig
     from workers.data.corpus import load_corpus
-    from workers.training.train import OptimConfig, RunConfig
+    from workers.training.config import OptimConfig, RunConfig
+    from workers.trial.contract import TrialRequest
     from workers.trial.replica import run_replica_trial
 
     torch.set_num_threads(1)
     cfg = ArchConfig(**job.arch)
     keep_head_size = VARIANTS[job.variant].keep == "head_size"
-    result = run_replica_trial(
-        cfg,
-        TARGET,
-        [fidelity.REPLICA_TOP_SHARE * TARGET],
-        load_corpus(fidelity.CORPORA[job.corpus].data()),
-        seed=job.seed,
-        optim=OptimConfig(lr=3e-3),
-        run=RunConfig(**fidelity.RUN),
-        width_probe=False,
-        min_width=VARIANTS[job.variant],
-    )
+    measurement = fidelity.replica_measurement(TARGET, [fidelity.REPLICA_TOP_SHARE * TARGET], VARIANTS[job.variant])
+    run = RunConfig(**fidelity.RUN)
+    request = TrialRequest.of(cfg, measurement, optim=OptimConfig(lr=3e-3), run=run, seed=job.seed, width_probe=False)
+    result = run_replica_trial(request, load_corpus(fidelity.CORPORA[job.corpus].data()))
     base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", job.seed, TARGET), cfg, "")
     base |= {"status": str(result.status), "corpus": job.corpus, "variant": job.variant}
     rows = fidelity.replica_rows(base, result.rungs)
@@ -136,15 +130,16 @@ def run_lr_job(job: LrJob) -> list[dict]:
 
     from search_spaces.residual_lm import ArchConfig
     from workers.data.corpus import load_corpus
-    from workers.training.train import OptimConfig, RunConfig
+    from workers.training.config import OptimConfig, RunConfig
+    from workers.trial.contract import TrialRequest
     from workers.trial.replica import run_replica_trial
 
     torch.set_num_threads(1)
     cfg, top = ArchConfig(**job.arch), fidelity.REPLICA_TOP_SHARE * TARGET
     narrowing = LR_VIEWS[job.view]
-    result = run_replica_trial(cfg, TARGET, [top], load_corpus(fidelity.CORPORA[job.corpus].data()), seed=0,
-                               optim=OptimConfig(lr=job.lr), run=RunConfig(**fidelity.RUN), width_probe=False,
-                               min_width=narrowing)  # fmt: skip
+    request = TrialRequest.of(cfg, fidelity.replica_measurement(TARGET, [top], narrowing), optim=OptimConfig(lr=job.lr),
+                              run=RunConfig(**fidelity.RUN), width_probe=False)  # fmt: skip
+    result = run_replica_trial(request, load_corpus(fidelity.CORPORA[job.corpus].data()))
     base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", 0, TARGET), cfg, str(result.status))
     base |= {"corpus": job.corpus, "variant": DEFAULT, "lr": job.lr, "view": job.view}
     rows = fidelity.replica_rows(base, result.rungs)

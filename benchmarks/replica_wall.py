@@ -46,6 +46,8 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
     from workers.data.config import DataConfig
     from workers.data.corpus import load_corpus
     from workers.training.plans import LadderConfig
+    from workers.trial.contract import Measurement, TrialRequest
+    from workers.trial.narrowing import KEEP_HEADS
     from workers.trial.replica import run_replica_trial, rung_budgets
     from workers.trial.run import run_trial
 
@@ -62,7 +64,9 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
             result = run_trial(cfg, budgets[-1], corpus, ladder=ladder)
         else:
             floor = int(name.rsplit("_", 1)[1])
-            result = run_replica_trial(cfg, target, budgets, corpus, min_width=floor)
+            narrowing = KEEP_HEADS.model_copy(update={"min_width": floor})  # the floors this benchmark measured
+            measurement = Measurement(budgets[-1], None, tuple(budgets), target, narrowing)
+            result = run_replica_trial(TrialRequest.of(cfg, measurement), corpus)
         wall = time.perf_counter() - start
         out[name] = {
             "status": str(result.status),
@@ -72,7 +76,7 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
             "training_flops": result.training_flops + result.branch_flops,
             "step_time_share": result.step_time_share,
             "mean_step_ms": 1e3 * wall * (result.step_time_share or 0.0) / max(result.steps, 1),
-            "rungs": [{k: r.get(k) for k in RUNG_FIELDS} for r in result.rungs],
+            "rungs": [{k: getattr(r, k) for k in RUNG_FIELDS} for r in result.rungs],
         }
     return out
 
@@ -80,7 +84,8 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
 def step_floor(widths: tuple[int, ...], batch: int, repeats: int = 20) -> dict[int, float]:
     """Median ms of one training step (forward, backward, clip, AdamW) of a 4-layer cascaded model per width."""
     from search_spaces.residual_lm import ArchConfig, build_model
-    from workers.training.train import OptimConfig, build_optimizer
+    from workers.training.config import OptimConfig
+    from workers.training.train import build_optimizer
 
     out = {}
     for width in widths:
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import torch
 
-    from workers.training.train import RunConfig
+    from workers.training.config import RunConfig
 
     torch.set_num_threads(1)
     configs, trial_flops = (CONFIGS[:1], 3e9) if args.smoke else (CONFIGS, TRIAL_FLOPS)

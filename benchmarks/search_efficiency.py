@@ -70,7 +70,7 @@ def grid_points() -> list[dict]:
 def run_point(knobs: dict, corpus, seed: int) -> dict:
     """One real proxy trial of a grid point, as a CSV row."""
     from search_spaces.residual_lm import ArchConfig
-    from workers.training.train import OptimConfig, RunConfig
+    from workers.training.config import OptimConfig, RunConfig
     from workers.trial.run import run_trial
 
     arch = {k: v for k, v in knobs.items() if k != "lr"}

@@ -65,14 +65,11 @@ def noop_values(params: dict, executed_flops_per_token: float = 1.0) -> tuple[fl
 
 def noop(request, report=None, on_rung_done=None):
     """A worker (`nas.search.trainable.Worker`) that trains nothing: a completed outcome with the no-op loss."""
-    from workers.status import TrialStatus
     from workers.trial.contract import TrialOutcome
-    from workers.trial.run import TrialResult
+    from workers.trial.result import TrialResult
 
-    v, f = noop_values({"lr": request.optim.lr}, request.ticket.executed_flops_per_token)
-    result = TrialResult.untrained(TrialStatus.COMPLETED, "", f, time.perf_counter())
-    result.failure_reason, result.val_loss, result.executed_flops_per_token = None, v, f
-    return TrialOutcome(request.ticket.number, result, v)
+    v, f = noop_values({"lr": request.optim.lr}, request.ticket.costs.executed_flops_per_token)
+    return TrialOutcome(request.ticket.number, TrialResult.loss_only(v, f), v)
 
 
 def direct_ask_tell(space, budget: Budget, storage, seed: int = 0) -> dict:
@@ -89,7 +86,7 @@ def direct_ask_tell(space, budget: Budget, storage, seed: int = 0) -> dict:
     for _ in range(N_TRIALS):
         trial = study.ask()
         extra = define(trial)
-        study.tell(trial, list(noop_values(trial.params, extra[TICKET_KEY].executed_flops_per_token)))
+        study.tell(trial, list(noop_values(trial.params, extra[TICKET_KEY].costs.executed_flops_per_token)))
     wall = time.perf_counter() - start
     done = len(study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)))
     return {
@@ -148,15 +145,15 @@ def trial_timing(rows: list, tuner_started: datetime, tuner_ended: datetime) -> 
     }
 
 
-def fake_result(rich: bool, i: int) -> dict:
+def fake_result(rich: bool, i: int):
     """The record a no-op trial writes, or one with a 40-point curve and diagnostics like a real trial's."""
-    result = {"status": "completed", "val_loss": 2.0 + i / 100, "executed_flops_per_token": 1e6}
+    from workers.training.records import CurvePoint
+    from workers.trial.result import TrialResult
+
+    result = TrialResult.loss_only(2.0 + i / 100, 1e6)
     if rich:
-        result["curve"] = [
-            {"step": s, "tokens": 2048 * s, "train_loss": 3.0, "val_loss": 3.1, "training_flops": 6e6 * s}
-            for s in range(0, 400, 10)
-        ]
-        result["diagnostics"] = {"residual_rms": [1.0] * 8, "skip_rate": [0.25] * 8}
+        result.curve = [CurvePoint(s, 2048 * s, 3.0, 6e6 * s, 1e-3, 400, 3.1, s // 10, 40) for s in range(0, 400, 10)]
+        result.diagnostics = {"residual_rms": [1.0] * 8, "skip_rate": [0.25] * 8}
     return result
 
 

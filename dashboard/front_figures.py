@@ -68,11 +68,11 @@ def _points_trace(
 
 
 def _unfinished_x(row, axis: CostAxis = COUNTED) -> float | None:
-    """Where to draw a trial without a loss: its executed FLOPs, else nominal, else the sampled estimate
-    (another axis: its cost there, or None)."""
+    """Where to draw a trial without a loss: its executed FLOPs (counted when it started), else nominal (another
+    axis: its cost there, or None)."""
     if axis is not COUNTED:
         return axis.of(row)
-    for x in (row.executed_flops_per_token, row.nominal_flops_per_token, row.config.get("executed_flops_per_token")):
+    for x in (row.executed_flops_per_token, row.nominal_flops_per_token):
         if is_finite(x) and x > 0:
             return float(x)
     return None

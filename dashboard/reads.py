@@ -6,8 +6,8 @@ directory (`nas.store.default_url`). Reads are cached for `TTL_S` seconds, keyed
 arguments, so a page refresh every `REFRESH_S` seconds sees new trials. Nothing here writes: a
 SQLite file that does not exist is reported, not created.
 
-The predictions at a search's target budget (`nas.answer.target.predict_search`) and its loss-vs-compute
-fit (`nas.answer.extrapolate.fit_study`) are computed from the cached rungs and cached the same way.
+The search's answer at a target budget is `nas.search_answer.search_answer`'s, the one `nas show` and `nas export`
+read: computed once per write to the search, kept until the store's next write to it.
 """
 
 from __future__ import annotations
@@ -25,9 +25,22 @@ from sqlalchemy.engine import make_url
 
 from nas.answer.backtest import Backtest
 from nas.answer.target import Answer, Prediction, answer_at_target
+from nas.search_answer import SearchAnswer
+from nas.search_answer import search_answer as answer_of_search
 from nas.space.budget import Budget, BudgetError, stored_budget
-from nas.store import STORAGE_ENV, RungRow, SearchRow, SearchSummary, Store, StoreError, TrialRow, default_url
+from nas.store import (
+    STORAGE_ENV,
+    CurvePointRow,
+    RungRow,
+    SearchRow,
+    SearchSummary,
+    Store,
+    StoreError,
+    TrialRow,
+    default_url,
+)
 from workers.status import TrialStatus
+from workers.trial.result import WidthCertificate
 
 FIDELITY_ENV = "RESNAS_FIDELITY_JSON"  # the fidelity benchmark's JSON (`make fidelity`), if not the shipped one
 SHIPPED_FIDELITY = resources.files("dashboard").joinpath("fidelity_summary.json")  # package data, from make fidelity
@@ -143,10 +156,16 @@ def budget(url: str, name: str) -> Budget | str:
         return f"its stored budget cannot be read ({err})"
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
+def search_answer(url: str, name: str, target: float) -> SearchAnswer:
+    """The search's answer at `target` training FLOPs: its predictions, front, hypervolume and what it rests on
+    (`nas.search_answer`, kept until the store's next write to the search)."""
+    return answer_of_search(store(url), name, target)
+
+
 def answer(url: str, name: str, target: float) -> Answer:
     """The search's answer at `target` training FLOPs from all its rungs (`nas.answer.target.answer_at_target`)."""
-    return answer_at_target(rungs(url, name), target)
+    found = search_answer(url, name, target).answer
+    return found if found is not None else answer_at_target([], target)
 
 
 def predictions(url: str, name: str, target: float) -> dict[int, Prediction]:
@@ -159,7 +178,6 @@ def backtest(url: str, name: str, target: float) -> Backtest:
     return answer(url, name, target).backtest
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False)
 def fit_params(url: str, name: str, target: float) -> dict[int, tuple[float, float, float, str]]:
     """Each trial's (E, A, alpha, group) of L = E + A C^-alpha: the search's curve, with A as its predictor set
     it ({} without a finite rung)."""
@@ -167,7 +185,7 @@ def fit_params(url: str, name: str, target: float) -> dict[int, tuple[float, flo
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def curve(url: str, trial_id: int) -> list[dict]:
+def curve(url: str, trial_id: int) -> list[CurvePointRow]:
     return store(url).curve(trial_id)
 
 
@@ -177,11 +195,11 @@ def diagnostics(url: str, trial_id: int) -> dict | None:
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
-def width(url: str, trial_id: int) -> dict | None:
+def width(url: str, trial_id: int) -> WidthCertificate | None:
     return store(url).width(trial_id)
 
 
-def widths(url: str, name: str) -> list[tuple[TrialRow, dict]]:
+def widths(url: str, name: str) -> list[tuple[TrialRow, WidthCertificate]]:
     """(trial, width certificate) of the search's completed trials that have one."""
     pairs = [(row, width(url, row.id)) for row in trials(url, name) if row.status == TrialStatus.COMPLETED]
     return [(row, cert) for row, cert in pairs if cert is not None]

@@ -10,11 +10,8 @@ from collections.abc import Sequence
 import pandas as pd
 import streamlit as st
 
-from nas.answer.decisions import rests_on, trial_facts
 from nas.answer.pareto import reference_point
-from nas.answer.target import front_at_target
 from nas.space.budget import VALIDATED_TARGET_RATIO, Budget
-from nas.space.objectives import front_costs, objectives_of
 from workers.status import TrialStatus
 
 from . import reads
@@ -190,17 +187,15 @@ def target_page(url: str, summaries: Sequence) -> None:
         if reason is not None:
             st.info(reason)
             return
-        rows = reads.trials(url, name)
-        answer = reads.answer(url, name, budget.target)
+        found = reads.search_answer(url, name, budget.target)
+        rows, answer = list(found.rows), reads.answer(url, name, budget.target)
         st.caption(ladder_caption(budget, answer.backtest, answer.calibration))
         if target is not None and isinstance(stored, Budget) and target != stored.target:
             st.caption(moved_target_note(budget))
         st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
         unmeasured_caption(rows, axis)
         st.subheader("What the answer rests on")
-        key, also = front_costs(objectives_of(reads.get_search(url, name).settings))  # the front nas show reads
-        front = [r.number for r in front_at_target(rows, answer.predictions, key=key, also=also)]
-        st.markdown("\n".join(f"- {line}" for line in rests_on(answer, front, *trial_facts(rows))))
+        st.markdown("\n".join(f"- {line}" for line in found.rests_on))  # as nas show and the export say it
         st.subheader("Trials at the target")
         st.dataframe(
             target_frame(rows, predictions, axis),

@@ -17,6 +17,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from nas.store import CurvePointRow
+from workers.trial.result import WidthCertificate
+
 from .style import family_colour, format_number, is_finite, legend_keys, mod_symbol, trial_hover
 
 __all__ = [
@@ -29,21 +32,23 @@ __all__ = [
 ]
 
 
-def loss_curve_figure(curve: Sequence[Mapping]) -> go.Figure:
+def loss_curve_figure(curve: Sequence[CurvePointRow]) -> go.Figure:
     """Train loss (line) and validation loss (markers where evaluated) against tokens seen."""
-    use_tokens = all(p.get("tokens") is not None for p in curve)
-    x_of = (lambda p: p["tokens"]) if use_tokens else (lambda p: p["step"])
+    use_tokens = all(p.tokens is not None for p in curve)
     hover = "step %{customdata[0]}<br>tokens %{customdata[1]:,}<br>training FLOPs %{customdata[2]:.3g}<br>"
     fig = go.Figure()
-    for key, name, mode in (("train_loss", "train loss", "lines"), ("val_loss", "val loss", "lines+markers")):
-        pts = [p for p in curve if is_finite(p.get(key))]
+    for loss, name, mode in (
+        (lambda p: p.train_loss, "train loss", "lines"),
+        (lambda p: p.val_loss, "val loss", "lines+markers"),
+    ):
+        pts = [p for p in curve if is_finite(loss(p))]
         fig.add_trace(
             go.Scatter(
-                x=[x_of(p) for p in pts],
-                y=[p[key] for p in pts],
+                x=[p.tokens if use_tokens else p.step for p in pts],
+                y=[loss(p) for p in pts],
                 name=name,
                 mode=mode,
-                customdata=[[p.get("step"), p.get("tokens") or 0, p.get("training_flops") or 0] for p in pts],
+                customdata=[[p.step, p.tokens or 0, p.training_flops or 0] for p in pts],
                 hovertemplate=hover + name + " %{y:.4f}<extra></extra>",
             )
         )
@@ -174,10 +179,10 @@ def residual_norm_figure(diag: Mapping) -> go.Figure:
 # ---- width certificate -----------------------------------------------------------------------
 
 
-def width_figure(rows_with_width: Sequence[tuple[Any, Mapping]]) -> go.Figure:
+def width_figure(rows_with_width: Sequence[tuple[Any, WidthCertificate]]) -> go.Figure:
     """d_align (left) and p_hat(8, 8) (right) against d_model, one point per trial.
 
-    `rows_with_width` pairs each `TrialRow` with its width certificate dict (`Store.width`).
+    `rows_with_width` pairs each `TrialRow` with its width certificate (`Store.width`).
     """
     fig = make_subplots(
         rows=1, cols=2, subplot_titles=("effective alignment dimension d_align", "empirical misalignment p̂(8, 8)")
@@ -187,8 +192,8 @@ def width_figure(rows_with_width: Sequence[tuple[Any, Mapping]]) -> go.Figure:
     for col, key in ((1, "d_align"), (2, "p_hat_8_8")):
         fig.add_trace(
             go.Scatter(
-                x=[w.get("d_model") for w in widths],
-                y=[w.get(key) for w in widths],
+                x=[w.d_model for w in widths],
+                y=[getattr(w, key) for w in widths],
                 mode="markers",
                 name=key,
                 marker=dict(
@@ -198,7 +203,7 @@ def width_figure(rows_with_width: Sequence[tuple[Any, Mapping]]) -> go.Figure:
                     line=dict(color="#222222", width=1),
                 ),
                 hovertext=[
-                    trial_hover(r) + f"<br>{key} {format_number(w.get(key), '.4g')}" for r, w in rows_with_width
+                    trial_hover(r) + f"<br>{key} {format_number(getattr(w, key), '.4g')}" for r, w in rows_with_width
                 ],
                 hovertemplate="%{hovertext}<extra></extra>",
                 showlegend=False,

@@ -5,6 +5,7 @@ trials). Each reads through `dashboard.reads` and draws figures and tables made 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import pandas as pd
 import streamlit as st
@@ -143,7 +144,7 @@ def _trial_results(url: str, row) -> None:
     cert = reads.width(url, row.id)
     if cert is not None:
         st.subheader("width certificate")
-        st.dataframe(pd.DataFrame([cert]), hide_index=True, key=f"width_{row.id}")
+        st.dataframe(pd.DataFrame([asdict(cert)]), hide_index=True, key=f"width_{row.id}")
     if not (curve or panels or cert):
         st.info("no results stored for this trial yet")
 
@@ -164,7 +165,7 @@ def width_page(url: str, summaries: Sequence) -> None:
         st.plotly_chart(width_figure(pairs))
         st.markdown(_width_advice(pairs))
         frame = pd.DataFrame(
-            [{"number": r.number, "residual": r.residual, "mod_rate": r.mod_rate, **w} for r, w in pairs]
+            [{"number": r.number, "residual": r.residual, "mod_rate": r.mod_rate, **asdict(w)} for r, w in pairs]
         )
         st.dataframe(frame, hide_index=True, key="width_table")
 
@@ -174,10 +175,9 @@ def width_page(url: str, summaries: Sequence) -> None:
 def _width_advice(pairs) -> str:
     """One line per family, from trials of equal depth and MoD rate only (`dashboard.width_advice`)."""
     points = [
-        WidthPoint(r.residual or "unknown", r.n_layers or 0, r.mod_rate or 0.0, w.get("d_model"), w.get("d_align"))
-        for r, w in pairs
+        WidthPoint(r.residual or "unknown", r.n_layers or 0, r.mod_rate or 0.0, w.d_model, w.d_align) for r, w in pairs
     ]
-    n_seq = {w.get("n_sequences") for _, w in pairs}
+    n_seq = {w.n_sequences for _, w in pairs}
     caveat = (
         "" if len(n_seq) == 1 else "\n\nCertificates use different numbers of held-out sequences R: compare at equal R."
     )

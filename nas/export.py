@@ -2,7 +2,8 @@
 
 One file per chosen trial, `<search>-trial<N>.yaml` (the format is `workers.pretrain.export_format`), plus
 `index.json` listing them with what the answer rests on (`nas.answer.decisions.rests_on`: size against
-architecture, decisions at matched cost resolved or tied), and for a search with a tokenizer other than bytes, its
+architecture, decisions at matched cost resolved or tied; the search's answer as `nas show` prints it,
+`nas.search_answer`), and for a search with a tokenizer other than bytes, its
 `<search>-tokenizer.json`, which every file names and `nas pretrain` tokenises with. `index.json` also carries
 each knob's effect on the loss at T at equal FLOPs per token (`nas.answer.effects`), beside the configs.
 `export_configs` turns store rows into those files, and validates every chosen trial before it
@@ -32,12 +33,11 @@ from workers.pretrain.export_format import (
     recommend,
 )
 from workers.status import TrialStatus
-from workers.training.train import OptimConfig, RunConfig
+from workers.training.config import OptimConfig, RunConfig
 
-from .answer.decisions import rests_on, trial_facts
-from .answer.target import Prediction, answer_at_target, front_at_target
-from .space.budget import BudgetError, stored_budget
-from .space.objectives import DEFAULT_OBJECTIVES, Objective, front_costs, inference_cost, objectives_of
+from .answer.target import Prediction
+from .search_answer import SearchAnswer, search_answer
+from .space.objectives import inference_cost
 from .store import Store, TrialRow
 from .version import code_version
 
@@ -154,14 +154,6 @@ def exported_config(
         raise ExportError(f"{label}: cannot export: {config_error_message(err)}") from None
 
 
-def _search_target(search) -> float | None:
-    """The target budget the search was run for (None if its stored budget cannot be read)."""
-    try:
-        return stored_budget(search.budget).target
-    except BudgetError:
-        return None
-
-
 def _recommendation(arch: ArchConfig, target_flops: float, prediction: Prediction | None) -> Recommendation:
     rec = recommend(arch, target_flops)
     if prediction is None or not math.isfinite(prediction.loss):
@@ -177,25 +169,15 @@ def _recommendation(arch: ArchConfig, target_flops: float, prediction: Predictio
     )
 
 
-def chosen_trials(
-    store: Store,
-    name: str,
-    *,
-    pareto: bool,
-    trial: int | None,
-    predictions: dict[int, Prediction] | None = None,
-    objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES,
-) -> list[TrialRow]:
-    """Trial `trial` (which must be completed), else the completed Pareto front at the target (by the
-    `predictions`; by the measured loss for a search without rungs) on the search's `objectives`; ExportError
-    if none."""
-    rows = store.trials(name)  # UnknownSearch (a StoreError naming it) if there is no such search
+def chosen_trials(found: SearchAnswer, *, pareto: bool, trial: int | None) -> list[TrialRow]:
+    """Trial `trial` (which must be completed), else the completed front at the target of the search's answer
+    `found` (by the measured loss for a search without rungs), as the stored rows; ExportError if none."""
+    rows, name = found.rows, found.name
     if trial is not None:
-        found = [r for r in rows if r.number == trial]
-        if not found:
+        row = next((r for r in rows if r.number == trial), None)
+        if row is None:
             known = f"{rows[0].number}..{rows[-1].number}" if rows else "none"
             raise ExportError(f"--trial: search {name!r} has no trial {trial} (trials: {known})")
-        row = found[0]
         if row.status != TrialStatus.COMPLETED:
             reason = f" ({row.failure_reason})" if row.failure_reason else ""
             raise ExportError(
@@ -206,8 +188,7 @@ def chosen_trials(
     if not pareto:
         raise ExportError("choose the trials: --pareto or --trial N")
     by_number = {r.number: r for r in rows}  # the stored rows, with their measured losses
-    key, also = front_costs(objectives)
-    front = [by_number[r.number] for r in front_at_target(rows, predictions, key=key, also=also)]
+    front = [by_number[r.number] for r in found.front]
     if not front:
         raise ExportError(f"--pareto: search {name!r} has no completed trials with a finite loss")
     return front
@@ -225,47 +206,42 @@ def export_configs(
 ) -> list[Path]:
     """Write one YAML per chosen trial and `index.json` into `out_dir`; return the YAML paths.
 
-    `trial` (if given) exports that trial, else `pareto` exports the completed non-dominated trials
-    (nas.answer.pareto.pareto_rows). `freeze_ancre` marks ANCRe coefficients for freezing (an error with
-    `trial` if that trial is not ANCRe; trials of other families on a front simply have none).
-    Everything is validated before anything is written; errors are one-line `ExportError`s or
-    the store's `StoreError`s (unknown search).
+    `trial` (if given) exports that trial, else `pareto` exports the completed trials on the front at the target
+    (`nas.search_answer`: the answer `nas show` prints, at `target_flops` when given). `freeze_ancre` marks ANCRe
+    coefficients for freezing (an error with `trial` if that trial is not ANCRe; trials of other families on a
+    front simply have none). Everything is validated before anything is written; errors are one-line
+    `ExportError`s or the store's `StoreError`s (unknown search).
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"--out: {out_dir} exists and is not a directory")
     if target_flops is not None:
         check_target_flops(target_flops)  # the flag's own check, before touching the store
-    search = store.get_search(name)
-    target = target_flops if target_flops is not None else _search_target(search)
-    rungs = store.rungs(name)
-    answer = answer_at_target(rungs, target) if target is not None and rungs else None
-    predictions = answer.predictions if answer is not None else {}
-    objectives = objectives_of(search.settings)
-    rows = chosen_trials(store, name, pareto=pareto, trial=trial, predictions=predictions, objectives=objectives)
-    every = store.trials(name)
-    key, also = front_costs(objectives)
-    front = front_at_target(every, predictions, key=key, also=also)
-    basis = rests_on(answer, [r.number for r in front], *trial_facts(every)) if answer else []
+    found = search_answer(store, name, target_flops)
+    rows = chosen_trials(found, pareto=pareto, trial=trial)
     exports = [
         exported_config(
-            store, search, row, target_flops=target, freeze_ancre=freeze_ancre, prediction=predictions.get(row.number)
+            store,
+            found.search,
+            row,
+            target_flops=found.target,
+            freeze_ancre=freeze_ancre,
+            prediction=found.predictions.get(row.number),
         )
         for row in rows
     ]
-    target_flops = target
     if freeze_ancre and trial is not None and exports[0].ancre is None:
         raise ExportError(
             f"--freeze-ancre: trial {trial} of search {name!r} is {exports[0].arch.residual}, not an ANCRe architecture"
         )
-    tokenizer = _tokenizer_json(search, exports[0].tokenizer.model_dump())
-    effects = _effects(search, every, answer)
+    tokenizer = _tokenizer_json(found.search, exports[0].tokenizer.model_dump())
+    effects = _effects(found)
     # Everything is valid: write.
     out_dir.mkdir(parents=True, exist_ok=True)
     if tokenizer is not None:
         _write_atomic(out_dir / exports[0].tokenizer.file, tokenizer)
     paths = [_write_yaml(out_dir / export_file_name(name, e.provenance.trial), e) for e in exports]
-    index = _index(name, exports, paths, target_flops) | {"rests_on": basis, "effects": effects}
+    index = _index(name, exports, paths, found.target) | {"rests_on": list(found.rests_on), "effects": effects}
     _write_atomic(out_dir / "index.json", json.dumps(index, indent=2) + "\n")
     return paths
 
@@ -348,16 +324,16 @@ def inference_fields(arch: ArchConfig) -> dict:
     }
 
 
-def _effects(search, rows: Sequence[TrialRow], answer) -> dict | None:
+def _effects(found: SearchAnswer) -> dict | None:
     """Each knob's effect on the loss at T at equal FLOPs per token, with its 80% interval
     (`nas.answer.effects.search_effects`); None without an answer at T or without a stored space."""
     from .answer.search_effects import search_effects
     from .space import SpaceError, space_from_dict, to_optuna_distributions
 
-    if answer is None:
+    if found.answer is None:
         return None
     try:
-        distributions = to_optuna_distributions(space_from_dict(search.space))
+        distributions = to_optuna_distributions(space_from_dict(found.search.space))
     except SpaceError:
         return None
-    return search_effects(rows, answer, distributions, "flops").as_dict()
+    return search_effects(found.rows, found.answer, distributions, "flops").as_dict()

@@ -1,4 +1,4 @@
-"""Small configurations, deterministic inputs, warmed models and a script runner shared by the tests."""
+"""Small configurations, deterministic inputs, warmed models, measured rungs and a script runner shared by the tests."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from types import ModuleType
 import torch
 
 from search_spaces.residual_lm import ArchConfig, build_model, flavour
+from workers.training.records import RungRecord
 
 FAMILIES = ("cascaded", "nag", "ancre")
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,3 +44,9 @@ def warmed_model(cfg: ArchConfig, batches: int = 30, batch: int = 8):
         for i in range(batches):
             model(tokens(cfg, batch, seed=1000 + i))
     return model.eval()
+
+
+def measured_rung(rung: int, loss: float, budget_flops: float, seed: int = 0, **replica) -> RungRecord:
+    """A rung that measured `loss` at `budget_flops` with `seed` (one step of one token: what a test of the answer
+    reads), with a replica rung's fields if given."""
+    return RungRecord(rung, seed, budget_flops, 1, 1, loss, budget_flops, **replica)

@@ -14,6 +14,9 @@ import numpy as np
 
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, flops_per_token
+from workers.training.records import RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
 
 ANCRE_EFFECT = 0.05  # nats at T, ancre against cascaded
 C0, ETA, RUNGS = 1e10, 3.0, 3
@@ -51,13 +54,14 @@ def planted_search(url: str, name: str = "planted", trials: int = 40, seed: int 
             flops = flops_per_token(cfg).executed
             level = 2.0 - 0.15 * math.log(cfg.d_model**2 * cfg.n_layers / 1e5) + ANCRE_EFFECT * (
                 knobs["residual"] == "ancre") + rng.normal(0.0, 0.003)  # fmt: skip
-            trial = store.start_trial(name, number=number, config=knobs, optuna_trial_number=number)
+            trial = store.start_trial(
+                name, number=number, config=knobs, optuna_trial_number=number, costs=CountedCosts(flops)
+            )
             for rung in range(RUNGS):
                 budget = C0 * ETA**rung
                 for repeat in (0, 1) if rung == RUNGS - 1 else (0,):
                     loss = level + 60 * budget**-0.25 + 0.004 * repeat + rng.normal(0.0, 0.002)
-                    result = {"rung": rung, "budget_flops": budget, "steps": 10, "tokens": int(budget / flops / 3),
-                              "val_loss": loss, "training_flops": budget}  # fmt: skip
-                    store.record_rung(name, number, repeat, result)
-            store.finish_trial(trial, {"status": "completed", "val_loss": loss, "executed_flops_per_token": flops})
+                    record = RungRecord(rung, repeat, budget, 10, int(budget / flops / 3), loss, budget)
+                    store.record_rung(name, number, record)
+            store.finish_trial(trial, TrialResult.loss_only(loss, flops))
         store.set_search_status(name, "completed")

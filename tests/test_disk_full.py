@@ -20,7 +20,10 @@ from nas.store import Store, StoreError
 from search_spaces.residual_lm import flavour, flops_per_token
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
-from workers.training.train import RunConfig, train
+from workers.training.config import RunConfig
+from workers.training.records import CurvePoint
+from workers.training.train import train
+from workers.trial.result import TrialResult
 from workers.trial.run import run_trial
 
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=2, report_every=2)
@@ -84,12 +87,13 @@ def test_a_full_disk_under_the_sqlite_store_fails_writes_in_one_line_and_corrupt
     store.create_search(
         "full", requested_trials=0, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
     )
-    curve = [{"step": s, "tokens": s, "train_loss": 1.0, "training_flops": float(s)} for s in range(200)]
+    result = TrialResult.loss_only(1.0, 1.0)
+    result.curve = [CurvePoint(s, s, 1.0, float(s), 1e-3, 200) for s in range(200)]
     written, started = 0, time.monotonic()
     with pytest.raises(StoreError, match="disk is full") as err:
         for number in range(10_000):
             trial = store.start_trial("full", number=number, config={"pad": "x" * 2000})
-            store.finish_trial(trial, {"status": "completed", "val_loss": 1.0, "curve": curve})
+            store.finish_trial(trial, result)
             written += 1
     assert "\n" not in str(err.value)
     assert time.monotonic() - started < 50  # not retried for the store's 60 s: waiting frees no space
@@ -104,5 +108,5 @@ def test_a_full_disk_under_the_sqlite_store_fails_writes_in_one_line_and_corrupt
     with Store(url) as store:
         rows = store.trials("full")
         assert sum(r.status == "completed" for r in rows) >= written  # every committed trial is there
-        assert all(len(store.curve(r.id)) == len(curve) for r in rows if r.status == "completed")
+        assert all(len(store.curve(r.id)) == len(result.curve) for r in rows if r.status == "completed")
         store.start_trial("full", number=len(rows), config={})  # and the store takes writes again

@@ -23,7 +23,16 @@ LAYERS = ("dashboard", "nas", "workers", "search_spaces")  # top to bottom
 # The parts of `nas` and `workers` (their folders, and the shared modules beside them), top to bottom: a part
 # imports only the parts below it. Each package's own `__init__` (its public names) is outside the order.
 ROOMS = {
-    "nas": ("nas.cli", "nas.search", "nas.export", "nas.answer", "nas.space", "nas.store", "nas.version"),
+    "nas": (
+        "nas.cli",
+        "nas.search",
+        "nas.export",
+        "nas.search_answer",
+        "nas.answer",
+        "nas.space",
+        "nas.store",
+        "nas.version",
+    ),
     "workers": (
         "workers.release",
         "workers.pretrain",

@@ -6,10 +6,12 @@ from .data.batches import TrainBatches, validation_batches
 from .data.config import DataConfig
 from .data.corpus import TokenizedCorpus, load_corpus
 from .data.documents import byte_tokens, read_shipped_texts, shipped_corpus_path
+from .training.config import OptimConfig, RunConfig
 from .training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
-from .training.train import OptimConfig, RunConfig, train
-from .trial.run import TrialResult, run_trial
-from .trial.width_probe import WidthCertificate, width_certificate
+from .training.train import train
+from .trial.result import TrialResult, WidthCertificate
+from .trial.run import run_trial
+from .trial.width_probe import width_certificate
 
 __all__ = [
     "DataConfig",

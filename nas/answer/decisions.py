@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 from scipy.stats import kendalltau
@@ -121,33 +121,34 @@ def architecture_tau(
     return kendall(*residuals)
 
 
+_ARCH_DEFAULTS = {name: f.default for name, f in ArchConfig.model_fields.items()}
+
+
 @dataclass(frozen=True)
 class Architecture:
-    """The knobs that make an architecture (the optimiser's are not among them)."""
+    """The fields of `ArchConfig` that make an architecture (the optimiser's and the run's are not among them),
+    with `ArchConfig`'s defaults. Without MoD (mod_rate 0) the other routing fields route nothing: `of` gives them
+    their defaults, so that two dense configs never differ in them."""
 
     residual: str
     n_layers: int
     d_model: int
-    n_heads: int = 0
-    mlp_ratio: float = 0.0
-    mod_rate: float = 0.0
-    mod_every: int = 0
-    mod_granularity: str = "sublayer"
+    n_heads: int = _ARCH_DEFAULTS["n_heads"]
+    mlp_ratio: float = _ARCH_DEFAULTS["mlp_ratio"]
+    mod_rate: float = _ARCH_DEFAULTS["mod_rate"]
+    mod_every: int = _ARCH_DEFAULTS["mod_every"]
+    mod_granularity: str = _ARCH_DEFAULTS["mod_granularity"]
 
     @classmethod
-    def of(cls, knobs: Mapping) -> Architecture:
-        """From a config's fields (an ArchConfig dump, a trial's config or a table's row)."""
-        mod_rate = float(knobs.get("mod_rate") or 0.0)
-        return cls(
-            residual=str(knobs["residual"]),
-            n_layers=int(knobs["n_layers"]),
-            d_model=int(knobs["d_model"]),
-            n_heads=int(knobs.get("n_heads") or 0),
-            mlp_ratio=float(knobs.get("mlp_ratio") or 0.0),
-            mod_rate=mod_rate,
-            mod_every=int(knobs.get("mod_every") or 0) if mod_rate else 0,
-            mod_granularity=str(knobs.get("mod_granularity") or "sublayer") if mod_rate else "sublayer",
-        )
+    def of(cls, knobs: ArchConfig | Mapping) -> Architecture:
+        """From a config or its fields (an ArchConfig dump, a trial's config, a table's row); a field it lacks (or
+        holds as None) takes `ArchConfig`'s default."""
+        values = knobs.model_dump() if isinstance(knobs, ArchConfig) else knobs
+        given = {f.name: values[f.name] for f in fields(cls) if values.get(f.name) is not None}
+        arch = cls(**{**{k: _ARCH_DEFAULTS[k] for k in ("residual", "n_layers", "d_model")}, **given})
+        if arch.mod_rate:
+            return arch
+        return replace(arch, mod_every=_ARCH_DEFAULTS["mod_every"], mod_granularity=_ARCH_DEFAULTS["mod_granularity"])
 
     @property
     def shape(self) -> tuple:
@@ -168,7 +169,7 @@ class Architecture:
 
 def differences(a: Architecture, b: Architecture) -> list[str]:
     """The knobs whose values differ between two architectures, in field order."""
-    return [name for name in Architecture.__dataclass_fields__ if getattr(a, name) != getattr(b, name)]
+    return [f.name for f in fields(Architecture) if getattr(a, f.name) != getattr(b, f.name)]
 
 
 def contrast_kind(a: Architecture, b: Architecture) -> str | None:
@@ -325,8 +326,8 @@ def trial_facts(rows: Sequence) -> tuple[dict[int, Architecture], dict[int, floa
             continue
         archs[r.number] = Architecture.of(knobs)
         flops[r.number] = float(r.executed_flops_per_token)
-        fields = tuple(sorted((k, v) for k, v in knobs.items() if k in ArchConfig.model_fields))
-        if (n := _parameters(fields)) is not None:
+        given = tuple(sorted((k, v) for k, v in knobs.items() if k in ArchConfig.model_fields))
+        if (n := _parameters(given)) is not None:
             params[r.number] = n
     return archs, flops, params
 

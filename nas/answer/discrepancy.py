@@ -22,8 +22,9 @@ family offsets are taken out, a line in x = -(s_top - s_a) z whose slope is beta
 noise the study's seed noise of one rung measurement, twice over) moves beta from the prior toward what the anchors
 show: with no anchor it is the prior; with two close or noisy ones it stays near it; with anchors far apart in z it
 follows them. Each difference's variance is twice the seed noise's plus the prior's misfit (a config's own error
-that no line in z explains), so that a few anchors do not take their own quirks for the slope. The family offsets stay the prior's (a few anchors cannot pin them). beta's sd carries into each
-correction's, and so into the prediction's band. Anchors are chosen for leverage on beta: among the contenders
+that no line in z explains), so that a few anchors do not take their own quirks for the slope. The family
+offsets stay the prior's (a few anchors cannot pin them). beta's sd carries into each correction's, and so into
+the prediction's band. Anchors are chosen for leverage on beta: among the contenders
 (the better half of the trials), the extremes of z, alternately the deepest-narrowest and the shallowest-widest.
 An anchor is informative only if it is unbiased where the top rung is biased: `benchmarks/results/anchors.json`
 measures that the target's own shape at T/3 (a third of its tokens) is not, so a search trains none by default.

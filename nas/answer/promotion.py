@@ -1,45 +1,23 @@
-"""Multi-objective asynchronous successive halving (MO-ASHA): which trials continue to the next rung.
+"""The sorting rung promotion uses (`nas.answer.rung_decision` holds the rule): which of n trials at one rung are the
+best ceil(n / eta) on several minimised objectives, and which ones sit within the noise of that cut. Pure: no store,
+no study, only numpy, moocore (non-dominated sorting) and the standard library.
 
-Trials are measured on a ladder of budgets, rungs 0..k-1 (geometric with ratio `eta`). At each rung it
-reaches, a trial reports two objectives, both minimised: the predicted validation loss at the user's
-target budget (may be +inf for a failed trial) and the executed forward FLOPs per token (known from
-the config); in a search that also minimises KV-cache bytes per token, a third (`Candidate.kv`, known
-from the config too). Everything below holds for three objectives as for two.
+A trial at a rung is a `Candidate`: its predicted validation loss at the target budget (inf for a failed trial),
+its executed forward FLOPs per token (known from the config) and, in a search that minimises them, its KV-cache
+bytes per token (`Candidate.kv`). Everything below holds for three objectives as for two. `rank` orders them:
 
-The rule (MO-ASHA, Schmucker et al., arXiv:2106.12639, with its NSGA-II selection; asynchronous as in
-ASHA, Li et al., arXiv:1810.05934): when a trial reports at rung r < k-1, it continues to rung r+1 iff,
-among ALL trials that have reported at rung r so far (itself included; n of them), it is in the best
-ceil(n / eta) of the following total order (`rank`):
+1. Candidates whose objectives are all finite come first, ordered by non-dominated sorting (front 1 = the points no
+   other point dominates; front 2 = those of the rest; ...). `a` dominates `b` iff `a` is no worse in every
+   objective and strictly better in at least one; equal points are in the same front (`nondominated_fronts`).
+2. Inside a front, larger NSGA-II crowding distance first (`crowding_distance`: boundary points get +inf, so the
+   ends of the trade-off are kept), then the smaller trial id (so the order is deterministic). Only the front that
+   straddles the cut is affected by this tie-breaking.
+3. Candidates with a non-finite objective (inf or NaN) come last, among themselves by trial id: they are in the cut
+   only when fewer than ceil(n / eta) candidates are finite.
 
-1. Trials whose two objectives are both finite come first, ordered by non-dominated sorting
-   (front 1 = the points no other point dominates; front 2 = those of the rest; ...). `a` dominates
-   `b` iff `a` is no worse in both objectives and strictly better in at least one; equal points are
-   in the same front.
-2. Inside a front, larger NSGA-II crowding distance first (`crowding_distance`: boundary points get
-   +inf), then the smaller trial id (so the order is deterministic). Only the front that straddles
-   the cut ceil(n / eta) is affected by this tie-breaking.
-3. Trials with a non-finite objective (inf or NaN) come last, among themselves by trial id. They are
-   therefore promoted only when fewer than ceil(n / eta) trials at the rung are finite (e.g. one
-   failed trial alone at its rung): the count promoted is always exactly ceil(n / eta).
-
-The decision is taken once, when the trial reports (the "stopping" form of ASHA, as Ray Tune's
-ASHAScheduler does it), against the trials seen so far: an early trial is judged against few peers
-(the first trial at a rung always continues), and a trial stopped now is not revived if later
-arrivals would have ranked it higher.
-
-Why not Optuna's pruners or Ray Tune's ASHA: they are single-objective. They rank trials at a rung by
-one scalar, so ranking by loss keeps only the low-loss (usually expensive) end of the trade-off and
-stops the cheap architectures that the Pareto front needs, and any fixed scalarisation of
-(loss, FLOPs) picks one point of the trade-off in advance. Ranking by Pareto front, then crowding
-distance, keeps trials spread along the whole front.
-
-Noise (PASHA, Bohdal et al., arXiv 2207.06940, treats configs within a noise margin as tied): a candidate
-may carry a `margin`, twice the seed noise of its predicted loss. A trial left below the cut is *tied with the
-cut* (`tied_with_cut`) when, its loss lowered by its margin, it would be promoted: which of the two a single
-seed put first is then a coin flip, and the search promotes both, or measures the rung again first
-(`nas.answer.rung_decision`).
-
-Only numpy, moocore (non-dominated sorting) and the standard library are imported.
+`promotable` is the best ceil(n / eta) of that order (`promotion_count`): always exactly that many. A candidate may
+carry a `margin`, twice the seed noise of its predicted loss; one left below the cut is *tied with the cut*
+(`tied_with_cut`) when, its loss lowered by its margin, it would be in it (PASHA, Bohdal et al., arXiv 2207.06940).
 """
 
 from __future__ import annotations
@@ -61,7 +39,6 @@ __all__ = [
     "promotable",
     "promotion_count",
     "rank",
-    "should_promote",
     "tied_with_cut",
 ]
 
@@ -194,15 +171,6 @@ def promotable(candidates: Iterable[Candidate], eta: float) -> set[int]:
     _check_unique(cands)
     k = promotion_count(len(cands), eta)
     return {c.trial for c in rank(cands)[:k]}
-
-
-def should_promote(trial: int, at_rung: Sequence[Candidate], eta: float) -> bool:
-    """The asynchronous decision for `trial`, which has just reported at a rung: whether it is in
-    `promotable(at_rung, eta)`, `at_rung` being every trial that has reported at that rung so far,
-    `trial` included (ValueError if it is missing)."""
-    if all(c.trial != trial for c in at_rung):
-        raise ValueError(f"trial {trial} is not among the candidates at its rung")
-    return trial in promotable(at_rung, eta)
 
 
 def tied_with_cut(trial: int, at_rung: Sequence[Candidate], eta: float) -> bool:

@@ -1,20 +1,36 @@
-"""Whether a trial climbs to its next rung: multi-objective successive halving with a noise margin.
+"""Whether a trial climbs to its next rung: the rule, in one place (`decide_rung`, pure).
 
-At the end of rung r of trial i the search decides from the study's rungs up to r (so that trials which
-climbed higher are not favoured by their extra rungs):
+A trial is measured on a ladder of rungs 0..k-1 with budgets C_r = C eta^r. At the end of rung r < k-1 of trial i,
+its verdict is one of three (`workers.trial.contract.Verdict`):
 
-1. each trial's loss at the target T is predicted from those rungs (`nas.answer.target.answer_at_target`);
-2. trial i climbs if it is among the best ceil(n / eta) of the n trials that reached rung r, by non-dominated
-   sorting on (predicted loss at T, executed FLOPs per token[, KV bytes per token]: the search's objectives,
-   `Ladder.objectives`) (`nas.answer.promotion`, MO-ASHA), or if it is
-   tied with that cut within twice the study's seed noise carried to T (a coin flip: it climbs);
-3. on a replica ladder (`remeasure`: each rung its own run) a tied trial first measures the rung again with a
-   second seed (`REMEASURE_SEED_OFFSET`) and climbs if its seed mean is still tied; the first trials to report
-   do so too until the study has `NOISE_REPEATS` repeated rungs, so that the noise is measured, not assumed.
-   A budget ladder (one run branched at each rung) cannot measure a rung again: its ties climb.
+1. **climb** if, among ALL n trials that have reported at rung r so far (i included), i is in the best ceil(n / eta)
+   by the order of `nas.answer.promotion.rank`: non-dominated sorting on (predicted loss at the target T, executed
+   FLOPs per token[, KV bytes per token]: the search's objectives, `Ladder.objectives`), then crowding distance.
+   Each trial's loss at T is predicted from the study's rungs up to r (`nas.answer.target.answer_at_target`), so
+   that trials which climbed higher are not favoured by their extra rungs; running peers are compared on the FLOPs
+   stored when they started.
+2. Otherwise, if i is tied with that cut within twice the study's seed noise carried to T (a coin flip, PASHA,
+   arXiv 2207.06940): on a replica ladder (`Ladder.remeasure`: each rung its own run) it first **measure_again**s
+   the rung with a second seed (`REMEASURE_SEED_OFFSET`) and climbs if its seed mean is still tied; a budget
+   ladder (one run branched at each rung) cannot measure a rung again, so its ties climb. On a replica ladder the
+   first trials to fall below the cut also measure again until the study has `NOISE_REPEATS` repeated rungs, so
+   that the noise is measured, not assumed. With `Ladder.noise_rule` off this step is skipped (plain MO-ASHA).
+3. Otherwise it **stop**s. So does every trial at its top rung, or with a non-finite predicted loss. A stop carries
+   the trial's prediction and band from every stored rung: the loss Optuna is told, on the scale every told loss
+   shares.
 
-At its top rung, or when it stops, the trial's verdict carries its prediction from every stored rung and its
-band. `decide_rung` is pure: the store-backed gate a worker calls is `nas.search.rung_gate`.
+The decision is taken once, when the trial reports (asynchronous successive halving in its "stopping" form, as
+Ray Tune's ASHAScheduler does it, Li et al., arXiv 1810.05934; multi-objective with NSGA-II's selection as in
+MO-ASHA, Schmucker et al., arXiv 2106.12639): an early trial is judged against few peers (the first trial at a rung
+always climbs), and a trial stopped now is not revived if later arrivals would have ranked it higher.
+
+Why not Optuna's pruners or Ray Tune's ASHA: they are single-objective. Ranking a rung by loss alone keeps the
+low-loss (usually expensive) end of the trade-off and stops the cheap architectures the Pareto front needs; any
+fixed scalarisation of (loss, FLOPs) picks one point of the trade-off in advance.
+
+One decision computes each answer it reads once: the answer at rung r ranks; a stop below the top rung also reads
+the answer from every stored rung; at the top rung they are the same rows and the same answer. The store-backed
+gate a worker calls is `nas.search.rung_gate`.
 """
 
 from __future__ import annotations
@@ -23,7 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from workers.trial.contract import RungVerdict
+from workers.trial.contract import REMEASURE_SEED_OFFSET, RungVerdict
 
 from ..space.objectives import DEFAULT_OBJECTIVES, Objective
 from ..store import RungRow
@@ -32,7 +48,6 @@ from .target import Answer, answer_at_target
 
 __all__ = ["NOISE_REPEATS", "REMEASURE_SEED_OFFSET", "Ladder", "decide_rung", "repeated_rungs"]
 
-REMEASURE_SEED_OFFSET = 1000  # a rung measured again runs seed + this (the front's repeats use seed + 1, + 2, ...)
 NOISE_REPEATS = 2  # repeated rungs the study needs before its seed noise is trusted for ties
 
 
@@ -61,31 +76,31 @@ def repeated_rungs(rows: Sequence[RungRow]) -> int:
 
 
 def decide_rung(ladder: Ladder, rows: Sequence[RungRow], number: int, rung: int, flops_per_token: float) -> RungVerdict:
-    """The verdict for trial `number` at the end of `rung`, from every stored rung row `rows` (its own included)."""
+    """The verdict for trial `number` at the end of `rung` (module docstring), from every stored rung row `rows`
+    (its own included); `flops_per_token`: the trial's executed forward FLOPs per token."""
     earlier = [r for r in rows if r.rung <= rung]
-    answer = answer_at_target(earlier, ladder.target_flops)
-    predicted = answer.predictions[number].loss
+    ranked = answer_at_target(earlier, ladder.target_flops)
+    predicted = ranked.predictions[number].loss
+
+    def stop() -> RungVerdict:
+        final = ranked if len(earlier) == len(rows) else answer_at_target(rows, ladder.target_flops)
+        p = final.predictions[number]
+        return RungVerdict.stop(p.loss, (p.low, p.high) if p.low is not None and p.high is not None else None)
+
     if rung >= ladder.n_rungs - 1 or not math.isfinite(predicted):
-        return final_verdict(ladder, rows, number)
-    candidates = _candidates(ladder, earlier, rung, answer, number, flops_per_token)
+        return stop()
+    candidates = _candidates(ladder, earlier, rung, ranked, number, flops_per_token)
     if number in promotable(candidates, ladder.eta):
-        return RungVerdict(True, predicted)
+        return RungVerdict.climb(predicted)
     if not ladder.noise_rule:
-        return final_verdict(ladder, rows, number)
+        return stop()
     measured_twice = len({r.seed for r in earlier if r.number == number and r.rung == rung}) >= 2
     again = ladder.remeasure and not measured_twice
     if tied_with_cut(number, candidates, ladder.eta):  # within the noise of the cut: a coin flip
-        return RungVerdict(False, predicted, None, True) if again else RungVerdict(True, predicted)
+        return RungVerdict.measure_again(predicted) if again else RungVerdict.climb(predicted)
     if again and repeated_rungs(earlier) < NOISE_REPEATS:
-        return RungVerdict(False, predicted, None, True)  # the study's noise is not measured yet
-    return final_verdict(ladder, rows, number)
-
-
-def final_verdict(ladder: Ladder, rows: Sequence[RungRow], number: int) -> RungVerdict:
-    """The trial stops: its prediction and band (None while uncalibrated) from every stored rung."""
-    p = answer_at_target(rows, ladder.target_flops).predictions[number]
-    band = (p.low, p.high) if p.low is not None and p.high is not None else None
-    return RungVerdict(False, p.loss, band)
+        return RungVerdict.measure_again(predicted)  # the study's noise is not measured yet
+    return stop()
 
 
 def _candidates(

@@ -16,10 +16,12 @@ import typer
 from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
-from workers.training.train import OptimConfig
+from workers.data.config import DataConfig
+from workers.training.config import OptimConfig
 
 from ..search.launch import PROPOSALS_PER_TRIAL
-from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO
+from ..search.settings import SAMPLERS, SearchSettings
+from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO, Budget
 from .dashboard_launch import dashboard_launch
 from .effects_table import effects
 from .front_table import print_front
@@ -28,10 +30,13 @@ from .inputs import (
     STORAGE_HELP,
     checked_search_inputs,
     console,
+    default_of,
     fail,
     join_ray_cluster,
     open_store,
+    refused_in_one_line,
     validated_data,
+    validated_ray_dir,
     with_schedule_override,
 )
 from .reports import export, list_searches, show, status
@@ -81,6 +86,14 @@ OPTIM_DEFAULTS = OptimConfig()  # what a run follows when neither the space nor 
 BUDGET, LADDER, DATA, RUNNING = "Budget", "Ladder: what each rung trains", "Data", "Running"
 
 
+def _budget(field: str):
+    return default_of(Budget, field)
+
+
+def _settings(field: str):
+    return default_of(SearchSettings, field)
+
+
 @app.command()
 def search(
     name: str = typer.Option(..., help="Name of the new search."),
@@ -90,76 +103,88 @@ def search(
         rich_help_panel=BUDGET,
     ),
     trials: int | None = typer.Option(
-        None,
+        _budget("trials"),
         help=f"Trials to train (default {DEFAULT_TRIALS} unless --search-flops); an infeasible proposal (unaffordable, "
         "or outside the tokens-per-parameter range at T) is recorded and proposed again, up to "
         f"{PROPOSALS_PER_TRIAL} proposals per trial.",
     ),
     search_flops: float | None = typer.Option(
-        None, help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
+        _budget("search_flops"), help="Training FLOPs of all trials' lowest rungs; trials = search / trial FLOPs."
     ),
-    workers: int = typer.Option(2, help="Trials run in parallel.", rich_help_panel=RUNNING),
+    workers: int = typer.Option(_settings("workers"), help="Trials run in parallel.", rich_help_panel=RUNNING),
     space: Path | None = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
-    sampler: str = typer.Option("tpe", help="tpe | nsga2 | random | gp."),
-    seed: int = typer.Option(0, help="Seed of the sampler and of every trial."),
-    retries: int = typer.Option(1, help="Retries of a trial whose process dies.", rich_help_panel=RUNNING),
+    sampler: str = typer.Option(_settings("sampler"), help=" | ".join(SAMPLERS) + "."),
+    seed: int = typer.Option(_settings("seed"), help="Seed of the sampler and of every trial."),
+    retries: int = typer.Option(
+        _settings("retries"), help="Retries of a trial whose process dies.", rich_help_panel=RUNNING
+    ),
     data: str = typer.Option(
-        "shipped",
+        default_of(DataConfig, "source"),
         help="Corpus: 'shipped', a .txt/.jsonl/.parquet file or folder, a token-shard folder, or a hub name.",
         rich_help_panel=DATA,
     ),
     tokenizer: str = typer.Option(
-        "bytes",
+        default_of(DataConfig, "tokenizer"),
         help="bytes | train:V (a byte-level BPE of V tokens trained here) | a tokenizer.json or its folder | hub name.",
         rich_help_panel=DATA,
     ),
     pad_vocab: int = typer.Option(
-        1, help="Pad the model's vocabulary to a multiple of this (64 suits GPUs).", rich_help_panel=DATA
+        _settings("pad_vocab"),
+        help="Pad the model's vocabulary to a multiple of this (64 suits GPUs).",
+        rich_help_panel=DATA,
     ),
     ray_address: str | None = typer.Option(
-        None, help="Join this Ray cluster instead of starting a local one.", rich_help_panel=RUNNING
+        _settings("ray_address"), help="Join this Ray cluster instead of starting a local one.", rich_help_panel=RUNNING
     ),
     ray_dir: str | None = typer.Option(
-        None,
+        _settings("ray_dir"),
         help="Ray Tune's storage path; on a cluster, a folder every node "
         "sees at the same path, or a URI such as s3://bucket/prefix "
         "(default: .resnas/ray beside a SQLite store, else in the working directory).",
         rich_help_panel=RUNNING,
     ),
     gpus_per_trial: float | None = typer.Option(
-        None,
+        _settings("gpus_per_trial"),
         help="GPU share per trial, e.g. 0.25 = 4 trials per GPU; "
         "0 = CPU only (default: the cluster's GPUs shared "
         "among --workers).",
         rich_help_panel=RUNNING,
     ),
-    max_trial_seconds: float | None = typer.Option(None, help="Wall-clock limit per trial.", rich_help_panel=BUDGET),
-    max_search_seconds: float | None = typer.Option(
-        None, help="Wall-clock limit for the whole search.", rich_help_panel=BUDGET
+    max_trial_seconds: float | None = typer.Option(
+        _budget("max_trial_seconds"), help="Wall-clock limit per trial.", rich_help_panel=BUDGET
     ),
-    early_stop: bool = typer.Option(False, help="Stop trials losing to peers of similar executed FLOPs."),
+    max_search_seconds: float | None = typer.Option(
+        _budget("max_search_seconds"), help="Wall-clock limit for the whole search.", rich_help_panel=BUDGET
+    ),
+    early_stop: bool = typer.Option(
+        _settings("early_stopping"), help="Stop trials losing to peers of similar executed FLOPs."
+    ),
     objectives: str = typer.Option(
-        "loss,flops",
+        ",".join(map(str, _settings("objectives"))),
         help="What the search minimises: loss,flops (loss at T, executed FLOPs per token) or loss,flops,kv "
         "(and KV-cache bytes per token, counted at each config's seq_len).",
     ),
     rungs: int = typer.Option(
-        2, help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget).", rich_help_panel=LADDER
+        _budget("rungs"),
+        help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget).",
+        rich_help_panel=LADDER,
     ),
     repeat_seeds: int = typer.Option(
-        1, help="More seeds for each member of the front at the target (noise).", rich_help_panel=LADDER
+        _settings("repeat_seeds"),
+        help="More seeds for each member of the front at the target (noise).",
+        rich_help_panel=LADDER,
     ),
     eta: float = typer.Option(
-        2.0, help="Budget ratio between rungs; the best 1/eta of a rung climb on.", rich_help_panel=LADDER
+        _budget("eta"), help="Budget ratio between rungs; the best 1/eta of a rung climb on.", rich_help_panel=LADDER
     ),
     target_flops: float | None = typer.Option(
-        None,
+        _budget("target_flops"),
         help="Training FLOPs of the pretraining run you plan: the budget the search answers for "
         f"(default: {VALIDATED_TARGET_RATIO:g} x the top rung, the furthest checked by make fidelity).",
         rich_help_panel=BUDGET,
     ),
     ladder: str = typer.Option(
-        "replica",
+        _budget("ladder"),
         help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
         "or 'budget' (the config itself, one run branched at each rung).",
         rich_help_panel=LADDER,
@@ -177,24 +202,24 @@ def search(
         rich_help_panel=LADDER,
     ),
     min_replica_width: int = typer.Option(
-        8,
+        _budget("min_replica_width"),
         help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
         "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
         rich_help_panel=LADDER,
     ),
     min_tokens_per_param: float = typer.Option(
-        4.0,
+        _budget("min_tokens_per_param"),
         help="Train only configs that see at least this many tokens per parameter at the target T (0: no bound): "
         "a config far below compute-optimal there is not a plausible answer.",
         rich_help_panel=BUDGET,
     ),
     max_tokens_per_param: float | None = typer.Option(
-        None,
+        _budget("max_tokens_per_param"),
         help="Train only configs that see at most this many tokens per parameter at T.",
         rich_help_panel=BUDGET,
     ),
     stop_grace: float = typer.Option(
-        120.0,
+        _settings("stop_grace"),
         help="After a first Ctrl-C or SIGTERM: seconds running trials get to reach their next rung.",
         rich_help_panel=RUNNING,
     ),
@@ -203,42 +228,44 @@ def search(
 ) -> None:
     """Define a compute budget and a search space, and launch a search.
     \f
-    The signature is long because typer declares one parameter per flag; the checks live in
-    `checked_search_inputs`, so this body only launches.
+    The signature is long because typer declares one parameter per flag. Each option's default is its model's
+    field (`Budget`, `SearchSettings`, `DataConfig`), read from the model; the options become those typed models
+    here (a bad value is one line naming it), the rest is checked in `checked_search_inputs`.
     """
     from ..search.launch import launch_search
     from ..store import SearchExists, StoreError
 
-    budget_options = dict(
-        trial_flops=trial_flops,
-        trials=trials,
-        search_flops=search_flops,
-        max_trial_seconds=max_trial_seconds,
-        max_search_seconds=max_search_seconds,
-        rungs=rungs,
-        eta=eta,
-        target_flops=target_flops,
-        ladder=ladder,
-        min_replica_width=min_replica_width,
-        min_tokens_per_param=min_tokens_per_param or None,
-        max_tokens_per_param=max_tokens_per_param,
-    )
-    settings_options = dict(
-        workers=workers,
-        sampler=sampler,
-        seed=seed,
-        retries=retries,
-        ray_address=ray_address,
-        ray_dir=ray_dir,
-        gpus_per_trial=gpus_per_trial,
-        early_stopping=early_stop,
-        repeat_seeds=repeat_seeds,
-        stop_grace=stop_grace,
-        pad_vocab=pad_vocab,
-        objectives=objectives,
-    )
-    space_spec, budget, settings = checked_search_inputs(
-        name, space, budget_options, settings_options, data, tokenizer, {"schedule": schedule, "cooldown": cooldown}
+    with refused_in_one_line():
+        budget = Budget(
+            trial_flops=trial_flops,
+            trials=trials,
+            search_flops=search_flops,
+            max_trial_seconds=max_trial_seconds,
+            max_search_seconds=max_search_seconds,
+            rungs=rungs,
+            eta=eta,
+            target_flops=target_flops,
+            ladder=ladder,
+            min_replica_width=min_replica_width,
+            min_tokens_per_param=min_tokens_per_param or None,
+            max_tokens_per_param=max_tokens_per_param,
+        )
+        settings = SearchSettings(
+            workers=workers,
+            sampler=sampler,
+            seed=seed,
+            retries=retries,
+            ray_address=ray_address,
+            ray_dir=validated_ray_dir(ray_dir),
+            gpus_per_trial=gpus_per_trial,
+            early_stopping=early_stop,
+            repeat_seeds=repeat_seeds,
+            stop_grace=stop_grace,
+            pad_vocab=pad_vocab,
+            objectives=objectives,
+        )
+    space_spec, settings = checked_search_inputs(
+        name, space, budget, settings, data, tokenizer, schedule=schedule, cooldown=cooldown
     )
     if ray_address:
         join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
@@ -310,7 +337,8 @@ def pretrain(
     tokens: int | None = typer.Option(None, help="Tokens to train on."),
     target_flops: float | None = typer.Option(None, help="Training compute; tokens by the iso-FLOP rule."),
     data: str = typer.Option(
-        "shipped", help="Corpus: 'shipped', a file or folder, a token-shard folder, or a hub name."
+        default_of(DataConfig, "source"),
+        help="Corpus: 'shipped', a file or folder, a token-shard folder, or a hub name.",
     ),
     tokenizer: str | None = typer.Option(
         None, help="Tokenizer (default: the one the search used, recorded in the exported file)."
@@ -381,7 +409,9 @@ def dashboard(
 
 @app.command()
 def families(
-    steps: int = typer.Option(40, min=1, max=100_000, help="AdamW steps per variant."),
+    steps: int = typer.Option(
+        40, min=1, max=100_000, help="Training steps per variant (the search's trainer, optimiser and schedule)."
+    ),
     batch: int = typer.Option(8, min=1, max=4096, help="Sequences per step."),
     seed: int = typer.Option(0, help="Seed for weights and batches."),
 ) -> None:

@@ -39,7 +39,7 @@ def load_effects(store, name: str, at_equal: str = "flops", target_flops: float 
     """The search's Effects at `target_flops` (default: its own target), read from the store. Raises ValueError
     naming the bad field."""
     from ..answer.search_effects import search_effects
-    from ..answer.target import answer_at_target
+    from ..search_answer import search_answer
     from ..space import space_from_dict, to_optuna_distributions
     from ..space.budget import stored_budget
 
@@ -51,11 +51,11 @@ def load_effects(store, name: str, at_equal: str = "flops", target_flops: float 
     if not math.isfinite(target) or target <= budget.top_rung_flops:
         top = budget.top_rung_flops
         raise ValueError(f"--target-flops must be above the search's top rung {top:.3g}, not {target:g}")
-    rungs = store.rungs(name)
-    if not rungs:
+    found = search_answer(store, name, target)
+    if found.answer is None:
         raise ValueError(f"search {name!r} has no measured rungs yet: no loss at T to read effects from")
     distributions = to_optuna_distributions(space_from_dict(search.space))
-    return search_effects(store.trials(name), answer_at_target(rungs, target), distributions, at_equal)
+    return search_effects(found.rows, found.answer, distributions, at_equal)
 
 
 def effects_report(name: str, found) -> tuple[Table, list[str]]:

@@ -1,31 +1,28 @@
 """The front at the target as a terminal table (`nas show`, and the end of `nas search` and `nas resume`).
 
-`front_report` builds the table and the lines under it from the store's rows and the search's answer
-(`nas.answer.target.answer_at_target`): one row per trial with its architecture, the rungs it reached, its measured
-loss at its highest rung, its predicted loss at T with the calibrated band (or "uncalibrated"), the trials it
-is tied with (predictions within twice the seed noise carried to T, `Answer.tied`) and its FLOPs per token.
-Under it: the predictor and bands, the hypervolume, and what the answer rests on (`nas.answer.decisions.rests_on`:
-size against architecture, and the recommended config's decisions at matched cost, resolved or tied).
-The compact table reads in 120 columns; `wide` adds the learning rate, heads, the top replica, the held-out
-error, the seeds, the inference costs (KV-cache bytes and decode FLOPs per token, counted at the config's
-seq_len: `nas.space.objectives`) and what each prediction rests on. The front is non-dominated on the
-search's objectives (`loss,flops`, or `loss,flops,kv`).
+`front_report` builds the table and the lines under it from the search's answer read from the store
+(`nas.search_answer.SearchAnswer`, the same that the export and the dashboard read): one row per trial with its
+architecture, the rungs it reached, its measured loss at its highest rung, its predicted loss at T with the
+calibrated band (or "uncalibrated"), the trials it is tied with (predictions within twice the seed noise carried
+to T, `Answer.tied`) and its FLOPs per token. Under it: the predictor and bands, the hypervolume, and what the
+answer rests on (`nas.answer.decisions.rests_on`: size against architecture, and the recommended config's
+decisions at matched cost, resolved or tied). The compact table reads in 120 columns; `wide` adds the learning
+rate, heads, the top replica, the held-out error, the seeds, the inference costs (KV-cache bytes and decode FLOPs
+per token, counted at the config's seq_len: `nas.space.objectives`) and what each prediction rests on. The front
+is non-dominated on the search's objectives (`loss,flops`, or `loss,flops,kv`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 from rich.table import Column, Table
 
 from workers.status import TrialStatus
 
-from ..answer.decisions import rests_on, trial_facts
-from ..answer.pareto import hypervolume, reference_point
-from ..answer.target import Answer, at_target, front_at_target
-from ..space.budget import Budget
-from ..space.objectives import DEFAULT_OBJECTIVES, Objective, front_costs, inference_cost_of, objectives_of
+from ..answer.target import Answer
+from ..search_answer import SearchAnswer, search_answer
+from ..space.objectives import DEFAULT_OBJECTIVES, inference_cost_of
 
 __all__ = ["COMPACT_COLUMNS", "WIDE_COLUMNS", "format_flops", "format_loss", "front_report", "print_front"]
 
@@ -87,44 +84,32 @@ def _bpb_per_nat(rows) -> dict[int, float]:
 
 
 def front_report(
-    name: str,
-    rows: Sequence,
-    rungs: Sequence,
-    budget: Budget,
-    answer: Answer | None,
-    *,
-    only_front: bool = True,
-    bpb: bool = False,
-    wide: bool = False,
-    objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES,
+    found: SearchAnswer, *, only_front: bool = True, bpb: bool = False, wide: bool = False
 ) -> tuple[Table, list[str]]:
-    """(the table, the lines under it) of search `name`. `answer` is None for a search without rungs (its
-    measured front); `bpb` shows losses in bits per byte (ties are still judged in nats); the front is
-    non-dominated on the search's `objectives`."""
-    predictions = answer.predictions if answer is not None else {}
-    targeted = at_target(rows, predictions) if predictions else list(rows)
-    key, also = front_costs(objectives)
-    front = front_at_target(rows, predictions, key=key, also=also)
-    shown = front if only_front else [r for r in targeted if r.status == TrialStatus.COMPLETED]
+    """(the table, the lines under it) of a search's answer `found`: its front at T, or with `only_front` False every
+    completed trial; `bpb` shows losses in bits per byte (ties are still judged in nats)."""
+    answer, rows = found.answer, found.rows
+    shown = list(found.front) if only_front else [r for r in found.at_target if r.status == TrialStatus.COMPLETED]
+    target = "-" if found.target is None else f"{found.target:.3g}"
     title = (
-        f"{name}: {'Pareto front' if only_front else 'completed trials'} at the target, "
-        f"T = {budget.target:.3g} training FLOPs" + ("; losses in bits/byte" if bpb else "")
+        f"{found.name}: {'Pareto front' if only_front else 'completed trials'} at the target, "
+        f"T = {target} training FLOPs" + ("; losses in bits/byte" if bpb else "")
     )
     noise = answer.noise if answer is not None else None
-    table = _table(title, shown, rows, rungs, answer, _bpb_per_nat(rows) if bpb else None, wide)
+    table = _table(title, shown, rows, found.rungs, answer, _bpb_per_nat(rows) if bpb else None, wide)
     lines = []
-    if objectives != DEFAULT_OBJECTIVES:
-        lines.append(f"objectives {','.join(map(str, objectives))}: KV bytes per token counted at each seq_len")
-    if answer is not None and predictions:
-        lines.append(f"{budget.ladder} ladder; {answer.backtest.describe()}")
+    if found.objectives != DEFAULT_OBJECTIVES:
+        lines.append(f"objectives {','.join(map(str, found.objectives))}: KV bytes per token counted at each seq_len")
+    if answer is not None and found.predictions:
+        lines.append(f"{found.budget.ladder if found.budget else 'unknown'} ladder; {answer.backtest.describe()}")
         lines.append(answer.calibration.describe())
-    if budget.beyond_validated:
-        lines.append(f"[yellow]warning:[/] {budget.beyond_validated}")
-    ref = reference_point(rows)
+    if found.budget is not None and found.budget.beyond_validated:
+        lines.append(f"[yellow]warning:[/] {found.budget.beyond_validated}")
+    ref = found.reference
     lines.append(
-        f"hypervolume at T {hypervolume(targeted, ref):.4g} against the reference point "
+        f"hypervolume at T {found.hypervolume:.4g} against the reference point "
         f"(loss {ref[0]:.4f} nats = ln {round(math.exp(ref[0]))}, executed FLOPs/token {ref[1]:.4g}); "
-        f"{len(front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
+        f"{len(found.front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
         f"{len(rows)} trial rows"
         + (
             f"; seed noise {noise:.4f} nats at a rung: predictions within twice it (carried to T) are tied"
@@ -132,9 +117,7 @@ def front_report(
             else ""
         )
     )
-    if answer is not None and predictions:
-        lines += rests_on(answer, [r.number for r in front], *trial_facts(rows))
-    return table, lines
+    return table, lines + list(found.rests_on)
 
 
 def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: bool) -> Table:
@@ -183,16 +166,7 @@ def print_front(
     at T. Outside a terminal `wide` renders at `wide_width` columns, uncropped."""
     import sys
 
-    from ..answer.target import answer_at_target
-    from ..space.budget import stored_budget
-
-    rows, rungs, search = store.trials(name), store.rungs(name), store.get_search(name)
-    budget = stored_budget(search.budget)
-    answer = answer_at_target(rungs, budget.target) if rungs else None
-    objectives = objectives_of(search.settings)
-    table, lines = front_report(
-        name, rows, rungs, budget, answer, only_front=only_front, bpb=bpb, wide=wide, objectives=objectives
-    )
+    table, lines = front_report(search_answer(store, name), only_front=only_front, bpb=bpb, wide=wide)
     if wide and not sys.stdout.isatty():  # not cropped to the console's 120 columns
         console.print(table, width=wide_width, crop=False)
     else:

@@ -7,6 +7,7 @@ command prints on.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -49,32 +50,61 @@ def open_store(storage: str | None):
         fail(str(err))
 
 
+def default_of(model, field: str):
+    """The default of `field` of `model` (a pydantic model or pydantic dataclass): what a command-line option that
+    sets that field defaults to, so that `--help` shows what the model would fill in, and the value lives once."""
+    fields = getattr(model, "__pydantic_fields__", None) or model.model_fields
+    return fields[field].default
+
+
+@contextmanager
+def refused_in_one_line():
+    """Options built into their typed models inside this block: a bad one ends in a one-line `fail` naming it (the
+    field's name as its `--option`)."""
+    from ..space.messages import options_message
+
+    try:
+        yield
+    except ValidationError as err:
+        fail(options_message(err))
+    except ValueError as err:  # a model that words its own errors (`Budget`: `BudgetError`)
+        fail(str(err))
+
+
 def checked_search_inputs(
     name: str,
     space: Path | None,
-    budget_options: dict,
-    settings_options: dict,
+    budget,
+    settings,
     data: str,
     tokenizer: str,
-    schedule_options: dict | None = None,
+    *,
+    schedule: str | None = None,
+    cooldown: float | None = None,
 ):
-    """(space spec, budget, settings) of a new search, or a one-line `fail` naming the field.
+    """(space spec, settings with the corpus) of a new search with `budget` (`Budget`) and `settings`
+    (`SearchSettings`), or a one-line `fail` naming the field.
 
     The cheap checks run first; the corpus is loaded last (tokenised once, then cached for the
     trials), the space's vocabulary is set from the tokenizer, then the budget is checked against
-    the space at its own batch size.
+    the space at its own batch size. `schedule` and `cooldown` override the space's learning-rate schedule.
     """
     from dataclasses import replace
 
+    from ..space import SpaceError, load_space
     from ..space.budget import BudgetError, check_budget_fits
 
-    space_spec, budget = validated_inputs(space, budget_options)
-    space_spec = with_schedule(space_spec, schedule_options or {}, budget.ladder if budget.rungs > 1 else None)
+    try:
+        space_spec = load_space(space)
+    except SpaceError as err:
+        fail(str(err))
+    space_spec = with_schedule(
+        space_spec, {"schedule": schedule, "cooldown": cooldown}, budget.ladder if budget.rungs > 1 else None
+    )
     if budget.beyond_validated:
         console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
     if not name.strip():
         fail("--name: must be a non-empty name")
-    settings = validated_settings({**settings_options, "ray_dir": validated_ray_dir(settings_options["ray_dir"])})
     data_fields, corpus = validated_data(data, tokenizer)  # after the cheap checks: it loads the corpus
     settings = replace(settings, data=data_fields, corpus=corpus)
     space_spec = with_vocabulary(space_spec, corpus["vocab_size"], settings.pad_vocab)
@@ -82,32 +112,7 @@ def checked_search_inputs(
         check_budget_fits(space_spec, budget)
     except BudgetError as err:
         fail(str(err))
-    return space_spec, budget, settings
-
-
-def validated_inputs(space, budget_options: dict):
-    from ..space import SpaceError, load_space
-    from ..space.budget import Budget, BudgetError
-
-    try:
-        budget = Budget(**budget_options)
-    except BudgetError as err:
-        fail(str(err))
-    try:
-        return load_space(space), budget
-    except SpaceError as err:
-        fail(str(err))
-
-
-def validated_settings(fields: dict):
-    """SearchSettings of the options, or a one-line error naming each bad option."""
-    from ..search.settings import SearchSettings
-    from ..space.messages import options_message
-
-    try:
-        return SearchSettings(**fields)
-    except ValidationError as err:
-        fail(options_message(err))
+    return space_spec, settings
 
 
 def validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
@@ -138,7 +143,7 @@ def validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
 def with_schedule(space_spec, options: dict, ladder: str | None):
     """The space with the search's learning-rate schedule fixed: the options given (not None) over the space's
     own, over OptimConfig's defaults; stored with the search so that every run of it follows the same."""
-    from workers.training.train import OptimConfig
+    from workers.training.config import OptimConfig
 
     from ..space import space_from_dict
     from ..space.messages import options_message
@@ -190,7 +195,7 @@ def validated_ray_dir(ray_dir: str | None) -> str | None:
 def with_schedule_override(exported, options: dict):
     """The export with the schedule options given (not None) in place of its own, said on the console: the
     search measured its configs under the exported schedule, so a different one is the user's explicit choice."""
-    from workers.training.train import OptimConfig
+    from workers.training.config import OptimConfig
 
     from ..space.messages import options_message
 

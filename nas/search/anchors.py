@@ -14,20 +14,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workers.status import TrialStatus
 from workers.training.plans import LadderConfig
-from workers.trial.contract import Measurement, TrialRequest, TrialTicket
+from workers.trial.contract import Measurement, TrialRequest
 
-from ..answer.discrepancy import Anchoring, aspect, choose_anchors
+from ..answer.discrepancy import NO_PRIOR, Anchoring, aspect, choose_anchors, measured_prior
 from ..answer.target import answer_at_target
 from ..space import SearchSpace, to_configs
 from ..space.budget import Budget
 from ..store import RungRow, Store, TrialRow
 from .ray_env import init_ray
-from .repeats import _measure_again
+from .repeats import measure_again
 from .settings import SearchSettings, data_config
+from .study import DefineByRun
 from .trainable import TrialPlanner
 
 __all__ = ["AnchorJob", "anchor_jobs", "measure_anchors", "search_anchoring", "trial_shapes"]
@@ -44,23 +45,31 @@ class AnchorJob:
     request: TrialRequest
 
 
-def trial_shapes(space: SearchSpace, trials: Sequence[TrialRow]) -> dict[int, tuple[int, int]]:
-    """Each completed trial's target shape (n_layers, d_model), from its sampled knobs and the space's fixed ones."""
+def trial_shapes(space: SearchSpace, trials: Sequence[TrialRow]) -> dict[int, tuple[int, int, str]]:
+    """Each completed trial's target shape and family (n_layers, d_model, residual), from its sampled knobs and the
+    space's fixed ones."""
     out = {}
     for row in trials:
         if str(row.status) != TrialStatus.COMPLETED or not row.config:
             continue
-        knobs = {k: v for k, v in row.config.items() if k in space.params}
-        arch = to_configs(space, knobs)[0]
-        out[row.number] = (arch.n_layers, arch.d_model)
+        arch = to_configs(space, {k: v for k, v in row.config.items() if k in space.params})[0]
+        out[row.number] = (arch.n_layers, arch.d_model, arch.residual)
     return out
 
 
 def search_anchoring(space: SearchSpace, budget: Budget, trials: Sequence[TrialRow]) -> Anchoring | None:
-    """How a search's answer takes its anchors' discrepancy out (None: the search trains no anchors)."""
-    if budget.anchors < 2:
+    """How a search's answer takes the top rung's bias out: the measured prior (unless the search says none),
+    moved by its anchors (None: neither)."""
+    prior = measured_prior() if budget.bias_prior == "measured" else NO_PRIOR
+    if prior == NO_PRIOR and budget.anchors < 2:
         return None
-    return Anchoring(trial_shapes(space, trials), budget.chosen_layout.top_flops)
+    shapes = trial_shapes(space, trials)
+    return Anchoring(
+        {n: (layers, width) for n, (layers, width, _) in shapes.items()},
+        {n: family for n, (_, _, family) in shapes.items()},
+        budget.chosen_layout.top_flops,
+        prior,
+    )
 
 
 def _above(row: RungRow, top: float) -> bool:
@@ -82,20 +91,19 @@ def anchor_jobs(
     predictions = answer_at_target(measured, budget.target).predictions
     shapes = trial_shapes(space, trials)
     losses = {n: p.loss for n, p in predictions.items() if n in shapes and math.isfinite(p.loss)}
-    chosen = choose_anchors({n: aspect(*shapes[n]) for n in losses}, losses, plan.count)
+    chosen = choose_anchors({n: aspect(*shapes[n][:2]) for n in losses}, losses, plan.count)
     stored = {r.number for r in rows if _above(r, layout.top_flops)}
     measurement = Measurement(
         plan.flops, LadderConfig(rungs=1, eta=budget.eta), (plan.flops,), budget.target, budget.replica_narrowing
     )
-    planner = TrialPlanner(space, data_config(settings), settings.seed, measurement)
+    planner, tickets = TrialPlanner(data_config(settings), settings.seed, measurement), DefineByRun(space, budget)
     by_number = {t.number: t for t in trials}
     todo = []
     for number in chosen:
         if number in stored:
             continue
-        row = by_number[number]
-        ticket = TrialTicket(number, row.executed_flops_per_token or float("inf"))
-        todo.append(AnchorJob(number, layout.rungs, planner.request(row.config, ticket, width_probe=False)))
+        ticket = tickets.ticket(number, {k: v for k, v in by_number[number].config.items() if k in space.params})
+        todo.append(AnchorJob(number, layout.rungs, planner.request(ticket, width_probe=False)))
     return todo
 
 
@@ -108,19 +116,16 @@ def measure_anchors(store: Store, name: str, space: SearchSpace, budget: Budget,
     init_ray(settings)
     import ray
 
-    task = ray.remote(num_cpus=1)(_measure_again)
+    task = ray.remote(num_cpus=1)(measure_again)
     refs = {task.remote(j.request): j for j in todo}
-    log.info(
-        "anchors: trials %s at %.3g training FLOPs each",
-        ", ".join(str(j.number) for j in todo),
-        todo[0].request.measurement.budget_flops,
-    )
+    flops = todo[0].request.measurement.budget_flops
+    log.info("anchors: trials %s at %.3g training FLOPs each", ", ".join(str(j.number) for j in todo), flops)
     for ref, job in refs.items():
         try:
-            results = ray.get(ref)
+            records = ray.get(ref)
         except ray.exceptions.RayError as err:
             log.warning("anchor trial %d failed: %s", job.number, str(err).splitlines()[0])
             continue
-        for result in results:
-            store.record_rung(name, job.number, job.request.seed, {**result, "rung": job.rung})
+        for record in records:
+            store.record_rung(name, job.number, replace(record, rung=job.rung))
     return len(todo)

@@ -6,7 +6,8 @@ with trials whose executed forward FLOPs per token lie in the same band (a facto
 wide, on a log scale), at the same validation point (the trainer validates at fixed shares of
 each trial's own token budget, numbered by `eval_index`), and stopped when its validation loss
 is worse than the median of at least `min_peers` peers there. Executed FLOPs are known from the config, so only the
-loss needs training to be compared (docs/design.md §6).
+loss needs training to be compared (docs/design.md §6): the stopper reads them from the trial's `TrialTicket` in its
+Tune config (`split_config`) and the validation point from the progress report's `CurvePoint` (`progress_of`).
 
 A stopped trial never reaches the Pareto front: its last report carries +inf objectives, and the
 store records it as `stopped` with its partial curve.
@@ -19,6 +20,10 @@ import statistics
 from collections import defaultdict
 
 from ray import tune
+
+from workers.trial.contract import split_config
+
+from .trainable import progress_of
 
 
 def flop_band(flops_per_token: float, band_ratio: float) -> int:
@@ -37,17 +42,20 @@ class FlopBandStopper(tune.Stopper):
         self.seen: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)  # (band, k) -> trial -> loss
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        point = result.get("progress") or {}
-        flops = (result.get("config") or {}).get("executed_flops_per_token")
-        if point.get("eval_index") is None or not flops or not math.isfinite(flops):
+        """Whether Tune should stop trial `trial_id` at this report (`result`: Tune's, with the trial's config)."""
+        point = progress_of(result)
+        if point is None or point.eval_index is None or point.evals is None or point.val_loss is None:
             return False
-        k, evals = point["eval_index"], point["evals"]
+        flops = split_config(result["config"])[1].costs.executed_flops_per_token
+        if not (flops > 0 and math.isfinite(flops)):
+            return False
+        k, evals = point.eval_index, point.evals
         peers = self.seen[(flop_band(flops, self.band_ratio), k)]
         others = [loss for tid, loss in peers.items() if tid != trial_id]
-        peers[trial_id] = point["val_loss"]
+        peers[trial_id] = point.val_loss
         if k / evals < self.grace or k >= evals or len(others) < self.min_peers:
             return False
-        return point["val_loss"] > statistics.median(others)
+        return point.val_loss > statistics.median(others)
 
     def stop_all(self) -> bool:
         return False

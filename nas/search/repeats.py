@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from workers.status import TrialStatus
 from workers.training.plans import LadderConfig
-from workers.trial.contract import Measurement, TrialRequest, TrialTicket
+from workers.training.records import RungRecord
+from workers.trial.contract import Measurement, TrialRequest
 from workers.trial.execute import run_request
 
 from ..answer.target import front_at_target, predict_search
@@ -26,14 +27,15 @@ from ..space.objectives import front_costs
 from ..store import Store
 from .ray_env import init_ray
 from .settings import SearchSettings, data_config
+from .study import DefineByRun
 from .trainable import TrialPlanner
 
-__all__ = ["RepeatJob", "repeat_front", "repeat_jobs"]
+__all__ = ["RepeatJob", "measure_again", "repeat_front", "repeat_jobs"]
 
 log = logging.getLogger(__name__)
 
 
-def _measure_again(request: TrialRequest) -> list[dict]:
+def measure_again(request: TrialRequest) -> list[RungRecord]:
     """One repeat in a Ray task of one CPU: the request's ladder with its seed; the rungs it measured."""
     import torch
 
@@ -74,15 +76,15 @@ def repeat_jobs(
     key, also = front_costs(settings.objectives)
     front = front_at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions, key=key, also=also)
     stored = {(r.number, r.seed) for r in rungs}
-    data = data_config(settings)
+    data, tickets = data_config(settings), DefineByRun(space, budget)
     todo = []
     for row in front:
         measurement = _measurement(budget, predictions[row.number].rungs)
-        ticket = TrialTicket(row.number, row.executed_flops_per_token or float("inf"))
+        ticket = tickets.ticket(row.number, {k: v for k, v in row.config.items() if k in space.params})
         for k in range(1, settings.repeat_seeds + 1):
             if (row.number, settings.seed + k) not in stored:
-                planner = TrialPlanner(space, data, settings.seed + k, measurement)
-                todo.append(RepeatJob(row.number, planner.request(row.config, ticket, width_probe=False)))
+                planner = TrialPlanner(data, settings.seed + k, measurement)
+                todo.append(RepeatJob(row.number, planner.request(ticket, width_probe=False)))
     return todo
 
 
@@ -94,15 +96,15 @@ def repeat_front(store: Store, name: str, space: SearchSpace, budget: Budget, se
     init_ray(settings)
     import ray
 
-    task = ray.remote(num_cpus=1)(_measure_again)
+    task = ray.remote(num_cpus=1)(measure_again)
     refs = {task.remote(j.request): (j.number, j.seed) for j in todo}
     log.info("repeating %d front members with %d more seeds each", len({j.number for j in todo}), settings.repeat_seeds)
     for ref, (number, seed) in refs.items():
         try:
-            results = ray.get(ref)
+            records = ray.get(ref)
         except ray.exceptions.RayError as err:  # a lost repeat weakens the noise estimate; it never fails the search
             log.warning("repeat of trial %d with seed %d failed: %s", number, seed, str(err).splitlines()[0])
             continue
-        for result in results:
-            store.record_rung(name, number, seed, result)
+        for record in records:
+            store.record_rung(name, number, record)
     return len(todo)

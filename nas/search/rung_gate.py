@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from workers.trial.contract import RungVerdict
+from workers.training.records import RungRecord
+from workers.trial.contract import RungVerdict, Verdict
 
 from ..answer.rung_decision import Ladder, decide_rung
 from ..store import Store, StoreError, call_with_retries, retry_window
@@ -44,16 +45,15 @@ class StoreRungGate:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_store": None, "_optuna": None}  # each process opens its own connections
 
-    def __call__(self, trial: int, seed: int, flops_per_token: float, rung: dict) -> RungVerdict:
+    def __call__(self, trial: int, flops_per_token: float, rung: RungRecord) -> RungVerdict:
         store = self._open()
-        store.record_rung(self.search, trial, seed, rung)
-        index = int(rung["rung"])
-        verdict = decide_rung(self.ladder, store.rungs(self.search), trial, index, flops_per_token)
-        final = not verdict.promote and not verdict.measure_again
-        if final and self.optuna_study is not None:
+        store.record_rung(self.search, trial, rung)
+        verdict = decide_rung(self.ladder, store.rungs(self.search), trial, rung.rung, flops_per_token)
+        if verdict.verdict == Verdict.STOP and self.optuna_study is not None:
             band = list(verdict.band) if verdict.band else None
             self._set_optuna_attrs(
-                trial, {"target_flops": self.ladder.target_flops, "rungs_climbed": index + 1, "target_loss_band": band}
+                trial,
+                {"target_flops": self.ladder.target_flops, "rungs_climbed": rung.rung + 1, "target_loss_band": band},
             )
         return verdict
 

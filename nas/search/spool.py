@@ -5,9 +5,12 @@ A write of the search driver that still fails after the store's retry window
 file, one JSON line per write, flushed and fsync'd before the driver goes on:
 
     {"op": "finish_trial", "trial_id": ID, "result": {...}}
-    {"op": "start_and_finish", "number": N, "attempt": A, "config": {...}, "kv_bytes_per_token": K,
-     "decode_flops_per_token": D, "result": {...}}
+    {"op": "start_and_finish", "started": {"number": N, "attempt": A, "config": {...}, "costs": {...}},
+     "result": {...}}
     {"op": "optuna_tell", "study": NAME, "number": N, "values": [...] | null}
+
+A result is a `TrialResult` as `TrialResult.to_dict` gives it, a trial's row as the driver opened it a
+`StartedTrial` (`spooled_finish`, `spooled_start_and_finish`); both are rebuilt, typed, when replayed.
 
 `replay` applies the lines in order and keeps only those that failed again.  Exactly once, because
 each write is idempotent: `finish_trial` replaces a row's result (written twice is written once); a
@@ -29,10 +32,14 @@ import logging
 import math
 import os
 import threading
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import optuna
+
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
 
 from ..store import Store, is_connection_error
 
@@ -52,6 +59,38 @@ def store_unreachable(err: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+@dataclass(frozen=True)
+class StartedTrial:
+    """A trial's row as the driver opens it when Tune starts the trial: its number (Optuna's too), the attempt,
+    its knobs and its counted costs (`TrialTicket.costs`)."""
+
+    number: int
+    attempt: int
+    config: dict
+    costs: CountedCosts
+
+    def open_row(self, store: Store, search: str) -> int:
+        """`Store.start_trial` of this trial; its row id."""
+        return store.start_trial(
+            search,
+            number=self.number,
+            attempt=self.attempt,
+            config=self.config,
+            optuna_trial_number=self.number,
+            costs=self.costs,
+        )
+
+
+def spooled_finish(trial_id: int, result: TrialResult) -> dict:
+    """The spool entry of a trial's result the store could not take."""
+    return {"op": "finish_trial", "trial_id": trial_id, "result": result.to_dict()}
+
+
+def spooled_start_and_finish(started: StartedTrial, result: TrialResult) -> dict:
+    """The spool entry of a trial started, and finished, while the store was unreachable."""
+    return {"op": "start_and_finish", "started": asdict(started), "result": result.to_dict()}
 
 
 def spool_path(store_url: str, search: str) -> Path:
@@ -158,9 +197,11 @@ class Spool:
     def _apply(self, entry: dict) -> None:
         op = entry["op"]
         if op == "finish_trial":
-            self.store.finish_trial(entry["trial_id"], entry["result"])
+            self.store.finish_trial(entry["trial_id"], TrialResult.from_dict(entry["result"]))
         elif op == "start_and_finish":
-            self.store.finish_trial(self._row_for(entry), entry["result"])
+            started = entry["started"]
+            row = self._row_for(StartedTrial(**{**started, "costs": CountedCosts(**started["costs"])}))
+            self.store.finish_trial(row, TrialResult.from_dict(entry["result"]))
         elif op == "optuna_tell":
             from .study import optuna_storage  # opened here: it connects, and the store may be down
 
@@ -168,22 +209,14 @@ class Spool:
         else:
             raise ValueError(f"unknown spool entry {op!r} in {self.path}")
 
-    def _row_for(self, entry: dict) -> int:
+    def _row_for(self, started: StartedTrial) -> int:
         """The row of a trial started while the store was down: the one its number has, else a new one."""
         for row in self.store.trials(self.search):
-            if row.number == entry["number"]:
-                if row.attempt < entry["attempt"] and row.status != "completed":
+            if row.number == started.number:
+                if row.attempt < started.attempt and row.status != "completed":
                     break  # an earlier attempt's row: start_trial moves it aside for this one
                 return row.id
-        return self.store.start_trial(
-            self.search,
-            number=entry["number"],
-            attempt=entry["attempt"],
-            config=entry["config"],
-            optuna_trial_number=entry["number"],
-            kv_bytes_per_token=entry.get("kv_bytes_per_token"),  # absent from a spool written before they were
-            decode_flops_per_token=entry.get("decode_flops_per_token"),
-        )
+        return started.open_row(self.store, self.search)
 
 
 def tell_if_running(storage, study_name: str, number: int, values: list[float] | None) -> bool:

@@ -4,8 +4,8 @@ The Optuna study lives in the store's own database (Optuna's RDB storage), so op
 can open it too. Its objectives, all minimised, are the search's (`SearchSettings.objectives`):
 `target_loss` (the loss predicted at the search's target budget; nas.answer.target) and
 `executed_flops_per_token`, and `kv_bytes_per_token` when the search chose `loss,flops,kv`.
-`DefineByRun` samples the knobs and computes each config's `TrialTicket` (its number, FLOPs per token and
-why it will not be trained, if so, and its counted inference costs, stored with the trial); infeasible
+`DefineByRun` samples the knobs and computes each config's `TrialTicket` (its number, its typed configs, its
+counted costs, stored with the trial when it starts, and why it will not be trained, if so); infeasible
 configs (an invalid head split, a budget that cannot pay for one step) are marked with an Optuna
 constraint and never trained.
 """
@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from search_spaces.residual_lm import config_error_message, flops_per_token
-from workers.trial.contract import TICKET_KEY, TrialTicket
+from workers.trial.contract import TICKET_KEY, CountedCosts, TrialConfigs, TrialTicket
 
 from ..space import SearchSpace, suggest, to_configs
 from ..space.budget import Budget, trial_is_feasible
@@ -69,16 +69,18 @@ class DefineByRun:
         return {TICKET_KEY: ticket}
 
     def ticket(self, number: int, params: dict) -> TrialTicket:
-        """What the search computes about sampled `params`: FLOPs per token, why it will not be trained, and its
-        counted KV-cache bytes and decode FLOPs per token at its seq_len (stored when the trial starts)."""
+        """What the search computes about sampled `params`: their typed configs, their counted costs (FLOPs per
+        token, and KV-cache bytes and decode FLOPs per token at the config's seq_len: stored when the trial
+        starts) and why they will not be trained."""
         try:
-            arch, _, run = to_configs(self.space, params)
+            arch, optim, run = to_configs(self.space, params)
         except ValidationError as err:
-            return TrialTicket(number, math.inf, config_error_message(err))
+            return TrialTicket(number, CountedCosts(math.inf), None, config_error_message(err))
         reason = trial_is_feasible(arch, self.budget, run.batch_size)
         cost = inference_cost(arch)
         kv, decode = (None, None) if cost is None else (cost.kv_bytes_per_token, cost.decode_flops_per_token)
-        return TrialTicket(number, flops_per_token(arch).executed, reason, kv, decode)
+        costs = CountedCosts(flops_per_token(arch).executed, kv, decode)
+        return TrialTicket(number, costs, TrialConfigs(arch, optim, run), reason)
 
 
 def optuna_storage(url: str) -> optuna.storages.RDBStorage:

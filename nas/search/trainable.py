@@ -1,13 +1,15 @@
 """The Ray Tune side of one trial: the function Tune runs, and the planner that turns its config into a request.
 
 Tune hands each trial its config (the space's knobs and the search's `TrialTicket`,
-`workers.trial.contract`). In the trial's process `tune_trial` asks the `TrialPlanner` (bound once per
-search with `tune.with_parameters`) for the `TrialRequest` those knobs mean, and hands it to the worker
-(`workers.trial.execute.run_request`, or a stand-in a benchmark gives). An infeasible ticket is not trained.
+`workers.trial.contract`, which carries the typed configs those knobs map to). In the trial's process
+`tune_trial` asks the `TrialPlanner` (bound once per search with `tune.with_parameters`) for the
+`TrialRequest` of that ticket, and hands it to the worker (`workers.trial.execute.run_request`, or a stand-in
+a benchmark gives). An infeasible ticket is not trained.
 
 What goes back to the driver are Tune reports, each carrying every objective a search may minimise
-(`OBJECTIVES`; the searcher reads the search's own, `metric_keys`): progress ones carry +inf objectives
-(a trial cut short, by a time limit or a killed driver, can never put a partial loss on the front), a rung
+(`OBJECTIVES`; the searcher reads the search's own, `metric_keys`): progress ones carry +inf objectives and the
+curve's `CurvePoint` under `PROGRESS_KEY` (`progress_of`; a trial cut short, by a time limit or a killed driver,
+can never put a partial loss on the front), a rung
 the trial climbs past is reported under `RUNG_DONE` (a point where the driver may stop it), and the last
 report carries the objectives (never NaN: Optuna's `tell` rejects NaN and would leave the trial RUNNING) and the
 `TrialOutcome` under `OUTCOME_KEY` (`final_report`, `outcome_of`).
@@ -23,16 +25,17 @@ from typing import Any
 
 from workers.data.config import DataConfig
 from workers.status import TrialStatus
+from workers.training.records import CurvePoint
 from workers.training.train import Report
 from workers.trial.contract import Measurement, RungGate, TrialOutcome, TrialRequest, TrialTicket, split_config
 from workers.trial.execute import OnRungDone, not_trained, run_request
 
-from ..space import SearchSpace, to_configs
 from ..space.objectives import REPORT_KEYS, Objective, inference_cost
 
 __all__ = [
     "OBJECTIVES",
     "OUTCOME_KEY",
+    "PROGRESS_KEY",
     "RUNG_DONE",
     "TrialPlanner",
     "Worker",
@@ -40,6 +43,7 @@ __all__ = [
     "finite_or_inf",
     "metric_keys",
     "outcome_of",
+    "progress_of",
     "tune_trial",
 ]
 
@@ -49,25 +53,28 @@ __all__ = [
 OBJECTIVES = tuple(REPORT_KEYS.values())
 RUNG_DONE = "rung_done"  # reported (with the rung's index) once a rung is stored and the trial climbs on
 OUTCOME_KEY = "outcome"  # the last report's TrialOutcome
+PROGRESS_KEY = "progress"  # a progress report's CurvePoint
 Worker = Callable[[TrialRequest, Report | None, OnRungDone | None], TrialOutcome]
 
 
 @dataclass(frozen=True)
 class TrialPlanner:
-    """What every trial of a search shares: the space its knobs come from, the corpus, the seed, how trials
-    are measured and the rung gate (None without rungs). Picklable: Ray ships it to each trial's process."""
+    """What every trial of a search shares: the corpus, the seed, how trials are measured and the rung gate
+    (None without rungs). Picklable: Ray ships it to each trial's process."""
 
-    space: SearchSpace
     data: DataConfig
     seed: int
     measurement: Measurement
     rung_gate: RungGate | None = None
 
-    def request(self, knobs: Mapping[str, Any], ticket: TrialTicket, width_probe: bool = True) -> TrialRequest:
-        """The request for one sampled config (its knobs mapped to configs by the space)."""
-        arch, optim, run = to_configs(self.space, {k: v for k, v in knobs.items() if k in self.space.params})
+    def request(self, ticket: TrialTicket, width_probe: bool = True) -> TrialRequest:
+        """The request for one sampled config: the ticket's typed configs (ValueError for a ticket without them,
+        whose knobs make no valid config: it is infeasible, never trained)."""
+        if ticket.configs is None:
+            raise ValueError(f"trial {ticket.number} has no valid config: {ticket.infeasible_reason}")
+        c = ticket.configs
         return TrialRequest(
-            ticket, arch, optim, run, self.data, self.seed, self.measurement, self.rung_gate, width_probe
+            ticket, c.arch, c.optim, c.run, self.data, self.seed, self.measurement, self.rung_gate, width_probe
         )
 
 
@@ -77,18 +84,18 @@ def tune_trial(config: dict, planner: TrialPlanner, worker: Worker = run_request
     from ray import tune
 
     torch.set_num_threads(_threads_for_this_trial())
-    knobs, ticket = split_config(config)
+    _, ticket = split_config(config)
     if ticket.infeasible_reason:
         outcome = not_trained(ticket, TrialStatus.INFEASIBLE, ticket.infeasible_reason)
     else:
 
-        def progress(point: dict) -> None:
-            tune.report({**dict.fromkeys(OBJECTIVES, math.inf), "progress": point})
+        def progress(point: CurvePoint) -> None:
+            tune.report({**dict.fromkeys(OBJECTIVES, math.inf), PROGRESS_KEY: point})
 
         def climbed(rung: int) -> None:
             tune.report({**dict.fromkeys(OBJECTIVES, math.inf), RUNG_DONE: rung})
 
-        outcome = worker(planner.request(knobs, ticket), progress, climbed)
+        outcome = worker(planner.request(ticket), progress, climbed)
     tune.report(final_report(outcome))
 
 
@@ -113,6 +120,12 @@ def outcome_of(result: Mapping[str, Any] | None) -> TrialOutcome | None:
     """The outcome a trial's last report carries; None for a progress report (or none)."""
     outcome = (result or {}).get(OUTCOME_KEY)
     return outcome if isinstance(outcome, TrialOutcome) else None
+
+
+def progress_of(result: Mapping[str, Any] | None) -> CurvePoint | None:
+    """The curve point a progress report carries; None for any other report (or none)."""
+    point = (result or {}).get(PROGRESS_KEY)
+    return point if isinstance(point, CurvePoint) else None
 
 
 def finite_or_inf(value: Any) -> float:

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from workers.status import TrialStatus
 from workers.trial.contract import TrialOutcome, split_config
 from workers.trial.execute import not_trained, run_request
+from workers.trial.result import TrialResult
 
 from ..answer.rung_decision import Ladder
 from ..space import SearchSpace
@@ -36,9 +37,9 @@ from .interrupt import SearchInterrupted, StopRequest, StoreOutage, stop_signals
 from .ray_env import init_ray, ray_results_dir, trial_resources
 from .rung_gate import StoreRungGate
 from .settings import SearchSettings, data_config
-from .spool import Spool, store_unreachable
+from .spool import Spool, StartedTrial, spooled_finish, spooled_start_and_finish, store_unreachable
 from .study import DefineByRun, make_sampler, optuna_storage
-from .trainable import RUNG_DONE, TrialPlanner, Worker, metric_keys, outcome_of, tune_trial
+from .trainable import RUNG_DONE, TrialPlanner, Worker, metric_keys, outcome_of, progress_of, tune_trial
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class Counts:
     failed: int = 0
     running: int = 0
     best: float = math.inf
-    rows: dict = field(default_factory=dict)  # tune trial id -> store row id
+    rows: dict = field(default_factory=dict)  # tune trial id -> store row id (a StartedTrial while the store is down)
 
 
 class StoreCallback(tune.Callback):
@@ -78,20 +79,14 @@ class StoreCallback(tune.Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         knobs, ticket = split_config(trial.config)
-        number, attempt = ticket.number, int(trial.num_failures)
-        costs = {
-            "kv_bytes_per_token": ticket.kv_bytes_per_token,
-            "decode_flops_per_token": ticket.decode_flops_per_token,
-        }
+        started = StartedTrial(ticket.number, int(trial.num_failures), knobs, ticket.costs)
         try:
-            self.counts.rows[trial.trial_id] = self.store.start_trial(
-                self.name, number=number, attempt=attempt, config=knobs, optuna_trial_number=number, **costs
-            )
+            self.counts.rows[trial.trial_id] = started.open_row(self.store, self.name)
         except StoreError as err:
             if not store_unreachable(err):
                 raise
             self.stop.store_unreachable()  # its row is written with its result, from the spool
-            self.counts.rows[trial.trial_id] = {"number": number, "attempt": attempt, "config": knobs, **costs}
+            self.counts.rows[trial.trial_id] = started
         self.counts.running += 1
         self._refresh()
 
@@ -101,67 +96,56 @@ class StoreCallback(tune.Callback):
             outcome = interrupted_outcome(trial, self.stop)
         if outcome is None:  # cut short (time limit, early stopping): never a partial loss on the front
             outcome = stopped_outcome(trial)
-        result = outcome.record()
-        self._close(trial, result)
+        self._close(trial, outcome.result)
         self.counts.done += 1
-        if result.get("status") == TrialStatus.COMPLETED:
-            self.counts.best = min(self.counts.best, float(result.get("target_loss", result["val_loss"])))
-        self._refresh(advance=0 if result.get("status") == TrialStatus.INFEASIBLE else 1)  # the bar counts trained
+        if outcome.status == TrialStatus.COMPLETED:
+            self.counts.best = min(self.counts.best, outcome.told_loss)
+        self._refresh(advance=0 if outcome.status == TrialStatus.INFEASIBLE else 1)  # the bar counts trained
 
     def on_trial_recover(self, iteration, trials, trial, **info):
         """The attempt's process died and Tune will start it again: `retrying` until then."""
-        self._close(trial, {"status": TrialStatus.RETRYING, "val_loss": math.inf, "failure_reason": error_line(trial)})
+        self._close(trial, died(trial, TrialStatus.RETRYING))
         self.counts.failed += 1
         self._refresh()
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        self._close(trial, {"status": TrialStatus.FAILED, "val_loss": math.inf, "failure_reason": error_line(trial)})
+        self._close(trial, died(trial, TrialStatus.FAILED))
         self.counts.failed += 1
         self.counts.done += 1
         self._refresh(advance=1)
 
-    def _close(self, trial, result: dict) -> None:
+    def _close(self, trial, result: TrialResult) -> None:
         """Write the attempt's result; past the store's retry window, keep it in the spool and stop
         launching trials (`nas.search.spool`)."""
         row = self.counts.rows.pop(trial.trial_id, None)
         if row is None:
-            if result["status"] == TrialStatus.FAILED:  # every attempt died before the trial started
+            if result.status == TrialStatus.FAILED:  # every attempt died before the trial started
                 self._record_unstarted_failure(trial, result)
             return
         self.counts.running -= 1
-        if isinstance(row, dict):  # started while the store was unreachable
-            self.spool.append({"op": "start_and_finish", **row, "result": result})
+        if isinstance(row, StartedTrial):  # started while the store was unreachable
+            self.spool.append(spooled_start_and_finish(row, result))
             return
         try:
             self.store.finish_trial(row, result)
         except StoreError as err:
             if not store_unreachable(err):
                 raise
-            self.spool.append({"op": "finish_trial", "trial_id": row, "result": result})
+            self.spool.append(spooled_finish(row, result))
             self.stop.store_unreachable()
             return
         if len(self.spool):  # the store takes writes again: what it could not take before follows
             self.spool.replay()
 
-    def _record_unstarted_failure(self, trial, result: dict) -> None:
+    def _record_unstarted_failure(self, trial, result: TrialResult) -> None:
         """A trial whose processes all died before it started still gets its row, `failed` with the reason:
         its row is the one an earlier attempt left waiting to retry, or a new one."""
         knobs, ticket = split_config(trial.config)
-        number = ticket.number
         waiting = [
-            r.id for r in self.store.trials(self.name) if r.number == number and r.status == TrialStatus.RETRYING
+            r.id for r in self.store.trials(self.name) if r.number == ticket.number and r.status == TrialStatus.RETRYING
         ]
-        row = (
-            waiting[0]
-            if waiting
-            else self.store.start_trial(
-                self.name,
-                number=number,
-                attempt=int(trial.num_failures),
-                config=knobs,
-                optuna_trial_number=number,
-            )
-        )
+        started = StartedTrial(ticket.number, int(trial.num_failures), knobs, ticket.costs)
+        row = waiting[0] if waiting else started.open_row(self.store, self.name)
         self.store.finish_trial(row, result)
 
     def _refresh(self, advance: int = 0) -> None:
@@ -175,6 +159,11 @@ class StoreCallback(tune.Callback):
             )
 
 
+def died(trial, status: TrialStatus) -> TrialResult:
+    """The result of an attempt whose process died: `status` (retrying or failed), the error's last line."""
+    return not_trained(split_config(trial.config)[1], status, error_line(trial)).result
+
+
 def interrupted_outcome(trial, stop: StopRequest) -> TrialOutcome:
     """A trial the driver's signal ended before its last report: `interrupted`, never a loss on a front
     (its measured rungs are in the store already)."""
@@ -185,14 +174,12 @@ def interrupted_outcome(trial, stop: StopRequest) -> TrialOutcome:
 def stopped_outcome(trial) -> TrialOutcome:
     """A trial Tune's stoppers cut short (time limit, losing to its FLOP band): `stopped`, with the tokens and
     the curve point of its last progress report, and no loss."""
-    progress = (trial.last_result or {}).get("progress") or {}
-    reason = (
-        f"stopped at step {progress.get('step')} of {progress.get('planned_steps')} "
-        "(time limit or losing to its FLOP band)"
-    )
+    point = progress_of(trial.last_result)
+    where = f"at step {point.step} of {point.planned_steps}" if point is not None else "before its first report"
+    reason = f"stopped {where} (time limit or losing to its FLOP band)"
     outcome = not_trained(split_config(trial.config)[1], TrialStatus.STOPPED, reason)
-    outcome.result.tokens_seen = int(progress.get("tokens") or 0)
-    outcome.result.curve = [progress] if progress else []
+    if point is not None:
+        outcome.result.tokens_seen, outcome.result.curve = point.tokens, [point]
     return outcome
 
 
@@ -275,11 +262,9 @@ def stoppers(budget: Budget, settings: SearchSettings, stop: StopRequest | None 
     return tune.stopper.CombinedStopper(*chosen) if chosen else None
 
 
-def trial_planner(
-    store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings, study_name: str
-) -> TrialPlanner:
-    """What every trial of the search shares (bound to Tune's trainable with `with_parameters`): the space, the
-    corpus, the seed, how trials are measured, and the rung gate (none for a single-budget search, which stores
+def trial_planner(store: Store, name: str, budget: Budget, settings: SearchSettings, study_name: str) -> TrialPlanner:
+    """What every trial of the search shares (bound to Tune's trainable with `with_parameters`): the corpus, the
+    seed, how trials are measured, and the rung gate (none for a single-budget search, which stores
     no rungs and tells the measured loss)."""
     gate = None
     if budget.rungs > 1:
@@ -291,7 +276,7 @@ def trial_planner(
             objectives=settings.objectives,
         )
         gate = StoreRungGate(store.url, name, ladder, study_name)
-    return TrialPlanner(space, data_config(settings), settings.seed, budget.measurement(), gate)
+    return TrialPlanner(data_config(settings), settings.seed, budget.measurement(), gate)
 
 
 def run_tuner(
@@ -330,7 +315,7 @@ def run_tuner(
         storage=optuna_storage(store.url),
         trained=n_trials,
     )
-    planner = trial_planner(store, name, space, budget, settings, study_name)
+    planner = trial_planner(store, name, budget, settings, study_name)
     trainable = tune.with_resources(
         tune.with_parameters(tune_trial, planner=planner, worker=worker), trial_resources(settings)
     )

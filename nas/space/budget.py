@@ -28,8 +28,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
+from workers.training.config import RunConfig
 from workers.training.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
-from workers.training.train import RunConfig
 from workers.trial.contract import Measurement
 from workers.trial.narrowing import DEFAULT_MIN_WIDTH, KEEP_HEADS, Keep, Narrowing
 from workers.trial.replica import plan_replica, rung_budgets, target_path

@@ -18,7 +18,7 @@ import optuna
 from pydantic import ValidationError
 
 from search_spaces.residual_lm import ArchConfig, config_error_message
-from workers.training.train import OptimConfig, RunConfig
+from workers.training.config import OptimConfig, RunConfig
 
 from .messages import raise_errors
 from .spec import CONFIG_MODELS, KNOWN_FIELDS, FloatParam, IntParam, SearchSpace

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from search_spaces.residual_lm import ArchConfig, cheapest_config
 from search_spaces.residual_lm.cheapest import NoValidConfig
-from workers.training.train import OptimConfig, RunConfig
+from workers.training.config import OptimConfig, RunConfig
 
 from .messages import pretty_message, raise_errors
 

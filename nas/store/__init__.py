@@ -11,12 +11,23 @@ from .migrations import (
     ensure_schema,
     schema_lock,
 )
-from .rows import RungRow, SearchExists, SearchRow, SearchSummary, StoreError, TrialRow, UnknownSearch, UnknownTrial
+from .rows import (
+    CurvePointRow,
+    RungRow,
+    SearchExists,
+    SearchRow,
+    SearchSummary,
+    StoreError,
+    TrialRow,
+    UnknownSearch,
+    UnknownTrial,
+)
 from .schema import SEARCH_STATUSES, TRIAL_STATUSES, SearchStatus, sanitise_json
 
 STORAGE_ENV = "RESNAS_STORAGE"  # the store URL when none is given, ahead of default_url (CLI and dashboard)
 
 __all__ = [
+    "CurvePointRow",
     "MIGRATIONS",
     "Migration",
     "SCHEMA_LOCK_KEY",

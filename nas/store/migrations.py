@@ -5,9 +5,11 @@ open connection; since version 1 always builds the *current* ORM, later migratio
 `sqlalchemy.inspect(connection)` before altering (a fresh database already has their change).
 
 Version 3 adds the budget ladder: the `resnas_rungs` table and `resnas_trials.branch_flops`.
-Version 4 adds the replica rungs' columns to `resnas_rungs` (`schema.REPLICA_RUNG_FIELDS`).
-Version 5 adds each trial's counted inference costs to `resnas_trials` (`schema.INFERENCE_COST_FIELDS`);
+Version 4 adds the replica rungs' columns to `resnas_rungs` (`REPLICA_RUNG_COLUMNS`).
+Version 5 adds each trial's counted inference costs to `resnas_trials` (`INFERENCE_COST_COLUMNS`);
 older rows keep NULL there and readers count them from the config (`nas.space.objectives`).
+What a version added is a fact of that version, so these lists are written out here, not read from the
+records whose fields the current columns follow (a field added later comes with its own migration).
 
 Version 2 gives retries and interrupted trials their own statuses (`workers.status.TrialStatus`):
 version 1 stored both as `failed` with a text marker in `failure_reason`, which this migration
@@ -39,8 +41,6 @@ from sqlalchemy.schema import CreateTable
 from workers.status import TrialStatus
 
 from .schema import (
-    INFERENCE_COST_FIELDS,
-    REPLICA_RUNG_FIELDS,
     TRIAL_STATUSES,
     Base,
     RungModel,
@@ -50,6 +50,8 @@ from .schema import (
 )
 
 SCHEMA_LOCK_KEY = 0x7265736E6173  # "resnas": the PostgreSQL advisory-lock key for schema changes
+REPLICA_RUNG_COLUMNS = ("d_model", "params", "tokens_per_param", "target_tokens_per_param", "on_path")  # version 4
+INFERENCE_COST_COLUMNS = ("kv_bytes_per_token", "decode_flops_per_token")  # version 5
 
 
 class SchemaVersionError(RuntimeError):
@@ -144,12 +146,12 @@ def _add_columns(connection: Connection, model: type[Base], names: tuple[str, ..
 
 def _replica_rungs(connection: Connection) -> None:
     """A replica rung's width, parameters, tokens per parameter (its own and the target's) and path flag."""
-    _add_columns(connection, RungModel, REPLICA_RUNG_FIELDS)
+    _add_columns(connection, RungModel, REPLICA_RUNG_COLUMNS)
 
 
 def _inference_costs(connection: Connection) -> None:
     """A trial's KV-cache bytes and decode FLOPs per token."""
-    _add_columns(connection, TrialModel, INFERENCE_COST_FIELDS)
+    _add_columns(connection, TrialModel, INFERENCE_COST_COLUMNS)
 
 
 MIGRATIONS: tuple[Migration, ...] = (

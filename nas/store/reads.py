@@ -11,9 +11,10 @@ from typing import Any
 from sqlalchemy import case, func, select
 
 from workers.status import TrialStatus
+from workers.trial.result import WidthCertificate
 
 from .migrations import recorded_version
-from .rows import RungRow, SearchRow, SearchSummary, TrialRow
+from .rows import CurvePointRow, RungRow, SearchRow, SearchSummary, TrialRow
 from .schema import (
     CURVE_FIELDS,
     RUNG_FIELDS,
@@ -58,6 +59,12 @@ class StoreReads(StoreSession):
     def schema_version(self) -> int:
         with self._session(write=False) as s:
             return recorded_version(s.connection())
+
+    def last_write(self, name: str) -> datetime:
+        """When search `name` was last written (a trial started or finished, a rung stored, its status set): what
+        an answer computed from its rows stays valid until (`nas.search_answer`)."""
+        with self._session(write=False) as s:
+            return self._search(s, name).updated_at
 
     def get_search(self, name: str) -> SearchRow:
         with self._session(write=False) as s:
@@ -114,23 +121,23 @@ class StoreReads(StoreSession):
                 query = query.where(TrialModel.status.in_(list(statuses)))
             return int(s.scalar(query) or 0)
 
-    def curve(self, trial_id: int) -> list[dict]:
-        """The trial's curve points by step: {step, tokens, train_loss, val_loss, training_flops}."""
+    def curve(self, trial_id: int) -> list[CurvePointRow]:
+        """The trial's curve points by step."""
         columns = [getattr(CurvePointModel, name) for name in CURVE_FIELDS]
         query = select(*columns).where(CurvePointModel.trial_id == trial_id).order_by(CurvePointModel.step)
         with self._session(write=False) as s:
-            return [dict(row._mapping) for row in s.execute(query)]
+            return [CurvePointRow(*row) for row in s.execute(query)]
 
     def diagnostics(self, trial_id: int) -> dict | None:
         with self._session(write=False) as s:
             row = s.get(DiagnosticsModel, trial_id)
             return None if row is None else row.diagnostics
 
-    def width(self, trial_id: int) -> dict | None:
-        """The trial's width certificate as `WidthCertificate.to_dict()` would give it, or None."""
+    def width(self, trial_id: int) -> WidthCertificate | None:
+        """The trial's width certificate, or None."""
         with self._session(write=False) as s:
             row = s.get(WidthCertificateModel, trial_id)
-            return None if row is None else {name: getattr(row, name) for name in WIDTH_FIELDS}
+            return None if row is None else WidthCertificate(**{name: getattr(row, name) for name in WIDTH_FIELDS})
 
 
 def _search_summary(

@@ -1,7 +1,7 @@
 """The store's plain rows and errors: what `Store` returns and raises (never an ORM object).
 
-`SearchRow`, `TrialRow` and `RungRow` mirror the columns of `schema.py`; `SearchSummary` is one line of
-`Store.list_searches`. Every `StoreError` message is one line.
+`SearchRow`, `TrialRow`, `RungRow` and `CurvePointRow` mirror the columns of `schema.py`; `SearchSummary` is one
+line of `Store.list_searches`. Every `StoreError` message is one line.
 """
 
 from __future__ import annotations
@@ -122,3 +122,14 @@ class RungRow:
     residual: str | None
     executed_flops_per_token: float | None
     kv_bytes_per_token: float | None = None  # the trial's, stored when it started (`nas.space.objectives`)
+
+
+@dataclass(frozen=True)
+class CurvePointRow:
+    """One stored point of a trial's loss curve (`val_loss` only where the trainer validated)."""
+
+    step: int
+    tokens: int
+    train_loss: float | None
+    val_loss: float | None
+    training_flops: float

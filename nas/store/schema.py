@@ -14,8 +14,10 @@ can open it) and Optuna's RDB storage owns unprefixed names such as `studies` an
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from datetime import datetime, timezone
 from enum import Enum
+from typing import get_type_hints
 
 from sqlalchemy import (
     JSON,
@@ -37,6 +39,9 @@ from sqlalchemy.types import TypeDecorator
 
 from workers.status import TrialStatus
 from workers.strict_json import sanitise_json
+from workers.training.records import RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult, WidthCertificate
 
 
 class SearchStatus(str, Enum):
@@ -54,55 +59,28 @@ class SearchStatus(str, Enum):
 SEARCH_STATUSES = tuple(s.value for s in SearchStatus)
 TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
 
-# The scalar fields of `workers.trial.run.TrialResult`, one column each on `trials`.
-RESULT_FLOAT_FIELDS = (
-    "val_loss",
-    "val_bpb",
-    "nominal_flops_per_token",
-    "executed_flops_per_token",
-    "realised_flops_per_token",
-    "budget_flops",
-    "training_flops",
-    "wall_time_s",
-    "tokens_per_s",
-    "step_time_share",
-    "peak_memory_mb",
-    "branch_flops",
-)
-RESULT_INT_FIELDS = ("tokens_seen", "planned_tokens", "steps", "seed")
-# A config's counted inference costs at its seq_len (`nas.space.objectives`): known when a trial starts.
-INFERENCE_COST_FIELDS = ("kv_bytes_per_token", "decode_flops_per_token")
+
+def scalar_fields(record: type, kind: type) -> tuple[str, ...]:
+    """The fields of dataclass `record` annotated `kind` or `kind | None`, in order: its columns of that type."""
+    hints = get_type_hints(record)
+    return tuple(f.name for f in fields(record) if hints[f.name] in (kind, kind | None))
+
+
+# The scalar fields of `TrialResult`, one column each on `trials`.
+RESULT_FLOAT_FIELDS = scalar_fields(TrialResult, float)
+RESULT_INT_FIELDS = scalar_fields(TrialResult, int)
+# A config's counted costs (`CountedCosts`, `nas.space.objectives`): known, and stored, when a trial starts.
+COST_FIELDS = tuple(f.name for f in fields(CountedCosts))
 # Architecture fields copied out of the config for filtering.
 ARCH_FIELDS = ("residual", "n_layers", "d_model", "n_heads", "mod_rate")
-# `workers.trial.width_probe.WidthCertificate`, one column each on `width_certificates`.
-WIDTH_FIELDS = (
-    "n_sequences",
-    "d_model",
-    "mu_norm",
-    "d_par",
-    "d_2",
-    "d_align",
-    "b_exact_8_8",
-    "b_align_8_8",
-    "p_hat_8_8",
-)
+# `WidthCertificate`, one column each on `width_certificates`.
+WIDTH_FIELDS = tuple(f.name for f in fields(WidthCertificate))
+# The curve points' columns: a `CurvePoint`'s step, tokens, losses and FLOPs (its learning rate and validation
+# index stay with the trial's process).
 CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "training_flops")
-# One rung of a trial's ladder (`workers.training.train`'s or `workers.trial.replica`'s rung result), one column each on
-# `rungs`; the last five describe a replica rung's model (NULL on a budget-ladder rung: the trial's own).
-RUNG_FIELDS = (
-    "budget_flops",
-    "steps",
-    "tokens",
-    "val_loss",
-    "training_flops",
-    "train_seconds",
-    "d_model",
-    "params",
-    "tokens_per_param",
-    "target_tokens_per_param",
-    "on_path",
-)
-REPLICA_RUNG_FIELDS = RUNG_FIELDS[-5:]
+# One rung of a trial (`RungRecord`), one column each on `rungs` beside the key (rung, seed); a budget-ladder rung
+# leaves the replica's columns NULL.
+RUNG_FIELDS = tuple(f.name for f in fields(RungRecord) if f.name not in ("rung", "seed"))
 
 
 def utcnow() -> datetime:

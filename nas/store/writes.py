@@ -4,7 +4,7 @@ while the store is unreachable."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import delete, insert, update
@@ -12,11 +12,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from workers.status import PENDING, TrialStatus
+from workers.training.records import CurvePoint, RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
 
 from .reads import search_row
 from .rows import SearchExists, SearchRow, StoreError
 from .schema import (
     ARCH_FIELDS,
+    COST_FIELDS,
     CURVE_FIELDS,
     RESULT_FLOAT_FIELDS,
     RESULT_INT_FIELDS,
@@ -96,11 +100,10 @@ class StoreWrites(StoreSession):
         attempt: int = 0,
         config: dict,
         optuna_trial_number: int | None = None,
-        kv_bytes_per_token: float | None = None,
-        decode_flops_per_token: float | None = None,
+        costs: CountedCosts | None = None,
     ) -> int:
-        """Record trial `number` as running, with its config's counted inference costs (`TrialTicket`'s);
-        return its id.
+        """Record trial `number` as running, with its config and its counted `costs` (`TrialTicket.costs`: known
+        before any training, so that rung promotion compares running trials on them); return its id.
 
         A retry (same number, higher `attempt`, earlier try not completed) reuses the row: the
         earlier try's status and reason move to `previous_attempts` and its results are cleared.
@@ -128,44 +131,41 @@ class StoreWrites(StoreSession):
                 failure_reason=None,
                 started_at=utcnow(),
                 finished_at=None,
-                # Known from the config before any training (the search samples it): rung promotion
-                # compares running trials on it.
-                executed_flops_per_token=config.get("executed_flops_per_token"),
-                kv_bytes_per_token=kv_bytes_per_token,
-                decode_flops_per_token=decode_flops_per_token,
+                **{name: getattr(costs, name) if costs is not None else None for name in COST_FIELDS},
                 **_arch_columns(config),
             ).items():
                 setattr(trial, key, value)
             s.flush()
+            _touch(s, search.id)
             return trial.id
 
     @retried
-    def finish_trial(self, trial_id: int, result: dict) -> None:
-        """Store a `TrialResult.to_dict()`: scalars, curve, diagnostics and width, in one transaction.
-
-        Unknown keys are ignored; curve/diagnostics/width may be missing or None. The result's
-        `arch`/`optim` (what actually ran) replace those of the config. Finishing twice replaces.
-        """
-        _check_status(result.get("status"), FINISHED_TRIAL_STATUSES, "a finished trial's")
+    def finish_trial(self, trial_id: int, result: TrialResult) -> None:
+        """Store `result`: its status, reason and scalars, its curve, diagnostics and width, and the rungs the store
+        lacks, in one transaction. The result's `arch`/`optim` (what actually ran) replace those of the config.
+        Finishing twice replaces."""
+        _check_status(result.status, FINISHED_TRIAL_STATUSES, "a finished trial's")
         with self._session() as s:
             trial = self._trial(s, trial_id)
             finishing_again = trial.finished_at is not None  # else no child rows exist (a retry cleared them)
             _apply_result(trial, result)
             _replace_children(s, trial_id, result, finishing_again)
-            _add_missing_rungs(s, trial.search_id, trial.number, int(result.get("seed") or 0), result.get("rungs"))
-            s.execute(update(SearchModel).where(SearchModel.id == trial.search_id).values(updated_at=utcnow()))
+            _add_missing_rungs(s, trial.search_id, trial.number, result.rungs)
+            _touch(s, trial.search_id)
 
     @retried
-    def record_rung(self, search_name: str, number: int, seed: int, result: dict) -> bool:
-        """Store one rung of trial `number` (a rung result of `workers.training.train`) unless that rung and seed
-        are stored already; True if this call wrote it. Rows are never replaced."""
+    def record_rung(self, search_name: str, number: int, rung: RungRecord) -> bool:
+        """Store one rung of trial `number` unless that rung and seed are stored already; True if this call wrote
+        it. Rows are never replaced."""
         with self._session() as s:
             search = self._search(s, search_name)
             try:
-                return _add_missing_rungs(s, search.id, number, seed, [result]) == 1
+                added = _add_missing_rungs(s, search.id, number, [rung]) == 1
             except IntegrityError:  # another writer stored it between the look-up and the insert
                 s.rollback()
                 return False
+            _touch(s, search.id)
+            return added
 
     @retried
     def mark_running_trials(self, search_name: str, status: TrialStatus, reason: str) -> int:
@@ -186,6 +186,11 @@ class StoreWrites(StoreSession):
             return int(done.rowcount)  # type: ignore[attr-defined]  # a CursorResult: an UPDATE
 
 
+def _touch(session: Session, search_id: int) -> None:
+    """Mark the search as written now (`Store.last_write`: what a cached answer is keyed by)."""
+    session.execute(update(SearchModel).where(SearchModel.id == search_id).values(updated_at=utcnow()))
+
+
 def _arch_columns(config: dict) -> dict:
     """The denormalised architecture columns, from config["arch"] (or a flat config)."""
     nested = config.get("arch")
@@ -193,19 +198,13 @@ def _arch_columns(config: dict) -> dict:
     return {name: arch.get(name) for name in ARCH_FIELDS}
 
 
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _merged_curve(points: Iterable[dict]) -> list[dict]:
+def _merged_curve(points: Iterable[CurvePoint]) -> list[dict]:
     """Curve rows keyed by step; a repeated step merges into one row (later non-null values win)."""
-    rows: dict[int | None, dict] = {}
+    rows: dict[int, dict] = {}
     for point in points:
-        step = _int_or_none(point.get("step"))
-        rows.setdefault(step, dict.fromkeys(CURVE_FIELDS)).update(
-            {k: point[k] for k in CURVE_FIELDS if point.get(k) is not None}
-        )
-    return [{**row, "step": step, "tokens": _int_or_none(row["tokens"])} for step, row in rows.items()]
+        row = rows.setdefault(point.step, dict.fromkeys(CURVE_FIELDS))
+        row.update({k: getattr(point, k) for k in CURVE_FIELDS if getattr(point, k) is not None})
+    return list(rows.values())
 
 
 def _check_status(status: Any, allowed: Iterable[str], what: str) -> None:
@@ -214,16 +213,12 @@ def _check_status(status: Any, allowed: Iterable[str], what: str) -> None:
         raise ValueError(f"{what} status must be one of {', '.join(allowed)}, not {status!r}")
 
 
-def _apply_result(trial: TrialModel, result: dict) -> None:
+def _apply_result(trial: TrialModel, result: TrialResult) -> None:
     """The result's status, reason and scalars onto the trial row; its arch/optim into the config."""
-    trial.status, trial.failure_reason, trial.finished_at = result["status"], result.get("failure_reason"), utcnow()
-    for name in RESULT_FLOAT_FIELDS:
-        if name in result:
-            setattr(trial, name, result[name])
-    for name in RESULT_INT_FIELDS:
-        if name in result:
-            setattr(trial, name, _int_or_none(result[name]))
-    ran = {k: result[k] for k in ("arch", "optim") if result.get(k)}
+    trial.status, trial.failure_reason, trial.finished_at = result.status, result.failure_reason, utcnow()
+    for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS:
+        setattr(trial, name, getattr(result, name))
+    ran = {k: v.model_dump() for k, v in (("arch", result.arch), ("optim", result.optim)) if v is not None}
     if ran:
         trial.config = {**trial.config, **ran}
         for key, value in _arch_columns(trial.config).items():
@@ -235,34 +230,34 @@ def _delete_children(session: Session, trial_id: int) -> None:
         session.execute(delete(model).where(model.trial_id == trial_id))
 
 
-def _replace_children(session: Session, trial_id: int, result: dict, replace_earlier: bool) -> None:
+def _replace_children(session: Session, trial_id: int, result: TrialResult, replace_earlier: bool) -> None:
     """The trial's curve points, diagnostics and width certificate (replacing earlier ones if any)."""
     if replace_earlier:
         _delete_children(session, trial_id)
-    curve = _merged_curve(result.get("curve") or [])
+    curve = _merged_curve(result.curve)
     if curve:
         session.execute(insert(CurvePointModel), [{"trial_id": trial_id, **point} for point in curve])
-    if result.get("diagnostics") is not None:
-        session.add(DiagnosticsModel(trial_id=trial_id, diagnostics=result["diagnostics"]))
-    if result.get("width") is not None:
-        width = result["width"]
-        session.add(WidthCertificateModel(trial_id=trial_id, **{name: width.get(name) for name in WIDTH_FIELDS}))
+    if result.diagnostics:
+        session.add(DiagnosticsModel(trial_id=trial_id, diagnostics=result.diagnostics))
+    if result.width is not None:
+        width = {name: getattr(result.width, name) for name in WIDTH_FIELDS}
+        session.add(WidthCertificateModel(trial_id=trial_id, **width))
 
 
-def _add_missing_rungs(session: Session, search_id: int, number: int, seed: int, rungs: list[dict] | None) -> int:
-    """Insert the rungs not stored yet (written once: an existing row is never replaced); how many. A rung result
-    that names its own `seed` (a rung measured again with another seed) is stored under it, else under `seed`."""
+def _add_missing_rungs(session: Session, search_id: int, number: int, rungs: Sequence[RungRecord]) -> int:
+    """Insert the rungs not stored yet, each under its own seed (written once: an existing row is never
+    replaced); how many."""
     added = 0
-    for result in rungs or []:
-        key = (search_id, number, int(result["rung"]), int(result.get("seed", seed)))
+    for rung in rungs:
+        key = (search_id, number, rung.rung, rung.seed)
         if session.get(RungModel, key) is None:
             session.add(
                 RungModel(
                     search_id=search_id,
                     number=number,
-                    rung=key[2],
-                    seed=key[3],
-                    **{name: result.get(name) for name in RUNG_FIELDS},
+                    rung=rung.rung,
+                    seed=rung.seed,
+                    **{name: getattr(rung, name) for name in RUNG_FIELDS},
                 )
             )
             added += 1

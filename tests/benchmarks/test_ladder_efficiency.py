@@ -95,9 +95,9 @@ def test_a_config_still_being_built_is_left_out_of_the_table(le, tmp_path):
 
 
 def _replica_rungs() -> tuple[float, ...]:
-    from benchmarks.fidelity import REPLICA_SHARES
+    from benchmarks.fidelity import KEEP_HEADS_SHARES
 
-    return tuple(TARGET * share for share in sorted(REPLICA_SHARES))  # every budget the real table holds
+    return tuple(TARGET * share for share in sorted(KEEP_HEADS_SHARES))  # every budget the real table holds
 
 
 REPLICA_RUNGS = _replica_rungs()

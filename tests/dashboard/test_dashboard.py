@@ -35,6 +35,11 @@ from nas.answer.target import answer_at_target, at_target, front_at_target, pred
 from nas.store import Store, default_url
 from search_spaces.residual_lm import ArchConfig
 from search_spaces.residual_lm.decode_cost import kv_cache_bytes
+from workers.status import TrialStatus
+from workers.training.config import OptimConfig
+from workers.training.records import CurvePoint, RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult, WidthCertificate
 
 APP = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
 INF = math.inf
@@ -100,19 +105,12 @@ def _seed_rungs(store: Store, name: str, ladder: dict, curve=_rung_loss) -> None
             budget = C * ETA**rung
             for seed in (0, 1) if (number, rung) == (1, k - 1) else (0,):
                 steps = 10 * 3**rung
-                result = dict(
-                    rung=rung,
-                    budget_flops=budget,
-                    steps=steps,
-                    tokens=steps * 2048,
-                    val_loss=curve(number, rung, seed),
-                    training_flops=0.98 * budget,
-                    train_seconds=5.0 * 3**rung,
-                )
-                assert store.record_rung(name, number, seed, result)
+                loss = curve(number, rung, seed)
+                record = RungRecord(rung, seed, budget, steps, steps * 2048, loss, 0.98 * budget, 5.0 * 3**rung)
+                assert store.record_rung(name, number, record)
 
 
-def _params(number, residual, n_layers, d_model, n_heads, mod_rate, lr, flops) -> dict:
+def _params(number, residual, n_layers, d_model, n_heads, mod_rate, lr) -> dict:
     """The flat sampled config `nas.search.tune_runner` stores when a trial starts."""
     return dict(
         n_layers=n_layers,
@@ -127,8 +125,6 @@ def _params(number, residual, n_layers, d_model, n_heads, mod_rate, lr, flops) -
         warmup=0.1,
         weight_decay=0.1,
         optuna_number=number,
-        infeasible_reason=None,
-        executed_flops_per_token=flops,
     )
 
 
@@ -157,10 +153,10 @@ def _diagnostics(residual, n_layers, mod_rate, flops) -> dict:
     return diag
 
 
-def _result(spec) -> dict:
-    """A `TrialResult.to_dict()` for one row of EXP1/EXP2."""
+def _result(spec) -> TrialResult:
+    """The `TrialResult` of one row of EXP1/EXP2."""
     number, residual, n_layers, d_model, n_heads, mod_rate, lr, outcome, loss, flops = spec
-    arch = dict(
+    arch = ArchConfig(
         vocab_size=256,
         seq_len=128,
         n_layers=n_layers,
@@ -171,19 +167,15 @@ def _result(spec) -> dict:
         ancre_tau=0.01,
         mod_rate=mod_rate,
         mod_every=2,
-        mod_routing="causal_threshold",
-        nag_gate_components=32,
-        tie_embeddings=False,
     )
-    base = dict(
-        status=outcome,
-        val_loss=loss,
+    base = replace(
+        TrialResult.loss_only(loss, flops),
+        status=TrialStatus(outcome),
         val_bpb=loss / math.log(2),
         nominal_flops_per_token=flops * 1.2,
-        executed_flops_per_token=flops,
         budget_flops=2e12,
         arch=arch,
-        optim=dict(lr=lr, weight_decay=0.1, warmup=0.1, grad_clip=1.0),
+        optim=OptimConfig(lr=lr, weight_decay=0.1, warmup=0.1, grad_clip=1.0),
         seed=number,
     )
     if outcome != "completed":
@@ -192,36 +184,22 @@ def _result(spec) -> dict:
             "infeasible": "budget 2e12 cannot pay for one step",
             "failed": "RuntimeError: worker died",
         }
-        return {
-            **base,
-            "failure_reason": reasons[outcome],
-            "tokens_seen": 0,
-            "training_flops": 0.0,
-            "curve": [],
-            "diagnostics": {},
-            "width": None,
-        }
+        return replace(base, failure_reason=reasons[outcome])
     steps = int(2e12 / (3 * flops * 2048))
     curve = [
-        {
-            "step": s,
-            "tokens": s * 2048,
-            "train_loss": loss + 3.0 * math.exp(-s / 40),
-            "val_loss": loss + 2.9 * math.exp(-s / 40) if s % 50 == 0 or s == steps else None,
-            "training_flops": s * 3 * flops * 2048,
-        }
+        CurvePoint(
+            step=s,
+            tokens=s * 2048,
+            train_loss=loss + 3.0 * math.exp(-s / 40),
+            training_flops=s * 3 * flops * 2048,
+            lr=lr,
+            planned_steps=steps,
+            val_loss=loss + 2.9 * math.exp(-s / 40) if s % 50 == 0 or s == steps else None,
+        )
         for s in range(10, steps + 1, 10)
-    ] + [
-        {
-            "step": steps,
-            "tokens": steps * 2048,
-            "train_loss": loss + 0.05,
-            "val_loss": loss,
-            "training_flops": steps * 3 * flops * 2048,
-        }
-    ]
+    ] + [CurvePoint(steps, steps * 2048, loss + 0.05, steps * 3 * flops * 2048, lr, steps, loss)]
     d_align = 2.0 * (d_model / 64) ** 0.8  # grows with width
-    width = dict(
+    width = WidthCertificate(
         n_sequences=64,
         d_model=d_model,
         mu_norm=0.1,
@@ -232,22 +210,21 @@ def _result(spec) -> dict:
         b_align_8_8=0.03,
         p_hat_8_8=0.05 / d_align,
     )
-    return {
-        **base,
-        "failure_reason": None,
-        "realised_flops_per_token": flops * 1.01,
-        "training_flops": 2e12,
-        "tokens_seen": steps * 2048,
-        "planned_tokens": steps * 2048,
-        "steps": steps,
-        "wall_time_s": 30.0 + number,
-        "tokens_per_s": 4000.0,
-        "step_time_share": 0.9,
-        "peak_memory_mb": 500.0,
-        "curve": curve,
-        "diagnostics": _diagnostics(residual, n_layers, mod_rate, flops),
-        "width": width,
-    }
+    return replace(
+        base,
+        realised_flops_per_token=flops * 1.01,
+        training_flops=2e12,
+        tokens_seen=steps * 2048,
+        planned_tokens=steps * 2048,
+        steps=steps,
+        wall_time_s=30.0 + number,
+        tokens_per_s=4000.0,
+        step_time_share=0.9,
+        peak_memory_mb=500.0,
+        curve=curve,
+        diagnostics=_diagnostics(residual, n_layers, mod_rate, flops),
+        width=width,
+    )
 
 
 def _seed_search(store: Store, name: str, specs, budget: dict | None = None) -> None:
@@ -262,13 +239,17 @@ def _seed_search(store: Store, name: str, specs, budget: dict | None = None) -> 
     )
     for spec in specs:
         number, outcome, flops = spec[0], spec[7], spec[9]
-        config = _params(number, *spec[1:7], flops)
-        trial_id = store.start_trial(name, number=number, config=config, optuna_trial_number=number)
+        config = _params(number, *spec[1:7])
+        costs = CountedCosts(flops)
+        trial_id = store.start_trial(name, number=number, config=config, optuna_trial_number=number, costs=costs)
         if outcome == "running":
             continue
         if number == 9:  # a crash, retried, crashed again: the first try goes to previous_attempts
-            store.finish_trial(trial_id, {"status": "retrying", "val_loss": INF, "failure_reason": "OOM"})
-            trial_id = store.start_trial(name, number=number, attempt=1, config=config, optuna_trial_number=number)
+            died = replace(TrialResult.loss_only(INF, flops), status=TrialStatus.RETRYING, failure_reason="OOM")
+            store.finish_trial(trial_id, died)
+            trial_id = store.start_trial(
+                name, number=number, attempt=1, config=config, optuna_trial_number=number, costs=costs
+            )
         store.finish_trial(trial_id, _result(spec))
 
 
@@ -413,7 +394,7 @@ def test_trial_diagnostics_figures(seeded, rows):
     assert residual_norm_figure(diag).data[0].y == tuple(diag["residual_rms"])
     loss = loss_curve_figure(curve)
     val = next(t for t in loss.data if t.name == "val loss")
-    assert len(val.x) == sum(p["val_loss"] is not None for p in curve) and val.y[-1] == pytest.approx(1.95)
+    assert len(val.x) == sum(p.val_loss is not None for p in curve) and val.y[-1] == pytest.approx(1.95)
 
 
 def test_width_figure_and_trend(seeded, rows):
@@ -421,19 +402,17 @@ def test_width_figure_and_trend(seeded, rows):
         pairs = [(r, store.width(r.id)) for r in rows["exp1"] if r.status == "completed"]
     fig = width_figure(pairs)
     d_align, p_hat = fig.data[0], fig.data[1]
-    assert list(d_align.x) == [w["d_model"] for _, w in pairs] and list(p_hat.y) == [w["p_hat_8_8"] for _, w in pairs]
+    assert list(d_align.x) == [w.d_model for _, w in pairs] and list(p_hat.y) == [w.p_hat_8_8 for _, w in pairs]
     assert d_align.xaxis != p_hat.xaxis  # two subplots
     # d_align ~ d_model^0.8 in the seed, but no two of its trials share family, depth and MoD rate
-    advice = width_advice(
-        [WidthPoint(r.residual, r.n_layers, r.mod_rate, w["d_model"], w["d_align"]) for r, w in pairs]
-    )
+    advice = width_advice([WidthPoint(r.residual, r.n_layers, r.mod_rate, w.d_model, w.d_align) for r, w in pairs])
     assert set(advice) == {"cascaded", "nag", "ancre"} and all(a.slope is None for a in advice.values())
     pairs += [
-        (replace(r, number=100 + r.number), {**w, "d_model": 2 * w["d_model"], "d_align": w["d_align"] * 2**0.8})
+        (replace(r, number=100 + r.number), replace(w, d_model=2 * w.d_model, d_align=w.d_align * 2**0.8))
         for r, w in pairs
         if r.residual == "nag"
     ]  # the same nag configs again at twice the width
-    assert width_advice([WidthPoint(r.residual, r.n_layers, r.mod_rate, w["d_model"], w["d_align"]) for r, w in pairs])[
+    assert width_advice([WidthPoint(r.residual, r.n_layers, r.mod_rate, w.d_model, w.d_align) for r, w in pairs])[
         "nag"
     ].slope == pytest.approx(0.8)
 

@@ -15,20 +15,14 @@ from nas.answer.target import answer_at_target, at_target, predict_search
 from nas.search.rung_gate import StoreRungGate
 from nas.search.study import optuna_storage
 from nas.store import Store, default_url
+from workers.training.records import RungRecord
+from workers.trial.contract import CountedCosts, RungVerdict, Verdict
 
 TARGET = 1e15
 
 
-def rung(r: int, loss: float, flops: float = 1e10) -> dict:
-    return {
-        "rung": r,
-        "budget_flops": flops * 3**r,
-        "steps": 10 * 3**r,
-        "tokens": 1280 * 3**r,
-        "val_loss": loss,
-        "training_flops": flops * 3**r,
-        "train_seconds": 1.0,
-    }
+def rung(r: int, loss: float, flops: float = 1e10, seed: int = 0) -> RungRecord:
+    return RungRecord(r, seed, flops * 3**r, 10 * 3**r, 1280 * 3**r, loss, flops * 3**r, 1.0)
 
 
 @pytest.fixture
@@ -47,8 +41,18 @@ def store(tmp_path):
 
 
 def start(store, number: int, residual: str, flops_per_token: float) -> None:
-    config = {"residual": residual, "n_layers": 2, "executed_flops_per_token": flops_per_token}
-    store.start_trial("s", number=number, config=config)
+    """Trial `number` running, with its counted FLOPs per token (what the search stores when it starts)."""
+    store.start_trial(
+        "s", number=number, config={"residual": residual, "n_layers": 2}, costs=CountedCosts(flops_per_token)
+    )
+
+
+def climbs(verdict: RungVerdict) -> bool:
+    return verdict.verdict == Verdict.CLIMB
+
+
+def again(verdict: RungVerdict) -> bool:
+    return verdict.verdict == Verdict.MEASURE_AGAIN
 
 
 def test_the_decider_stores_each_rung_once_and_promotes_the_best_third_so_far(store):
@@ -57,33 +61,33 @@ def test_the_decider_stores_each_rung_once_and_promotes_the_best_third_so_far(st
     decisions = {}
     for number, (loss, fpt) in trials.items():
         start(store, number, "nag", fpt)
-        decisions[number] = decide(number, 0, fpt, rung(0, loss)).promote
+        decisions[number] = climbs(decide(number, fpt, rung(0, loss)))
         # The same rule by brute force over the trials that reached rung 0 so far (no trial has two rungs
         # yet, so nothing is extrapolated: the prediction is the measured loss).
         so_far = [Candidate(n, trials[n][0], trials[n][1]) for n in trials if n <= number]
         assert decisions[number] == (number in promotable(so_far, 3)), number
     assert decisions == {0: True, 1: False, 2: False, 3: True, 4: True, 5: False}
-    again = decide(0, 0, 1e5, {**rung(0, 2.0), "val_loss": 9.0})  # a repeat (a retried attempt) is not stored
-    assert again.predicted_loss == 2.0 and not again.promote  # and 0 is no longer in the best 2 of 6
+    repeat = decide(0, 1e5, replace(rung(0, 2.0), val_loss=9.0))  # a repeat (a retried attempt) is not stored
+    assert repeat.predicted_loss == 2.0 and not climbs(repeat)  # and 0 is no longer in the best 2 of 6
     assert [(r.number, r.val_loss) for r in store.rungs("s")][:1] == [(0, 2.0)]
 
 
 def test_the_top_rung_and_a_non_finite_loss_never_climb(store):
     decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 2))
     start(store, 0, "cascaded", 1e5)
-    assert decide(0, 0, 1e5, rung(0, 2.0)).promote
-    top = decide(0, 0, 1e5, rung(1, 1.9))
-    assert not top.promote and math.isfinite(top.predicted_loss)
+    assert climbs(decide(0, 1e5, rung(0, 2.0)))
+    top = decide(0, 1e5, rung(1, 1.9))
+    assert not climbs(top) and math.isfinite(top.predicted_loss)
     start(store, 1, "cascaded", 1e5)
-    assert not decide(1, 0, 1e5, rung(0, math.inf)).promote
+    assert not climbs(decide(1, 1e5, rung(0, math.inf)))
 
 
 def climb(decide, store, number: int, a: float, seed: int = 0) -> list:
     """Trial `number` on L = 1.5 + a C^-0.3, reporting rung after rung while the decider promotes it."""
-    decisions = [decide(number, seed, 1e5, rung(0, 1.5 + a * 1e10**-0.3))]
-    while decisions[-1].promote:
+    decisions = [decide(number, 1e5, rung(0, 1.5 + a * 1e10**-0.3, seed=seed))]
+    while climbs(decisions[-1]):
         r = len(decisions)
-        decisions.append(decide(number, seed, 1e5, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3)))
+        decisions.append(decide(number, 1e5, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3, seed=seed)))
     return decisions
 
 
@@ -95,7 +99,7 @@ def test_the_final_decision_writes_the_band_into_the_optuna_trial_once_bands_are
     for number in range(4):  # measured earlier at two rungs each: 4 held-out rungs calibrate the bands
         start(store, number, "cascaded", 1e5)
         for r in range(2):
-            store.record_rung("s", number, 0, rung(r, 1.5 + (300.0 + 50 * number) * (1e10 * 3**r) ** -0.3 + 0.002 * r))
+            store.record_rung("s", number, rung(r, 1.5 + (300.0 + 50 * number) * (1e10 * 3**r) ** -0.3 + 0.002 * r))
     assert study.ask().number == 0
     for _ in range(3):
         study.ask()
@@ -116,18 +120,18 @@ def test_the_final_decision_writes_the_band_into_the_optuna_trial_once_bands_are
     study.tell(closed, [2.0, 1e5])
     start(store, closed.number, "cascaded", 1e5)
     with caplog.at_level(logging.WARNING, logger="nas.answer.target"):
-        assert decide(closed.number, 0, 1e5, rung(2, 1.6)).band is not None
+        assert decide(closed.number, 1e5, rung(2, 1.6)).band is not None
         lost = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 3), optuna_study="no-such-study")
-        assert lost(4, 0, 1e5, rung(2, 1.6)).band is not None
+        assert lost(4, 1e5, rung(2, 1.6)).band is not None
     assert len([r for r in caplog.records if "band not written" in r.message]) == 2
 
 
 def test_a_band_is_none_while_uncalibrated(store):
     decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 2))
     start(store, 0, "cascaded", 1e5)
-    assert decide(0, 0, 1e5, rung(0, 2.0)).promote
-    final = decide(0, 0, 1e5, rung(1, 1.9))
-    assert not final.promote and final.band is None and math.isfinite(final.predicted_loss)
+    assert climbs(decide(0, 1e5, rung(0, 2.0)))
+    final = decide(0, 1e5, rung(1, 1.9))
+    assert not climbs(final) and final.band is None and math.isfinite(final.predicted_loss)
 
 
 def test_on_replica_rungs_the_first_stops_measure_the_noise_then_ties_are_measured_again(store):
@@ -137,24 +141,24 @@ def test_on_replica_rungs_the_first_stops_measure_the_noise_then_ties_are_measur
     decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 3, remeasure=True))
 
     def report(number: int, loss: float, seed: int = 0):
-        return decide(number, seed, 1e5, {**rung(0, loss), "d_model": 32})
+        return decide(number, 1e5, replace(rung(0, loss, seed=seed), d_model=32))
 
     for n in range(4):
         start(store, n, "cascaded", 1e5)
-    assert report(0, 2.00).promote  # alone: promoted
+    assert climbs(report(0, 2.00))  # alone: promoted
     first = report(1, 2.30)  # would stop; the noise is not measured yet
-    assert first.measure_again and not first.promote
-    assert not report(1, 2.32, seed=REMEASURE_SEED_OFFSET).promote  # measured twice: stops (not tied: no noise)
-    assert report(2, 2.40).measure_again
-    assert not report(2, 2.41, seed=REMEASURE_SEED_OFFSET).measure_again
+    assert again(first) and not climbs(first)
+    assert not climbs(report(1, 2.32, seed=REMEASURE_SEED_OFFSET))  # measured twice: stops (not tied: no noise)
+    assert again(report(2, 2.40))
+    assert not again(report(2, 2.41, seed=REMEASURE_SEED_OFFSET))
     # Two repeated rungs: seed noise sqrt((0.02^2 / 2 + 0.01^2 / 2) / 2) = 0.0112, margin 0.022 at rung 0.
     assert {(r.number, r.seed) for r in store.rungs("s")} >= {(1, REMEASURE_SEED_OFFSET), (2, REMEASURE_SEED_OFFSET)}
     start(store, 4, "cascaded", 1e5)
     tie = report(3, 2.01)  # ceil(4 / 3) = 2 promoted: 0 and ... 3 is second best anyway
-    assert tie.promote
+    assert climbs(tie)
     close = report(4, 2.015)  # 5 at rung 0: 2 promoted (0, 3); 4 is within the margin of 3
-    assert close.measure_again and not close.promote
-    assert report(4, 2.012, seed=REMEASURE_SEED_OFFSET).promote  # still tied on its seed mean: climbs with 3
+    assert again(close) and not climbs(close)
+    assert climbs(report(4, 2.012, seed=REMEASURE_SEED_OFFSET))  # still tied on its seed mean: climbs with 3
 
 
 def test_a_budget_ladder_promotes_ties_without_measuring_again(store):
@@ -162,11 +166,11 @@ def test_a_budget_ladder_promotes_ties_without_measuring_again(store):
     for n in range(5):
         start(store, n, "cascaded", 1e5)
     for n, seed, loss in [(1, 0, 2.30), (1, 1, 2.32), (2, 0, 2.40), (2, 1, 2.41)]:
-        store.record_rung("s", n, seed, rung(0, loss))  # repeats measured earlier: the noise is known
-    assert decide(0, 0, 1e5, rung(0, 2.00)).promote
-    assert decide(3, 0, 1e5, rung(0, 2.01)).promote
-    tied = decide(4, 0, 1e5, rung(0, 2.015))
-    assert tied.promote and not tied.measure_again
+        store.record_rung("s", n, rung(0, loss, seed=seed))  # repeats measured earlier: the noise is known
+    assert climbs(decide(0, 1e5, rung(0, 2.00)))
+    assert climbs(decide(3, 1e5, rung(0, 2.01)))
+    tied = decide(4, 1e5, rung(0, 2.015))
+    assert climbs(tied) and not again(tied)
 
 
 def test_predictions_follow_the_curves_and_make_the_front_at_the_target(store):
@@ -177,7 +181,7 @@ def test_predictions_follow_the_curves_and_make_the_front_at_the_target(store):
         start(store, number, "cascaded", 1e5 * (number + 1))
         for r in range(3 if number < 3 else 1):
             c = 1e10 * 3**r
-            store.record_rung("s", number, 0, rung(r, 1.5 + a * c**-0.3))
+            store.record_rung("s", number, rung(r, 1.5 + a * c**-0.3))
     predictions = predict_search(store.rungs("s"), TARGET)
     for number, a in amplitudes.items():
         p = predictions[number]
@@ -218,7 +222,7 @@ def test_ties_at_the_target_are_judged_by_the_noise_carried_there(store):
         start(store, n, "cascaded", 1e5)
         for r in range(3):
             for seed in (0, 1):
-                store.record_rung("s", n, seed, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3 + 0.004 * seed))
+                store.record_rung("s", n, rung(r, 1.5 + a * (1e10 * 3**r) ** -0.3 + 0.004 * seed, seed=seed))
     answer = answer_at_target(store.rungs("s"), TARGET)
     assert answer.noise == pytest.approx(0.004 / 2**0.5, rel=1e-6)
     slope = (1e10 * 9 / TARGET) ** answer.exponents[answer.predictions[0].group]

@@ -17,7 +17,7 @@ from nas.search.settings import SearchSettings
 from nas.space.budget import Budget
 from nas.space.objectives import parse_objectives
 from workers.data.config import DataConfig
-from workers.training.train import OptimConfig
+from workers.training.config import OptimConfig
 
 MODELS = (Budget, SearchSettings, DataConfig)
 # Options named differently from the field they set.

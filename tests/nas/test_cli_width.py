@@ -2,6 +2,7 @@
 `nas list`, the trial numbers of `nas status NAME`. Other columns wrap or are left out (and said so) first."""
 
 import re
+from dataclasses import replace
 
 import pytest
 import typer
@@ -11,6 +12,8 @@ from nas.cli import app
 from nas.cli.inputs import console
 from nas.cli.reports import LIST_COLUMNS
 from nas.store import Store, default_url
+from workers.status import TrialStatus
+from workers.trial.result import TrialResult
 
 RUNNER = CliRunner()
 COMMANDS = typer.main.get_command(app).commands
@@ -45,8 +48,10 @@ def store_url(tmp_path):
                                 code_version=None)  # fmt: skip
             for number, (status, reason) in enumerate((("completed", None), ("failed", "RuntimeError: out of memory"))):
                 trial = store.start_trial(name, number=number, config={"arch": {"residual": "cascaded"}})
-                result = {"status": status, "failure_reason": reason, "val_loss": 2.0 + number, "val_bpb": 1.2}
-                store.finish_trial(trial, result)
+                result = TrialResult.loss_only(2.0 + number, 1e6)
+                store.finish_trial(
+                    trial, replace(result, status=TrialStatus(status), failure_reason=reason, val_bpb=1.2)
+                )
     return url
 
 

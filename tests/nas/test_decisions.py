@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from helpers import measured_rung
 from nas.answer.decisions import (
     Architecture,
     Contrast,
@@ -19,6 +20,9 @@ from nas.answer.decisions import (
 )
 from nas.answer.target import answer_at_target
 from nas.store import Store, default_url
+from workers.training.records import RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
 
 FAMILIES = ("cascaded", "nag", "ancre")
 EFFECT = {"cascaded": 0.0, "nag": 0.06, "ancre": -0.04}  # a planted family effect, nats
@@ -88,8 +92,8 @@ def test_decision_accuracy_counts_resolvable_contrasts_only():
     )
 
 
-def rung(r: int, loss: float) -> dict:
-    return {"rung": r, "budget_flops": 1e10 * 3**r, "steps": 1, "tokens": 1, "val_loss": loss, "training_flops": 1.0}
+def rung(r: int, loss: float, seed: int = 0) -> RungRecord:
+    return measured_rung(r, loss, 1e10 * 3**r, seed)
 
 
 def search(tmp_path, levels: dict[int, float]):
@@ -99,11 +103,11 @@ def search(tmp_path, levels: dict[int, float]):
             "s", requested_trials=6, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
         )
         for n, level in levels.items():
-            tid = store.start_trial("s", number=n, config={"residual": "cascaded"})
+            tid = store.start_trial("s", number=n, config={"residual": "cascaded"}, costs=CountedCosts(1.0))
             for r in range(3):
                 for seed in (0, 1):
-                    store.record_rung("s", n, seed, rung(r, level + 400 * (1e10 * 3**r) ** -0.3 + 0.004 * seed))
-            store.finish_trial(tid, {"status": "completed", "val_loss": level, "executed_flops_per_token": 1.0})
+                    store.record_rung("s", n, rung(r, level + 400 * (1e10 * 3**r) ** -0.3 + 0.004 * seed, seed))
+            store.finish_trial(tid, TrialResult.loss_only(level, 1.0))
         return answer_at_target(store.rungs("s"), 1e15)
 
 

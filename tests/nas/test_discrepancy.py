@@ -23,6 +23,8 @@ from nas.answer.discrepancy import (
 )
 from nas.answer.target import Answer, answer_at_target
 from nas.store import Store, default_url
+from workers.training.records import RungRecord
+from workers.trial.result import TrialResult
 
 SHAPES = {i: (layers, width) for i, (layers, width) in enumerate(
     [(2, 96), (3, 64), (4, 64), (4, 48), (6, 64), (8, 48), (8, 32), (12, 32), (2, 64), (6, 32), (4, 32), (3, 96)]
@@ -88,15 +90,8 @@ def test_few_noisy_anchors_close_in_depth_over_width_leave_the_prior_nearly_as_i
 
 
 def rung_row(store, trial: int, rung: int, seed: int, budget: float, width: int, loss: float) -> None:
-    store.record_rung(
-        "s",
-        trial,
-        seed,
-        {
-            "rung": rung, "budget_flops": budget, "steps": 1, "tokens": 1, "val_loss": loss, "training_flops": budget,
-            "d_model": width, "params": 1, "tokens_per_param": 20.0, "target_tokens_per_param": 20.0, "on_path": True,
-        },
-    )  # fmt: skip
+    record = RungRecord(rung, seed, budget, 1, 1, loss, budget, None, width, 1, 20.0, 20.0, True)
+    store.record_rung("s", trial, record)
 
 
 def test_the_answer_takes_the_bias_out_of_every_prediction_on_a_real_store(tmp_path):
@@ -112,7 +107,7 @@ def test_the_answer_takes_the_bias_out_of_every_prediction_on_a_real_store(tmp_p
             tid = store.start_trial("s", number=t, config={"residual": FAMILIES[t]})
             for seed in (0, 1000):
                 rung_row(store, t, 0, seed, top, width // 2, measured(t, TOP_S, 0.3, 0.002, rng))
-            store.finish_trial(tid, {"status": "completed", "val_loss": 2.0, "executed_flops_per_token": 1.0})
+            store.finish_trial(tid, TrialResult.loss_only(2.0, 1.0))
         plain = answer_at_target(store.rungs("s"), target)
         aspects = {t: aspect(*SHAPES[t]) for t in SHAPES}
         for t in choose_anchors(aspects, {t: p.loss for t, p in plain.predictions.items()}, 4):

@@ -1,13 +1,15 @@
 """FLOP-band early stopping: losers are stopped only against peers of similar executed FLOPs."""
 
 from nas.search.early_stop import FlopBandStopper, TrialTimeLimit, flop_band
+from nas.search.trainable import PROGRESS_KEY
+from workers.training.records import CurvePoint
+from workers.trial.contract import CountedCosts, TrialTicket, with_ticket
 
 
-def report(flops: float, k: int, loss: float, evals: int = 4) -> dict:
-    return {
-        "config": {"executed_flops_per_token": flops},
-        "progress": {"eval_index": k, "evals": evals, "val_loss": loss, "step": k, "planned_steps": evals},
-    }
+def report(flops: float, k: int | None, loss: float | None, evals: int = 4) -> dict:
+    """A Tune progress report as a stopper sees it: the trial's config (its ticket) and the curve point."""
+    point = CurvePoint(k or 1, 1, 3.0, 1.0, 1e-3, evals, loss, k, evals if k is not None else None)
+    return {"config": with_ticket({"lr": 1e-3}, TrialTicket(0, CountedCosts(flops))), PROGRESS_KEY: point}
 
 
 def test_a_trial_worse_than_its_band_median_is_stopped():
@@ -32,7 +34,7 @@ def test_grace_period_last_point_and_progress_only_reports_never_stop():
     stopper("peer", report(1e6, 4, 1.0))
     assert not stopper("late", report(1e6, 1, 9.0))  # 1/4 < grace
     assert not stopper("late", report(1e6, 4, 9.0))  # the last point: nothing left to save
-    assert not stopper("late", {"config": {"executed_flops_per_token": 1e6}, "progress": {"val_loss": None}})
+    assert not stopper("late", report(1e6, None, None))
     assert not stopper.stop_all()
 
 

@@ -1,7 +1,7 @@
 """`nas export` on a real SQLite store holding real (tiny) proxy trials: files, round trips, errors.
 
 The store is filled the way a search fills it: `start_trial` with the sampled config, then
-`finish_trial` with the `TrialResult.to_dict()` of a real `run_trial` (whose arch/optim replace the
+`finish_trial` with the `TrialResult` of a real `run_trial` (whose arch/optim replace the
 config's). The Pareto front is recomputed here by brute force, not with `nas.answer.pareto`.
 """
 
@@ -17,7 +17,7 @@ from search_spaces.residual_lm import ArchConfig, flops_per_token
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
 from workers.pretrain.export_format import ExportedConfig, ExportError, load_exported
-from workers.training.train import OptimConfig, RunConfig
+from workers.training.config import OptimConfig, RunConfig
 from workers.trial.run import run_trial
 
 BUDGET = 3e9
@@ -53,10 +53,10 @@ def store(tmp_path_factory):
         tid = st.start_trial("s", number=number, config={**arch, "lr": optim.lr, "optuna_number": number})
         result = run_trial(cfg, BUDGET, corpus, seed=0, optim=optim, run=RUN, width_probe=False)
         assert result.status == "completed", result.failure_reason
-        st.finish_trial(tid, result.to_dict())
+        st.finish_trial(tid, result)
     cfg = ArchConfig(**TINY, n_layers=2, d_model=32)
     tid = st.start_trial("s", number=INFEASIBLE, config={"n_layers": 2})
-    st.finish_trial(tid, run_trial(cfg, 10.0, corpus, run=RUN).to_dict())
+    st.finish_trial(tid, run_trial(cfg, 10.0, corpus, run=RUN))
     st.start_trial("s", number=RUNNING, config={"n_layers": 3})
     yield st
     st.close()

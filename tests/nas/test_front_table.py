@@ -5,25 +5,28 @@ import io
 
 from rich.console import Console
 
-from nas.answer.target import answer_at_target
+from helpers import measured_rung
 from nas.cli.front_table import COMPACT_COLUMNS, WIDE_COLUMNS, front_report
+from nas.search_answer import search_answer
 from nas.space.budget import Budget
 from nas.store import Store, default_url
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
+
+BUDGET = Budget(trial_flops=1e10, min_tokens_per_param=None)
 
 
 def seeded(tmp_path, trials: int) -> Store:
     store = Store(default_url(tmp_path))
-    store.create_search("s", requested_trials=trials, budget={}, space={}, settings={}, optuna_study_name=None,
-                        code_version=None)  # fmt: skip
+    store.create_search("s", requested_trials=trials, budget=BUDGET.model_dump(), space={}, settings={},
+                        optuna_study_name=None, code_version=None)  # fmt: skip
     for n in range(trials):
         config = {"residual": "nag", "n_layers": 2 + n, "d_model": 64, "n_heads": 2, "mod_rate": 0.25, "lr": 3e-3}
-        tid = store.start_trial("s", number=n, config=config)
+        tid = store.start_trial("s", number=n, config=config, costs=CountedCosts(1e5 / (1 + n)))
         for r in range(2):
             loss = 2.0 + 0.05 * n - 0.2 * r + 0.01 * (n % 2) * r
-            store.record_rung("s", n, 0, {"rung": r, "budget_flops": 1e10 * 2**r, "steps": 1, "tokens": 1,
-                                          "val_loss": loss, "training_flops": 1e10 * 2**r})  # fmt: skip
-        store.finish_trial(tid, {"status": "completed", "val_loss": 1.8 + 0.05 * n,
-                                 "executed_flops_per_token": 1e5 / (1 + n)})  # fmt: skip
+            store.record_rung("s", n, measured_rung(r, loss, 1e10 * 2**r))
+        store.finish_trial(tid, TrialResult.loss_only(1.8 + 0.05 * n, 1e5 / (1 + n)))
     return store
 
 
@@ -37,24 +40,36 @@ def render(table, lines, width: int) -> str:
 
 def test_the_compact_table_reads_in_120_columns_and_wide_has_every_column(tmp_path):
     with seeded(tmp_path, 6) as store:
-        rows, rungs = store.trials("s"), store.rungs("s")
-    budget = Budget(trial_flops=1e10, min_tokens_per_param=None)
-    answer = answer_at_target(rungs, budget.target)
-    table, lines = front_report("s", rows, rungs, budget, answer)
+        found = search_answer(store, "s")
+    table, lines = front_report(found)
     text = render(table, lines, 120)
     assert max(len(line) for line in text.splitlines()) <= 120 and "…" not in text
     assert all(column in text for column in ("trial", "arch", "80% band", "tied with", "FLOPs/tok"))
     assert "80% bands calibrated on 6 held-out rungs" in text and "uncalibrated" not in text
-    wide, _ = front_report("s", rows, rungs, budget, answer, wide=True)
+    wide, _ = front_report(found, wide=True)
     assert [c.header for c in wide.columns] == list(WIDE_COLUMNS) and len(COMPACT_COLUMNS) < len(WIDE_COLUMNS)
     assert "top rung: rung 1 on the curve" in render(wide, [], 260)
 
 
 def test_a_search_with_too_few_held_out_rungs_says_its_bands_are_uncalibrated(tmp_path):
     with seeded(tmp_path, 3) as store:
-        rows, rungs = store.trials("s"), store.rungs("s")
-    budget = Budget(trial_flops=1e10, min_tokens_per_param=None)
-    table, lines = front_report("s", rows, rungs, budget, answer_at_target(rungs, budget.target), only_front=False)
+        table, lines = front_report(search_answer(store, "s"), only_front=False)
     text = render(table, lines, 120)
     assert text.count("uncalibrated") >= 3 + 1  # every row's band, and the line under the table
     assert "bands uncalibrated: 3 trials with a held-out rung, 4 needed" in text
+
+
+def test_the_answer_is_computed_once_per_write_and_shared_by_show_and_the_dashboard(tmp_path):
+    from dashboard import reads
+
+    with seeded(tmp_path, 6) as store:
+        first = search_answer(store, "s")
+        assert search_answer(store, "s") is first  # nothing written since: the same answer, not a refit
+        at_t = search_answer(store, "s", BUDGET.target)
+        assert reads.search_answer(store.url, "s", BUDGET.target) is at_t  # the dashboard reads the same one
+        table, lines = front_report(first)
+        assert lines[-len(first.rests_on) :] == list(first.rests_on)  # nas show prints the shared answer's basis
+        store.record_rung("s", 0, measured_rung(2, 1.5, 4e10))  # a write: the next read answers anew
+        second = search_answer(store, "s")
+        assert second is not first and second.predictions[0].rungs == 3 and first.predictions[0].rungs == 2
+        assert search_answer(store, "s", target=2 * BUDGET.target).target == 2 * BUDGET.target

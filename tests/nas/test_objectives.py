@@ -16,6 +16,7 @@ from nas.export import inference_fields
 from nas.search.settings import SearchSettings
 from nas.search.study import DefineByRun
 from nas.search.trainable import final_report, metric_keys
+from nas.search_answer import search_answer
 from nas.space import space_from_dict
 from nas.space.budget import Budget
 from nas.space.objectives import (
@@ -31,8 +32,8 @@ from nas.store import Store, default_url
 from search_spaces.residual_lm import ArchConfig
 from search_spaces.residual_lm.decode_cost import decode_cost, kv_cache_bytes
 from workers.status import TrialStatus
-from workers.trial.contract import TrialOutcome
-from workers.trial.run import TrialResult
+from workers.trial.contract import CountedCosts, TrialOutcome, Verdict
+from workers.trial.result import TrialResult
 
 KV = (Objective.LOSS, Objective.FLOPS, Objective.KV)
 # Same executed FLOPs per token: the dense config has the lower loss, the routed one the smaller cache.
@@ -95,32 +96,29 @@ def test_each_trial_reports_and_stores_its_counted_costs_at_its_seq_len():
     )  # fmt: skip
     ticket = DefineByRun(space, Budget(trial_flops=1e10, min_tokens_per_param=None)).ticket(0, {"n_layers": 3})
     arch = ArchConfig(vocab_size=256, seq_len=64, d_model=64, n_heads=2, n_layers=3)
-    assert ticket.kv_bytes_per_token == kv_cache_bytes(arch, 64) / 64
-    assert ticket.decode_flops_per_token == decode_cost(arch, 64).flops_per_token
-    costs = {"kv_bytes_per_token": ticket.kv_bytes_per_token}
+    assert ticket.costs.kv_bytes_per_token == kv_cache_bytes(arch, 64) / 64
+    assert ticket.costs.decode_flops_per_token == decode_cost(arch, 64).flops_per_token
     result = TrialResult.untrained(TrialStatus.COMPLETED, "", 1e6, 0.0)
-    report = final_report(TrialOutcome(0, replace(result, arch=arch.model_dump()), 2.0))
-    assert report["kv_bytes_per_token"] == costs["kv_bytes_per_token"] and report["target_loss"] == 2.0
+    report = final_report(TrialOutcome(0, replace(result, arch=arch), 2.0))
+    assert report["kv_bytes_per_token"] == ticket.costs.kv_bytes_per_token and report["target_loss"] == 2.0
     assert final_report(TrialOutcome(0, result, 2.0))["kv_bytes_per_token"] == float("inf")  # no architecture
 
 
 def test_the_store_keeps_a_trials_costs_and_show_wide_prints_them(tmp_path):
-    arch = ROUTED.model_dump()
     cost = decode_cost(ROUTED, ROUTED.seq_len)
     with Store(default_url(tmp_path)) as store:
         settings = {"objectives": ["loss", "flops", "kv"]}
-        store.create_search("s", requested_trials=1, budget={}, space={}, settings=settings, optuna_study_name=None,
-                            code_version=None)  # fmt: skip
-        tid = store.start_trial("s", number=0, config={"n_layers": 4}, kv_bytes_per_token=123.0,
-                                decode_flops_per_token=456.0)  # fmt: skip
-        store.finish_trial(tid, {"status": "completed", "val_loss": 2.0, "executed_flops_per_token": 1e6, "arch": arch})
+        budget = Budget(trial_flops=1e10, min_tokens_per_param=None).model_dump()
+        store.create_search("s", requested_trials=1, budget=budget, space={}, settings=settings,
+                            optuna_study_name=None, code_version=None)  # fmt: skip
+        tid = store.start_trial("s", number=0, config={"n_layers": 4}, costs=CountedCosts(1e6, 123.0, 456.0))
+        store.finish_trial(tid, replace(TrialResult.loss_only(2.0, 1e6), arch=ROUTED))
         rows = store.trials("s")
         assert objectives_of(store.get_search("s").settings) == KV
+        table, lines = front_report(search_answer(store, "s"), wide=True)
     assert (rows[0].kv_bytes_per_token, rows[0].decode_flops_per_token) == (123.0, 456.0)  # as stored
     assert inference_cost_of(replace(rows[0], kv_bytes_per_token=None)).decode_flops_per_token == cost.flops_per_token
     assert format_kv(rows[0]) == "0.12K @64"
-    budget = Budget(trial_flops=1e10, min_tokens_per_param=None)
-    table, lines = front_report("s", rows, [], budget, None, wide=True, objectives=KV)
     assert "KV bytes/tok @ctx" in WIDE_COLUMNS and "decode FLOPs/tok" in WIDE_COLUMNS
     assert [c.header for c in table.columns] == list(WIDE_COLUMNS)
     assert any(line.startswith("objectives loss,flops,kv") for line in lines)
@@ -202,4 +200,4 @@ def test_a_rung_decision_promotes_on_kv_bytes_only_when_the_search_minimises_the
     ]
     for objectives, climbs in ((DEFAULT_OBJECTIVES, False), (KV, True)):
         ladder = Ladder(1e11, 2.0, 2, noise_rule=False, objectives=objectives)
-        assert decide_rung(ladder, rows, 2, 0, 1e6).promote is climbs
+        assert (decide_rung(ladder, rows, 2, 0, 1e6).verdict == Verdict.CLIMB) is climbs

@@ -15,7 +15,6 @@ from nas.answer.promotion import (
     promotable,
     promotion_count,
     rank,
-    should_promote,
     tied_with_cut,
 )
 
@@ -177,7 +176,7 @@ def test_eta_2_adds_the_ends_of_the_second_front():
 
 def test_single_candidate_is_promoted():
     assert promotable([Candidate(5, 3.0, 1e9)], 3) == {5}
-    assert should_promote(5, [Candidate(5, 3.0, 1e9)], 2)
+    assert promotable([Candidate(5, 3.0, 1e9)], 2) == {5}
     assert promotable([], 3) == set()
     # the rule promotes ceil(1 / eta) = 1 even when the only trial failed
     assert promotable([Candidate(5, INF, 1e9)], 3) == {5}
@@ -222,7 +221,7 @@ def test_invalid_input_is_rejected():
     with pytest.raises(ValueError):
         rank([Candidate(1, 1, 1), Candidate(1, 1, 1)])
     with pytest.raises(ValueError):
-        should_promote(99, table, 3)
+        tied_with_cut(99, table, 3)
     with pytest.raises(ValueError):
         nondominated_fronts([Candidate(1, math.nan, 1)])
     with pytest.raises(ValueError):

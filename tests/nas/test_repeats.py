@@ -1,12 +1,15 @@
 """The front's repeats run the configs the trials ran, the search's learning-rate schedule included; a search
 stored before the schedule was recorded resumes on the one its trials ran."""
 
+from helpers import measured_rung
 from nas.search.launch import stored_space
 from nas.search.repeats import repeat_jobs
 from nas.search.settings import SearchSettings
 from nas.space import space_from_dict
 from nas.space.budget import Budget
 from nas.store import Store, default_url
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
 
 SPACE = {
     "family": "residual_lm",
@@ -24,14 +27,10 @@ def test_a_repeat_runs_the_searchs_schedule(tmp_path):
         )  # fmt: skip
         for n in range(4):
             config = {"lr": 3e-3, "d_model": 32 * (1 + n % 2), "optuna_number": n}
-            tid = store.start_trial("s", number=n, config=config)
+            tid = store.start_trial("s", number=n, config=config, costs=CountedCosts(1e5 * (n + 1)))
             for r in range(2):
-                loss = 2.0 + 0.1 * n - 0.2 * r
-                store.record_rung("s", n, 0, {"rung": r, "budget_flops": 1e9 * 3**r, "steps": 1, "tokens": 1,
-                                              "val_loss": loss, "training_flops": 1e9 * 3**r})  # fmt: skip
-            store.finish_trial(
-                tid, {"status": "completed", "val_loss": 1.8 + 0.1 * n, "executed_flops_per_token": 1e5 * (n + 1)}
-            )
+                store.record_rung("s", n, measured_rung(r, 2.0 + 0.1 * n - 0.2 * r, 1e9 * 3**r))
+            store.finish_trial(tid, TrialResult.loss_only(1.8 + 0.1 * n, 1e5 * (n + 1)))
         jobs = repeat_jobs(store, "s", space, budget, SearchSettings(repeat_seeds=1, seed=0))
     assert jobs and all(
         (j.request.optim.schedule, j.request.optim.cooldown, j.seed) == ("cosine", 0.3, 1) for j in jobs

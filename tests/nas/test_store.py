@@ -9,7 +9,7 @@ import os
 import sqlite3
 import time
 import traceback
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from nas.search.study import optuna_storage
 from nas.store import (
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
+    CurvePointRow,
     SearchExists,
     Store,
     StoreError,
@@ -28,8 +29,25 @@ from nas.store import (
     default_url,
     ensure_schema,
 )
-from nas.store.schema import ARCH_FIELDS, CURVE_FIELDS, RESULT_FLOAT_FIELDS, RESULT_INT_FIELDS, WIDTH_FIELDS
+from nas.store.schema import (
+    ARCH_FIELDS,
+    COST_FIELDS,
+    CURVE_FIELDS,
+    RESULT_FLOAT_FIELDS,
+    RESULT_INT_FIELDS,
+    RUNG_FIELDS,
+    WIDTH_FIELDS,
+    CurvePointModel,
+    RungModel,
+    TrialModel,
+    WidthCertificateModel,
+)
+from search_spaces.residual_lm import ArchConfig
 from workers.status import TrialStatus
+from workers.training.config import OptimConfig
+from workers.training.records import CurvePoint, RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult, WidthCertificate
 
 NAN, INF = math.nan, math.inf
 ARCH = dict(
@@ -47,34 +65,38 @@ ARCH = dict(
     nag_gate_components=32,
     tie_embeddings=False,
 )
-OPTIM = dict(lr=3e-3, weight_decay=0.1, warmup=20, grad_clip=1.0)
+OPTIM = dict(lr=3e-3, weight_decay=0.1, warmup=0.2, grad_clip=1.0)
 
 
-def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
-    """A `TrialResult.to_dict()` of a completed NAG trial, with every field filled in."""
+def rungs(seed: int = 7) -> list[RungRecord]:
+    """What `workers.training.train` reports for a 3-rung ladder whose top rung is this trial's budget."""
+    return [
+        RungRecord(
+            rung=r,
+            seed=seed,
+            budget_flops=4e12 / 3 ** (2 - r),
+            steps=11 * 3**r - r // 2,
+            tokens=(11 * 3**r - r // 2) * 4096,
+            val_loss=2.6 - 0.3 * r,
+            training_flops=4e12 / 3 ** (2 - r) * 0.99,
+            train_seconds=7.0 * 3**r,
+        )
+        for r in range(3)
+    ]
+
+
+RUNGS = rungs()
+
+
+def completed_result(loss: float = 1.83, seed: int = 7) -> TrialResult:
+    """A completed NAG trial's result, with every field filled in."""
     curve = [
-        {
-            "step": s,
-            "tokens": s * 4096,
-            "train_loss": 5.5 - 0.03 * s,
-            "val_loss": 5.4 - 0.03 * s if s % 40 == 0 else None,
-            "training_flops": s * 4.1e10,
-            "planned_steps": 98,
-        }
+        CurvePoint(s, s * 4096, 5.5 - 0.03 * s, s * 4.1e10, 3e-3, 98, 5.4 - 0.03 * s if s % 40 == 0 else None)
         for s in range(10, 99, 10)
     ]
-    curve.append(
-        {
-            "step": 98,
-            "tokens": 98 * 4096,
-            "train_loss": 2.6,
-            "val_loss": loss,
-            "training_flops": 98 * 4.1e10,
-            "planned_steps": 98,
-        }
-    )
-    return dict(
-        status="completed",
+    curve.append(CurvePoint(98, 98 * 4096, 2.6, 98 * 4.1e10, 3e-4, 98, loss, 4, 4))
+    return TrialResult(
+        status=TrialStatus.COMPLETED,
         failure_reason=None,
         val_loss=loss,
         val_bpb=loss / math.log(2),
@@ -91,7 +113,7 @@ def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
         step_time_share=0.93,
         peak_memory_mb=812.5,
         branch_flops=2.2e11,
-        rungs=RUNGS,
+        rungs=rungs(seed),
         diagnostics={
             "residual_rms": [1.0, 1.41, NAN, 2.2],
             "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
@@ -102,7 +124,7 @@ def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
             "nag_alpha": [1.0, 0.9],
             "ancre_p": [[0.5, 0.5], [0.1, NAN]],
         },
-        width=dict(
+        width=WidthCertificate(
             n_sequences=64,
             d_model=192,
             mu_norm=0.12,
@@ -114,31 +136,16 @@ def completed_result(loss: float = 1.83, seed: int = 7) -> dict:
             p_hat_8_8=0.025,
         ),
         curve=curve,
-        arch=ARCH,
-        optim=OPTIM,
+        arch=ArchConfig(**ARCH),
+        optim=OptimConfig(**OPTIM),
         seed=seed,
-        extra_key_from_the_future="ignored",
     )
 
 
-RUNGS = [  # what `workers.training.train` reports for a 3-rung ladder whose top rung is this trial's budget
-    {
-        "rung": r,
-        "budget_flops": 4e12 / 3 ** (2 - r),
-        "steps": 11 * 3**r - r // 2,
-        "tokens": (11 * 3**r - r // 2) * 4096,
-        "val_loss": 2.6 - 0.3 * r,
-        "training_flops": 4e12 / 3 ** (2 - r) * 0.99,
-        "train_seconds": 7.0 * 3**r,
-    }
-    for r in range(3)
-]
-
-
-def failed_result(status: str = "failed") -> dict:
+def failed_result(status: str = "failed") -> TrialResult:
     """How `run_trial` reports a crash: inf loss, no curve, diagnostics or width."""
-    return dict(
-        status=status,
+    return TrialResult(
+        status=TrialStatus(status),
         failure_reason="RuntimeError: CUDA error: out of memory",
         val_loss=INF,
         val_bpb=INF,
@@ -155,12 +162,8 @@ def failed_result(status: str = "failed") -> dict:
         step_time_share=None,
         peak_memory_mb=300.0,
         branch_flops=0.0,
-        diagnostics={},
-        width=None,
-        curve=[],
-        rungs=[],
-        arch=ARCH,
-        optim=OPTIM,
+        arch=ArchConfig(**ARCH),
+        optim=OptimConfig(**OPTIM),
         seed=3,
     )
 
@@ -194,23 +197,20 @@ def store(store_url):
         yield s
 
 
-def test_every_trial_result_and_certificate_field_is_stored():
-    from workers.trial.run import TrialResult
-    from workers.trial.width_probe import WidthCertificate
-
-    stored = set(RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS) | {
-        "status",
-        "failure_reason",
-        "diagnostics",
-        "width",
-        "curve",
-        "rungs",
-        "arch",
-        "optim",
-    }
-    assert {f.name for f in fields(TrialResult)} == stored
-    assert {f.name for f in fields(TrialResult)} <= set(completed_result()) and set(failed_result()) == stored
-    assert tuple(f.name for f in fields(WidthCertificate)) == WIDTH_FIELDS
+def test_the_column_lists_are_the_records_fields_and_every_one_has_its_column():
+    """What the store writes is read off the typed records (`TrialResult`, `RungRecord`, `CountedCosts`,
+    `WidthCertificate`, `CurvePoint`): every scalar field has a column, and every other field is a child table or
+    a document."""
+    columns = {model: {c.name for c in inspect(model).columns} for model in (TrialModel, RungModel, CurvePointModel)}
+    documents = {"status", "failure_reason", "diagnostics", "width", "curve", "rungs", "arch", "optim"}
+    assert {f.name for f in fields(TrialResult)} == set(RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS) | documents
+    assert set(RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS + COST_FIELDS + ARCH_FIELDS) <= columns[TrialModel]
+    assert COST_FIELDS == tuple(f.name for f in fields(CountedCosts))
+    assert {"rung", "seed", *RUNG_FIELDS} <= columns[RungModel]
+    assert {"rung", "seed", *RUNG_FIELDS} == {f.name for f in fields(RungRecord)}
+    assert set(CURVE_FIELDS) <= columns[CurvePointModel] and set(CURVE_FIELDS) <= {f.name for f in fields(CurvePoint)}
+    assert WIDTH_FIELDS == tuple(f.name for f in fields(WidthCertificate))
+    assert set(WIDTH_FIELDS) <= {c.name for c in inspect(WidthCertificateModel).columns}
 
 
 def test_schema_is_created_once_and_versioned(store_url):
@@ -274,7 +274,7 @@ def test_round_trip_of_a_completed_and_a_failed_trial(store):
     row = new_search(store)
     assert row.budget == {"trial_flops": 4e12, "search_flops": 4e14, "wall_s": None}  # inf is not JSON
     assert store.get_search("s1") == row and row.status == "running" and row.created_at.tzinfo is not None
-    config = {"arch": ARCH, "optim": OPTIM}
+    config = {"arch": ArchConfig(**ARCH).model_dump(), "optim": OptimConfig(**OPTIM).model_dump()}
     good = store.start_trial("s1", number=0, attempt=0, config=config, optuna_trial_number=0)
     bad = store.start_trial("s1", number=1, attempt=0, config=config, optuna_trial_number=1)
     assert [t.status for t in store.trials("s1")] == ["running", "running"]
@@ -287,11 +287,12 @@ def test_round_trip_of_a_completed_and_a_failed_trial(store):
     done = store.trial(good)
     assert (done.status, done.failure_reason, done.attempt, done.optuna_trial_number) == ("completed", None, 0, 0)
     assert {name: getattr(done, name) for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS} == {
-        name: result[name] for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS
+        name: getattr(result, name) for name in RESULT_FLOAT_FIELDS + RESULT_INT_FIELDS
     }
     assert {name: getattr(done, name) for name in ARCH_FIELDS} == {name: ARCH[name] for name in ARCH_FIELDS}
     assert done.config == config and done.finished_at >= done.started_at
-    assert store.curve(good) == [{k: p[k] for k in CURVE_FIELDS} for p in result["curve"]]  # planned_steps dropped
+    stored_curve = [CurvePointRow(*(getattr(p, k) for k in CURVE_FIELDS)) for p in result.curve]  # lr etc. dropped
+    assert store.curve(good) == stored_curve
     assert store.diagnostics(good) == {
         "residual_rms": [1.0, 1.41, None, 2.2],
         "skip_rate": {"attn2": 0.25, "mlp2": 0.24},
@@ -302,15 +303,15 @@ def test_round_trip_of_a_completed_and_a_failed_trial(store):
         "nag_alpha": [1.0, 0.9],
         "ancre_p": [[0.5, 0.5], [0.1, None]],
     }
-    assert store.width(good) == result["width"]
-    stored_rungs = [{k: v for k, v in vars(r).items() if k in RUNGS[0]} for r in store.rungs("s1")]
+    assert result.width is not None and store.width(good) == result.width
+    stored_rungs = [RungRecord(**{f.name: getattr(r, f.name) for f in fields(RungRecord)}) for r in store.rungs("s1")]
     assert stored_rungs == RUNGS and {(r.number, r.seed, r.residual) for r in store.rungs("s1")} == {(0, 7, "nag")}
 
     failed = store.trial(bad)
     assert failed.status == "failed" and failed.failure_reason.startswith("RuntimeError")
     assert failed.val_loss == INF and failed.val_bpb == INF  # inf survives float columns
     assert failed.realised_flops_per_token is None and failed.step_time_share is None and failed.tokens_seen == 0
-    assert store.curve(bad) == [] and store.diagnostics(bad) == {} and store.width(bad) is None
+    assert store.curve(bad) == [] and store.diagnostics(bad) is None and store.width(bad) is None
     assert [t.number for t in store.trials("s1", statuses=["failed"])] == [1]
 
 
@@ -362,7 +363,7 @@ def test_failing_writes_roll_back_completely(store):
     with pytest.raises(UnknownTrial, match="no trial with id 999"):
         store.finish_trial(999, completed_result())
     broken = completed_result()
-    broken["width"] = {k: v for k, v in broken["width"].items() if k != "n_sequences"}  # NOT NULL column
+    broken.width = replace(broken.width, n_sequences=None)  # a NOT NULL column
     with pytest.raises(StoreError, match="IntegrityError") as err:  # fails after the trial and curve were written
         store.finish_trial(tid, broken)
     assert "\n" not in str(err.value)
@@ -373,7 +374,7 @@ def test_failing_writes_roll_back_completely(store):
         store.start_trial("s1", number=0, attempt=0, config={})
     assert store.count_trials("s1") == 1
     with pytest.raises(ValueError, match="status"):
-        store.finish_trial(tid, {"val_loss": 1.0})
+        store.finish_trial(tid, replace(completed_result(), status=TrialStatus.RUNNING))
 
 
 def test_a_retry_reuses_the_number_and_keeps_the_earlier_outcome(store):
@@ -638,9 +639,9 @@ def test_a_forked_child_opens_its_own_connections(postgres_url):
 def test_rungs_are_written_once_and_kept_across_retries(store):
     new_search(store)
     tid = store.start_trial("s1", number=4, config={"arch": ARCH})
-    assert store.record_rung("s1", 4, 7, RUNGS[0]) is True
-    assert store.record_rung("s1", 4, 7, {**RUNGS[0], "val_loss": 9.9}) is False  # never replaced
-    assert store.record_rung("s1", 4, 8, RUNGS[0]) is True  # another seed of the same rung
+    assert store.record_rung("s1", 4, RUNGS[0]) is True
+    assert store.record_rung("s1", 4, replace(RUNGS[0], val_loss=9.9)) is False  # never replaced
+    assert store.record_rung("s1", 4, replace(RUNGS[0], seed=8)) is True  # another seed of the same rung
     store.finish_trial(tid, failed_result("retrying"))
     store.start_trial("s1", number=4, attempt=1, config={"arch": ARCH})  # the retry keeps the measured rung
     assert [(r.rung, r.seed, r.val_loss) for r in store.rungs("s1")] == [(0, 7, 2.6), (0, 8, 2.6)]
@@ -648,4 +649,4 @@ def test_rungs_are_written_once_and_kept_across_retries(store):
     assert [(r.rung, r.seed) for r in store.rungs("s1")] == [(0, 7), (0, 8), (1, 7), (2, 7)]
     assert all(r.executed_flops_per_token == 3.6e6 for r in store.rungs("s1"))
     with pytest.raises(UnknownSearch):
-        store.record_rung("nope", 0, 0, RUNGS[0])
+        store.record_rung("nope", 0, RUNGS[0])

@@ -5,6 +5,7 @@ schema version 1, unchanged since), and `data/store_v1.rows.sql` rows as that co
 retry and an interrupted trial both `failed`, told apart only by text markers in failure_reason.
 """
 
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from nas.store import SCHEMA_VERSION, Store, StoreError, default_url
 from search_spaces.residual_lm import ArchConfig
 from search_spaces.residual_lm.decode_cost import kv_cache_bytes
 from workers.status import TrialStatus
+from workers.training.records import RungRecord
+from workers.trial.result import TrialResult
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -56,27 +59,13 @@ def test_a_version_1_store_is_upgraded_on_open(v1_url):
         # Nothing else changed: results, the earlier attempt's record, and the completed trial's children.
         assert (rows[0].val_loss, rows[0].tokens_seen, rows[0].executed_flops_per_token) == (2.5, 110000, 1.5e6)
         assert rows[3].previous_attempts[0]["attempt"] == 0 and rows[3].failure_reason.startswith("out of memory")
-        assert [p["step"] for p in store.curve(rows[0].id)] == [27, 54]
+        assert [p.step for p in store.curve(rows[0].id)] == [27, 54]
         assert store.diagnostics(rows[0].id) == {"residual_rms": [1.0, 1.2]}
-        assert store.width(rows[0].id)["d_align"] == 2.0
+        assert store.width(rows[0].id).d_align == 2.0
         assert store.rungs("old") == [] and rows[0].branch_flops is None  # version 3: the ladder's table and column
-        assert store.record_rung(
-            "old",
-            0,
-            0,
-            {
-                "rung": 0,
-                "budget_flops": 5e11,
-                "steps": 54,
-                "tokens": 110000,
-                "val_loss": 2.5,
-                "training_flops": 5e11,
-                "train_seconds": 9.0,
-            },
-        )
-        replica = {"rung": 1, "budget_flops": 1e12, "steps": 9, "tokens": 1, "val_loss": 2.4, "training_flops": 1e12}
-        replica |= {"d_model": 24, "params": 5000, "tokens_per_param": 20.5, "target_tokens_per_param": 21.0}
-        assert store.record_rung("old", 0, 0, {**replica, "train_seconds": 3.0, "on_path": False})
+        assert store.record_rung("old", 0, RungRecord(0, 0, 5e11, 54, 110000, 2.5, 5e11, 9.0))
+        replica = dict(d_model=24, params=5000, tokens_per_param=20.5, target_tokens_per_param=21.0, on_path=False)
+        assert store.record_rung("old", 0, RungRecord(1, 0, 1e12, 9, 1, 2.4, 1e12, 3.0, **replica))
         lower, upper = store.rungs("old")  # version 4: a replica rung's columns (None on a budget-ladder rung)
         assert (lower.d_model, lower.on_path, upper.d_model, upper.tokens_per_param, upper.on_path) == (
             None,
@@ -96,7 +85,8 @@ def test_a_version_1_store_is_upgraded_on_open(v1_url):
         # The new statuses are writable, and the retry can go on as the next attempt of the same row.
         assert store.start_trial("old", number=1, attempt=1, config={"arch": {}}) == rows[1].id
         assert store.trial(rows[1].id).previous_attempts[0]["status"] == TrialStatus.FAILED
-        store.finish_trial(rows[1].id, {"status": TrialStatus.RETRYING, "failure_reason": "died again"})
+        died = TrialResult.untrained(TrialStatus.RETRYING, "died again", 1.5e6, time.perf_counter())
+        store.finish_trial(rows[1].id, died)
     with Store(v1_url) as again:  # reopening is a no-op
         assert again.schema_version() == SCHEMA_VERSION
         assert again.trial(rows[1].id).status == TrialStatus.RETRYING

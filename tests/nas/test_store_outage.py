@@ -17,6 +17,9 @@ import pytest
 from nas.store import Store, StoreError
 from postgres_server import LocalPostgres, PostgresUnavailable, create_database
 from workers.status import FINAL
+from workers.training.records import RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
 
 TRIALS = 30
 
@@ -38,12 +41,9 @@ def own_server():
 def drive(store: Store, name: str, written: list[int], errors: list[BaseException]) -> None:
     try:
         for number in range(TRIALS):
-            trial = store.start_trial(name, number=number, config={"executed_flops_per_token": 1e5})
-            rung = {"rung": 0, "budget_flops": 1e9, "steps": 10, "tokens": 1000, "val_loss": 2.0, "training_flops": 1e9}
-            store.record_rung(name, number, 0, rung)
-            store.finish_trial(
-                trial, {"status": "completed", "val_loss": 2.0 + number, "executed_flops_per_token": 1e5}
-            )
+            trial = store.start_trial(name, number=number, config={}, costs=CountedCosts(1e5))
+            store.record_rung(name, number, RungRecord(0, 0, 1e9, 10, 1000, 2.0, 1e9))
+            store.finish_trial(trial, TrialResult.loss_only(2.0 + number, 1e5))
             written.append(number)
             time.sleep(0.05)
     except BaseException as err:  # reported by the test

@@ -15,6 +15,9 @@ from typer.testing import CliRunner
 
 from nas.cli import app
 from nas.store import Store, default_url
+from workers.training.records import CurvePoint, RungRecord
+from workers.trial.contract import CountedCosts
+from workers.trial.result import TrialResult
 
 TRIALS = 60
 
@@ -23,23 +26,12 @@ def write_trials(url: str, name: str, n: int) -> None:
     """A driver's writes, one transaction each: start the trial, store its rung, finish it."""
     with Store(url) as store:
         for number in range(n):
-            config = {"arch": {"residual": "nag", "n_layers": 2, "d_model": 32}, "executed_flops_per_token": 1e5}
-            trial = store.start_trial(name, number=number, config=config)
-            rung = {"rung": 0, "budget_flops": 1e9, "steps": 10, "tokens": 1000, "val_loss": 2.0, "training_flops": 1e9}
-            store.record_rung(name, number, 0, rung)
-            curve = [
-                {"step": s, "tokens": 100 * s, "train_loss": 3.0 - 0.01 * s, "training_flops": 1e6 * s}
-                for s in range(20)
-            ]
-            store.finish_trial(
-                trial,
-                {
-                    "status": "completed",
-                    "val_loss": 2.0 - number / 1000,
-                    "executed_flops_per_token": 1e5,
-                    "curve": curve,
-                },
-            )
+            config = {"arch": {"residual": "nag", "n_layers": 2, "d_model": 32}}
+            trial = store.start_trial(name, number=number, config=config, costs=CountedCosts(1e5))
+            store.record_rung(name, number, RungRecord(0, 0, 1e9, 10, 1000, 2.0, 1e9))
+            result = TrialResult.loss_only(2.0 - number / 1000, 1e5)
+            result.curve = [CurvePoint(s, 100 * s, 3.0 - 0.01 * s, 1e6 * s, 1e-3, 20) for s in range(20)]
+            store.finish_trial(trial, result)
 
 
 @pytest.mark.slow

@@ -17,10 +17,12 @@ from nas.space.budget import Budget
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, flavour, tokens_for
 from workers.data.config import DataConfig
+from workers.training.config import OptimConfig, RunConfig
 from workers.training.plans import LadderConfig
-from workers.training.train import OptimConfig, RunConfig
+from workers.training.records import RungRecord
 from workers.trial.contract import (
     TICKET_KEY,
+    CountedCosts,
     Measurement,
     RungVerdict,
     TrialOutcome,
@@ -43,8 +45,12 @@ def test_a_config_holds_the_knobs_and_one_ticket():
     returned = DefineByRun(space, budget)(trial)
     assert set(returned) == {TICKET_KEY}  # the define-by-run adds no loose key to the config
     ticket = returned[TICKET_KEY]
-    assert isinstance(ticket, TrialTicket) and ticket.number == trial.number and ticket.executed_flops_per_token > 0
+    assert isinstance(ticket, TrialTicket) and ticket.number == trial.number
+    assert ticket.costs.executed_flops_per_token > 0 and ticket.costs.kv_bytes_per_token > 0
     assert set(trial.params) == set(space.params)  # what Tune records as the config besides the ticket
+    # the typed configs the knobs map to: what the trial trains, no dict in between
+    assert ticket.configs is not None and ticket.configs.arch.mod_rate == trial.params["mod_rate"]
+    assert ticket.configs.optim.lr == trial.params["lr"]
     knobs, again = split_config(with_ticket(trial.params, ticket))
     assert knobs == trial.params and again == ticket
     with pytest.raises(ValueError, match="reserved"):
@@ -58,7 +64,7 @@ def test_an_invalid_config_gets_a_ticket_saying_why_and_infinite_flops():
     ticket = DefineByRun(space, Budget(trial_flops=2e9, min_tokens_per_param=None)).ticket(
         4, {"n_layers": 1, "d_model": 33, "residual": "nag", "mod_rate": 0.0, "lr": 3e-3}
     )
-    assert ticket.number == 4 and ticket.executed_flops_per_token == float("inf")
+    assert ticket.number == 4 and ticket.costs.executed_flops_per_token == float("inf") and ticket.configs is None
     assert ticket.infeasible_reason and "d_model" in ticket.infeasible_reason
 
 
@@ -74,11 +80,11 @@ def test_a_budget_says_how_its_trials_are_measured():
         Measurement(1e9, replica_rungs=(1e9,))
 
 
-def test_the_planner_maps_knobs_to_a_typed_request():
+def test_the_planner_turns_a_ticket_into_a_typed_request():
     space = load_space(TINY_SPACE)
-    planner = TrialPlanner(space, DataConfig(), 3, Measurement(1e9))
     knobs = {"n_layers": 2, "d_model": 32, "residual": "ancre", "mod_rate": 0.25, "lr": 2e-3}
-    request = planner.request(knobs, TrialTicket(7, 1.0))
+    ticket = DefineByRun(space, Budget(trial_flops=2e9, min_tokens_per_param=None)).ticket(7, knobs)
+    request = TrialPlanner(DataConfig(), 3, Measurement(1e9)).request(ticket)
     assert isinstance(request, TrialRequest) and isinstance(request.arch, ArchConfig)
     assert (request.arch.residual, request.arch.d_model, request.optim.lr, request.run.batch_size) == (
         "ancre",
@@ -87,6 +93,9 @@ def test_the_planner_maps_knobs_to_a_typed_request():
         4,
     )
     assert request.seed == 3 and request.ticket.number == 7 and request.rung_gate is None
+    invalid = DefineByRun(space, Budget(trial_flops=2e9, min_tokens_per_param=None)).ticket(8, {**knobs, "d_model": 33})
+    with pytest.raises(ValueError, match="trial 8 has no valid config"):
+        TrialPlanner(DataConfig(), 3, Measurement(1e9)).request(invalid)
 
 
 class RecordingGate:
@@ -95,9 +104,10 @@ class RecordingGate:
     def __init__(self, stop_at: int):
         self.stop_at, self.calls = stop_at, []
 
-    def __call__(self, trial: int, seed: int, flops_per_token: float, rung: dict) -> RungVerdict:
-        self.calls.append((trial, seed, flops_per_token, rung))
-        return RungVerdict(int(rung["rung"]) < self.stop_at, 10.0 + int(rung["rung"]))
+    def __call__(self, trial: int, flops_per_token: float, rung: RungRecord) -> RungVerdict:
+        self.calls.append((trial, flops_per_token, rung))
+        predicted = 10.0 + rung.rung
+        return RungVerdict.climb(predicted) if rung.rung < self.stop_at else RungVerdict.stop(predicted)
 
 
 @pytest.mark.parametrize("stop_at", [0, 2])
@@ -107,17 +117,17 @@ def test_a_trial_tells_its_gate_every_rung_and_tells_the_search_its_last_predict
     top = 36 * run.batch_size * cfg.seq_len / tokens_for(cfg, 1.0)  # 36 steps at the top rung
     gate = RecordingGate(stop_at)
     measurement = Measurement(top, LadderConfig(rungs=3, eta=3.0))
-    ticket = TrialTicket(5, 123.0)
+    ticket = TrialTicket(5, CountedCosts(123.0))
     request = TrialRequest(
         ticket, cfg, OptimConfig(lr=3e-3), run, DataConfig(cache_dir=str(tmp_path)), 0, measurement, gate, False
     )
     climbed: list[int] = []
     outcome = run_request(request, on_rung_done=climbed.append)
     assert isinstance(outcome, TrialOutcome) and outcome.number == 5
-    assert [c[3]["rung"] for c in gate.calls] == list(range(stop_at + 1))
-    assert all(c[:3] == (5, 0, 123.0) for c in gate.calls)  # the trial's number, seed and the ticket's FLOPs
+    assert [c[2].rung for c in gate.calls] == list(range(stop_at + 1))
+    assert all(c[:2] == (5, 123.0) and c[2].seed == 0 for c in gate.calls)  # the trial's number and FLOPs, its seed
     assert climbed == list(range(stop_at)) and outcome.told_loss == 10.0 + stop_at
-    assert outcome.record()["target_loss"] == 10.0 + stop_at and len(outcome.result.rungs) == stop_at + 1
+    assert outcome.result.rungs == [c[2] for c in gate.calls]
 
 
 RECORDING_SEARCH = """
@@ -133,19 +143,15 @@ from nas.store import Store
 LOG = Path(sys.argv[2])
 
 def recording_worker(request, report=None, on_rung_done=None):
-    from workers.status import TrialStatus
-    from workers.trial.contract import RungVerdict, TrialOutcome
-    from workers.trial.run import TrialResult
-    gate = request.rung_gate
-    verdict = gate(request.ticket.number, request.seed, request.ticket.executed_flops_per_token,
-                   {"rung": 0, "budget_flops": 1e9, "steps": 1, "tokens": 1, "val_loss": 2.0 + request.optim.lr,
-                    "training_flops": 1e9})
+    from workers.training.records import RungRecord
+    from workers.trial.contract import TrialOutcome
+    from workers.trial.result import TrialResult
+    gate, flops = request.rung_gate, request.ticket.costs.executed_flops_per_token
+    verdict = gate(request.ticket.number, flops, RungRecord(0, request.seed, 1e9, 1, 1, 2.0 + request.optim.lr, 1e9))
     with LOG.open("a") as fh:
         fh.write(json.dumps({"request": type(request).__name__, "arch": type(request.arch).__name__,
                              "verdict": type(verdict).__name__, "number": request.ticket.number}) + "\\n")
-    result = TrialResult.untrained(TrialStatus.COMPLETED, "", request.ticket.executed_flops_per_token, 0.0)
-    result.failure_reason, result.val_loss = None, 2.0
-    return TrialOutcome(request.ticket.number, result, verdict.predicted_loss)
+    return TrialOutcome(request.ticket.number, TrialResult.loss_only(2.0, flops), verdict.predicted_loss)
 
 configure_ray_env()
 space = load_space(sys.argv[3])
@@ -175,3 +181,15 @@ def test_a_search_hands_its_worker_typed_requests_and_stores_the_knobs_only(tmp_
         for t in trials:  # the stored config: the space's knobs (and what ran), never the ticket
             assert set(t.config) - {"arch", "optim"} == set(space.params), t.config
         assert {r.number for r in store.rungs("contract")} == {t.number for t in trials}  # the gate stored them
+
+
+def test_the_contract_imports_none_of_the_modules_that_carry_it_out():
+    """It sits below them: the trial, the replica rungs, the trainer and the executor import it, never the reverse
+    (only the records and the configs it names, which sit below it too)."""
+    import ast
+
+    tree = ast.parse((ROOT / "workers" / "trial" / "contract.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    carried_out_by = {"run", "replica", "execute", "width_probe", "training.train"}
+    assert not {m for m in imported if m in carried_out_by}, imported
+    assert {"training.records", "result"} <= imported

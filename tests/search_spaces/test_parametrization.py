@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from helpers import FAMILIES
 from search_spaces.residual_lm import ArchConfig, build_model
 from search_spaces.residual_lm.parametrization import INIT_STD, TensorGrowth, nag_rotation_multiplier, tensor_rules
-from workers.training.train import ADAM_EPS, OptimConfig, build_optimizer
+from workers.training.config import OptimConfig
+from workers.training.train import ADAM_EPS, build_optimizer
 
 BASE = {"base_width": 64, "base_depth": 2}
 

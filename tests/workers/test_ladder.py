@@ -2,6 +2,7 @@
 
 import importlib
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -9,9 +10,10 @@ import torch
 from search_spaces.residual_lm import flavour, tokens_for
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
+from workers.training.config import OptimConfig, RunConfig
 from workers.training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from workers.training.schedules import wsd_learning_rate
-from workers.training.train import OptimConfig, RunConfig, train
+from workers.training.train import train
 
 train_module = importlib.import_module("workers.training.train")  # the package exports a function of that name
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=2, report_every=5)
@@ -64,16 +66,14 @@ def test_a_rungs_branch_equals_a_run_that_stops_at_that_rung(corpus, family):
     cfg = tiny(residual=family, mod_rate=0.25 if family == "nag" else 0.0)
     top = top_budget(cfg, 36)
     full = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LADDER)
-    assert [r["rung"] for r in full.state.rungs] == [0, 1, 2]
+    assert [r.rung for r in full.state.rungs] == [0, 1, 2]
     shorter = train(cfg, top / 3, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LadderConfig(rungs=2, eta=3.0))
-    assert full.state.rungs[1]["val_loss"] == shorter.state.rungs[1]["val_loss"] == shorter.state.val_loss
-    assert full.state.rungs[1]["tokens"] == shorter.state.tokens_seen
-    assert full.state.rungs[1]["training_flops"] == pytest.approx(shorter.state.training_flops, rel=1e-12)
-    timeless = [
-        {k: v for k, v in r.items() if k != "train_seconds"} for r in (full.state.rungs[0], shorter.state.rungs[0])
-    ]
+    assert full.state.rungs[1].val_loss == shorter.state.rungs[1].val_loss == shorter.state.val_loss
+    assert full.state.rungs[1].tokens == shorter.state.tokens_seen
+    assert full.state.rungs[1].training_flops == pytest.approx(shorter.state.training_flops, rel=1e-12)
+    timeless = [replace(r, train_seconds=None) for r in (full.state.rungs[0], shorter.state.rungs[0])]
     assert timeless[0] == timeless[1]
-    assert full.state.rungs[2]["val_loss"] == full.state.val_loss
+    assert full.state.rungs[2].val_loss == full.state.val_loss
     assert full.state.branch_flops > 0
 
 
@@ -82,8 +82,8 @@ def test_cooldown_branches_leave_the_main_run_bit_exact(corpus, monkeypatch):
     top = top_budget(cfg, 45)
     with_branches = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=5, ladder=LADDER)
 
-    def no_branch(model, opt, batches, val, optim, run, device, state, schedule, rung):
-        state.rungs.append(train_module._rung_result(rung, 1.0, state, state.training_flops))  # measures nothing
+    def no_branch(model, opt, batches, val, optim, run, device, state, schedule, rung, seed):
+        state.rungs.append(train_module._rung_record(rung, 1.0, state, state.training_flops, seed))  # measures nothing
         return model, state
 
     monkeypatch.setattr(train_module, "_measure_rung_on_a_branch", no_branch)
@@ -101,18 +101,18 @@ def test_on_rung_ends_the_run_at_a_rung_as_its_cooled_branch(corpus):
     cfg = tiny(residual="cascaded")
     seen = []
 
-    def promote_once(result: dict) -> bool:
-        seen.append(result["rung"])
-        return result["rung"] < 1
+    def promote_once(result) -> bool:
+        seen.append(result.rung)
+        return result.rung < 1
 
     top = top_budget(cfg, 45)
     out = train(cfg, top, corpus, optim=OPTIM, run=RUN, ladder=LADDER, on_rung=promote_once)
     rung1 = plan_ladder(cfg, top, LADDER, RUN.batch_size)[1]
     assert seen == [0, 1] and out.status == "completed"
-    assert out.state.val_loss == out.state.rungs[1]["val_loss"] and math.isfinite(out.state.val_loss)
+    assert out.state.val_loss == out.state.rungs[1].val_loss and math.isfinite(out.state.val_loss)
     # The run is what the rung measured: its steps, tokens and FLOPs, and the cooled model.
     assert (out.state.step, out.state.tokens_seen, out.plan) == (rung1.steps, rung1.plan.tokens, rung1.plan)
-    assert out.state.training_flops == out.state.rungs[1]["training_flops"]
+    assert out.state.training_flops == out.state.rungs[1].training_flops
     assert train_module.evaluate(out.model, out.val_batches, RUN.precision) == out.state.val_loss
 
 

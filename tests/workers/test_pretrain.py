@@ -26,7 +26,8 @@ from workers.data.corpus import load_corpus
 from workers.pretrain.data_parallel import Parallel
 from workers.pretrain.export_format import ExportedConfig, load_exported
 from workers.pretrain.run import PretrainError, apply_export, budget_for, frozen_logits, model_hook, pretrain
-from workers.training.train import RunConfig, train
+from workers.training.config import RunConfig
+from workers.training.train import train
 from workers.trial.run import run_trial
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def exported_file(tmp_path_factory, data) -> Path:
         tid = store.start_trial("s", number=0, config={"residual": "ancre", "mod_rate": 0.25})
         result = run_trial(ARCH, 3e9, data, run=RunConfig(batch_size=4, eval_sequences=16, evals=2), width_probe=False)
         assert result.status == "completed", result.failure_reason
-        store.finish_trial(tid, result.to_dict())
+        store.finish_trial(tid, result)
         target = 3 * flops_per_token(ARCH).executed * TOKENS
         return export_configs(store, "s", tmp / "best", trial=0, target_flops=target, freeze_ancre=True)[0]
 
@@ -220,15 +221,15 @@ def test_pretrain_end_to_end_keeps_frozen_coefficients(uninterrupted, exported):
 def test_stopped_run_resumes_to_the_uninterrupted_result(uninterrupted, exported, data, tmp_path):
     full_out, full, full_spy = uninterrupted
     out = tmp_path / "resumed"
-    stopped, _ = run_pretrain(exported, out, data, report=lambda point: point["step"] >= 50)
+    stopped, _ = run_pretrain(exported, out, data, report=lambda point: point.step >= 50)
     assert stopped["status"] == "stopped" and stopped["steps"] == 50 and stopped["final_model"] is None
     points = []
     resumed, spy = run_pretrain(exported, out, data, report=points.append)
     assert resumed["status"] == "completed" and resumed["resumed_from_step"] == 50
     # Training really started from the step-50 checkpoint (a fresh run with the same seed would report
     # from its first steps), and reported exactly what the uninterrupted run reported after step 50.
-    assert points and points[0]["step"] > 50
-    assert points == [p for p in full_spy.outcomes[0].state.curve if p["step"] > 50]
+    assert points and points[0].step > 50
+    assert points == [p for p in full_spy.outcomes[0].state.curve if p.step > 50]
     assert resumed["val_loss"] == full["val_loss"] and resumed["tokens_seen"] == full["tokens_seen"]
     assert resumed["training_flops"] == full["training_flops"]
     a = torch.load(full_out / "final.pt", weights_only=True)["model"]
@@ -345,7 +346,7 @@ def test_pretraining_follows_the_exported_schedule_step_by_step(exported, uninte
     outcome = spy.outcomes[-1]
     expected = expected_wsd(outcome.plan.steps, exported.optim)
     curve = outcome.state.curve
-    assert curve and all(p["lr"] == pytest.approx(expected[p["step"] - 1], rel=1e-12) for p in curve)
+    assert curve and all(p.lr == pytest.approx(expected[p.step - 1], rel=1e-12) for p in curve)
 
 
 def test_an_explicit_schedule_override_is_printed_and_recorded(exported_file, tmp_path):

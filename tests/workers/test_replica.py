@@ -9,10 +9,10 @@ from search_spaces.residual_lm import ArchConfig, build_model, count_parameters,
 from search_spaces.residual_lm.parametrization import attention_scale
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
-from workers.training.train import OptimConfig, RunConfig
+from workers.training.config import OptimConfig, RunConfig
+from workers.trial.contract import REMEASURE_SEED_OFFSET, Measurement, TrialRequest, Verdict
 from workers.trial.narrowing import KEEP_HEADS
 from workers.trial.replica import (
-    MEASURE_AGAIN,
     Narrowing,
     plan_replica,
     replica_arch,
@@ -25,6 +25,12 @@ from workers.trial.run import run_trial
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=1, report_every=1000)
 TARGET = ArchConfig(vocab_size=256, seq_len=32, n_layers=2, d_model=64, n_heads=2, residual="nag", mod_rate=0.25)
 T = 4e10
+
+
+def replicas(target: ArchConfig, target_flops: float, rung_flops, seed: int = 0, optim=OptimConfig()) -> TrialRequest:
+    """A request for `target` measured on replica rungs of `rung_flops` (lowest first) on its path to `target_flops`."""
+    measurement = Measurement(rung_flops[-1], None, tuple(rung_flops), target_flops)
+    return TrialRequest.of(target, measurement, optim=optim, run=RUN, seed=seed, width_probe=False)
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +88,7 @@ def test_below_the_narrowest_on_path_replica_the_rung_is_marked_off_the_path():
     replica = plan_replica(TARGET, T, 0, budget, RUN.batch_size)
     assert not replica.on_path and replica.arch == narrowest
     assert replica.tokens_per_param < path.tokens_per_param
-    assert replica.record()["on_path"] is False and replica.record()["d_model"] == narrowest.d_model
+    assert replica.params == params(narrowest)
 
 
 def test_keeping_the_head_count_widths_are_multiples_of_twice_the_heads_and_a_completep_target_keeps_its_base():
@@ -123,66 +129,65 @@ def test_the_full_width_replica_trains_bit_for_bit_as_the_standard_target(corpus
     budget = 3 * flops_per_token(target).executed * RUN.batch_size * target.seq_len * 12
     optim = OptimConfig(lr=3e-3)
     plain = run_trial(target, budget, corpus, seed=3, optim=optim, run=RUN, width_probe=False)
-    replica = run_replica_trial(target, budget, [budget], corpus, seed=3, optim=optim, run=RUN, width_probe=False)
+    replica = run_replica_trial(replicas(target, budget, [budget], seed=3, optim=optim), corpus)
     assert plain.status == replica.status == "completed"
     assert replica.val_loss == plain.val_loss and replica.training_flops == plain.training_flops
-    assert [p["train_loss"] for p in replica.curve] == [p["train_loss"] for p in plain.curve]
-    assert replica.rungs[0]["d_model"] == target.d_model and replica.rungs[0]["on_path"] is True
+    assert [p.train_loss for p in replica.curve] == [p.train_loss for p in plain.curve]
+    assert replica.rungs[0].d_model == target.d_model and replica.rungs[0].on_path is True
 
 
 def test_rungs_run_in_order_until_the_decider_stops_them_and_the_result_describes_the_target(corpus):
     budgets = [T / 16, T / 8, T / 4]
     told = []
 
-    def on_rung(rung: dict) -> bool:
+    def on_rung(rung) -> Verdict:
         told.append(rung)
-        return rung["rung"] < 1  # promote from rung 0 only
+        return Verdict.CLIMB if rung.rung < 1 else Verdict.STOP  # promote from rung 0 only
 
-    out = run_replica_trial(TARGET, T, budgets, corpus, seed=0, run=RUN, width_probe=False, on_rung=on_rung)
-    assert out.status == "completed" and [r["rung"] for r in out.rungs] == [0, 1] and told == out.rungs
-    widths = [r["d_model"] for r in out.rungs]
+    out = run_replica_trial(replicas(TARGET, T, budgets), corpus, on_rung=on_rung)
+    assert out.status == "completed" and [r.rung for r in out.rungs] == [0, 1] and told == out.rungs
+    widths = [r.d_model for r in out.rungs]
     assert widths[0] <= widths[1] < TARGET.d_model
-    assert out.arch == TARGET.model_dump() and out.executed_flops_per_token == flops_per_token(TARGET).executed
-    assert out.val_loss == out.rungs[-1]["val_loss"] and out.budget_flops == budgets[1]
-    assert out.training_flops == pytest.approx(sum(r["training_flops"] for r in out.rungs))
+    assert out.arch == TARGET and out.executed_flops_per_token == flops_per_token(TARGET).executed
+    assert out.val_loss == out.rungs[-1].val_loss and out.budget_flops == budgets[1]
+    assert out.training_flops == pytest.approx(sum(r.training_flops for r in out.rungs))
     for rung, budget in zip(out.rungs, budgets, strict=False):
-        assert rung["training_flops"] == pytest.approx(budget, rel=0.25)  # realised MoD rate, whole batches
-        assert rung["tokens_per_param"] == pytest.approx(rung["tokens"] / rung["params"])
+        assert rung.training_flops == pytest.approx(budget, rel=0.25)  # realised MoD rate, whole batches
+        assert rung.tokens_per_param == pytest.approx(rung.tokens / rung.params)
 
 
 def test_the_decider_is_told_the_top_rung_too(corpus):
     told = []
     out = run_replica_trial(
-        TARGET, T, [T / 16, T / 8], corpus, run=RUN, width_probe=False, on_rung=lambda r: told.append(r) or True
+        replicas(TARGET, T, [T / 16, T / 8]), corpus, on_rung=lambda r: told.append(r) or Verdict.CLIMB
     )
-    assert [r["rung"] for r in told] == [0, 1] and told == out.rungs
+    assert [r.rung for r in told] == [0, 1] and told == out.rungs
 
 
 def test_a_rung_measured_again_runs_another_seed_and_the_trial_reports_the_seed_mean(corpus):
-    """MEASURE_AGAIN: the rung's replica is trained once more with seed + offset (a run of its own, bit for bit
-    what `run_trial` gives with that seed) and the decider decides on being told it."""
+    """measure_again: the rung's replica is trained once more with seed + REMEASURE_SEED_OFFSET (a run of its own,
+    bit for bit what `run_trial` gives with that seed) and the decider decides on being told it."""
     told = []
 
-    def on_rung(rung: dict):
+    def on_rung(rung) -> Verdict:
         told.append(rung)
-        return MEASURE_AGAIN if len(told) == 1 else False
+        return Verdict.MEASURE_AGAIN if len(told) == 1 else Verdict.STOP
 
-    out = run_replica_trial(
-        TARGET, T, [T / 16, T / 8], corpus, seed=3, run=RUN, width_probe=False, on_rung=on_rung, remeasure_offset=100
-    )
-    assert [(r["rung"], r["seed"]) for r in told] == [(0, 3), (0, 103)] and out.rungs == told
-    alone = run_trial(plan_replica(TARGET, T, 0, T / 16, RUN.batch_size).arch, T / 16, corpus, 103, run=RUN,
+    out = run_replica_trial(replicas(TARGET, T, [T / 16, T / 8], seed=3), corpus, on_rung=on_rung)
+    again = 3 + REMEASURE_SEED_OFFSET
+    assert [(r.rung, r.seed) for r in told] == [(0, 3), (0, again)] and out.rungs == told
+    alone = run_trial(plan_replica(TARGET, T, 0, T / 16, RUN.batch_size).arch, T / 16, corpus, again, run=RUN,
                       width_probe=False)  # fmt: skip
-    assert told[1]["val_loss"] == alone.val_loss and told[0]["val_loss"] != told[1]["val_loss"]
-    assert out.val_loss == pytest.approx((told[0]["val_loss"] + told[1]["val_loss"]) / 2, rel=1e-12)
-    assert out.training_flops == pytest.approx(told[0]["training_flops"] + told[1]["training_flops"])
+    assert told[1].val_loss == alone.val_loss and told[0].val_loss != told[1].val_loss
+    assert out.val_loss == pytest.approx((told[0].val_loss + told[1].val_loss) / 2, rel=1e-12)
+    assert out.training_flops == pytest.approx(told[0].training_flops + told[1].training_flops)
 
 
 def test_a_diverging_replica_ends_the_trial_as_diverged_with_no_loss(corpus):
     absurd = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
-    out = run_replica_trial(TARGET, T, [T / 16, T / 8], corpus, optim=absurd, run=RUN, width_probe=False)
+    out = run_replica_trial(replicas(TARGET, T, [T / 16, T / 8], optim=absurd), corpus)
     assert out.status == "diverged" and math.isinf(out.val_loss) and out.rungs == []
-    assert out.arch == TARGET.model_dump()
+    assert out.arch == TARGET
 
 
 def test_meta_parameter_count_matches_a_real_build():

@@ -8,8 +8,10 @@ import pytest
 from search_spaces.residual_lm import ArchConfig, flavour
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
+from workers.training.config import OptimConfig, RunConfig
 from workers.training.plans import LadderConfig
-from workers.training.train import OptimConfig, RunConfig, train
+from workers.training.train import train
+from workers.trial.contract import Measurement, TrialRequest
 from workers.trial.replica import plan_replica, run_replica_trial
 from workers.trial.run import run_trial
 
@@ -55,10 +57,10 @@ def expected_cosine(steps: int, optim: OptimConfig) -> list[float]:
     return out
 
 
-def applied(curve: list[dict]) -> list[float]:
+def applied(curve: list) -> list[float]:
     """The rate each step ran at, from a curve reported at every step."""
-    assert [p["step"] for p in curve] == list(range(1, len(curve) + 1))
-    return [p["lr"] for p in curve]
+    assert [p.step for p in curve] == list(range(1, len(curve) + 1))
+    return [p.lr for p in curve]
 
 
 def test_the_default_schedule_is_warmup_stable_decay_step_by_step(corpus):
@@ -74,7 +76,7 @@ def test_a_plain_wsd_run_is_a_ladder_of_one_rung_bit_for_bit(corpus):
     plain = train(cfg, 2e9, corpus, run=RUN, seed=4)
     one_rung = train(cfg, 2e9, corpus, run=RUN, seed=4, ladder=LadderConfig(rungs=1, eta=3.0))
     assert plain.state.val_loss == one_rung.state.val_loss
-    assert [p["lr"] for p in plain.state.curve] == [p["lr"] for p in one_rung.state.curve]
+    assert [p.lr for p in plain.state.curve] == [p.lr for p in one_rung.state.curve]
 
 
 def test_cosine_on_request_step_by_step_and_never_on_a_budget_ladder(corpus):
@@ -94,17 +96,19 @@ def test_every_replica_rung_follows_the_target_runs_schedule(corpus, schedule):
     target = ArchConfig(vocab_size=256, seq_len=32, n_layers=2, d_model=64, n_heads=2, residual="nag")
     optim = OptimConfig(lr=2e-3, schedule=schedule, warmup=0.2, cooldown=0.25)
     budgets = [2e9, 6e9]
-    curves: list[list[dict]] = [[]]
+    curves: list[list] = [[]]
 
-    def report(point: dict) -> None:
-        if point["step"] == 1 and curves[-1]:
+    def report(point) -> None:
+        if point.step == 1 and curves[-1]:
             curves.append([])
         curves[-1].append(point)
 
-    result = run_replica_trial(target, 6e10, budgets, corpus, report=report, optim=optim, run=RUN, width_probe=False)
+    measurement = Measurement(budgets[-1], None, tuple(budgets), 6e10)
+    request = TrialRequest.of(target, measurement, optim=optim, run=RUN, width_probe=False)
+    result = run_replica_trial(request, corpus, report=report)
     assert result.status == "completed" and len(curves) == len(budgets)
     expected = expected_wsd if schedule == "wsd" else expected_cosine
     for rung, (flops, curve) in enumerate(zip(budgets, curves, strict=True)):
         steps = plan_replica(target, 6e10, rung, flops, RUN.batch_size).plan.steps
         assert applied(curve) == pytest.approx(expected(steps, optim), rel=1e-12)
-    assert result.optim["schedule"] == schedule and result.optim["cooldown"] == 0.25
+    assert result.optim is not None and (result.optim.schedule, result.optim.cooldown) == (schedule, 0.25)

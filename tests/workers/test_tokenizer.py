@@ -22,7 +22,8 @@ from workers.data.corpus import corpus_fingerprint, load_corpus
 from workers.data.documents import read_shipped_texts, split_documents
 from workers.data.shards import ShardError, read_meta, write_meta, write_stream
 from workers.data.tokenizer import HFTokenizer, TokenizerError, load_tokenizer, normalised_spec, train_bpe
-from workers.training.train import RunConfig, train
+from workers.training.config import RunConfig
+from workers.training.train import train
 from workers.trial.run import run_trial
 
 VOCAB = 512

@@ -7,9 +7,10 @@ import pytest
 from search_spaces.residual_lm import flavour, flops_per_token
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
+from workers.training.config import OptimConfig, RunConfig
 from workers.training.plans import InfeasibleBudget, plan_budget
 from workers.training.schedules import cosine_learning_rate
-from workers.training.train import OptimConfig, RunConfig, train
+from workers.training.train import train
 
 # Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
 ABSURD = OptimConfig(warmup=0, grad_clip=1e9).model_copy(update={"lr": 1e6})
@@ -89,7 +90,7 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path, f
     straight = train(cfg, budget, corpus, run=RUN.model_copy(update={"report_every": 1}), seed=3)
 
     def crash_at_step_7(point):
-        if point["step"] >= 7:
+        if point.step >= 7:
             raise _Interrupt
 
     run = RUN.model_copy(update={"checkpoint_dir": str(tmp_path), "checkpoint_every": 2, "report_every": 1})
@@ -99,7 +100,7 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path, f
     resumed = train(cfg, budget, corpus, run=run, seed=3, report=points.append)
     # It resumed from the step-6 checkpoint (a fresh start with the same seed would report step 1 first)
     # and reported what the uninterrupted run did from step 7 on.
-    assert points and points[0]["step"] == 7
+    assert points and points[0].step == 7
     assert points == straight.state.curve[6:]
     assert resumed.status == "completed" and resumed.state.step == straight.state.step
     assert resumed.state.val_loss == straight.state.val_loss
@@ -115,9 +116,9 @@ def test_learning_rate_warms_up_then_decays():
 
 
 def test_report_can_stop_a_run_early(corpus):
-    out = train(tiny(), 5e9, corpus, run=RUN, report=lambda p: p["step"] >= 4)
+    out = train(tiny(), 5e9, corpus, run=RUN, report=lambda p: p.step >= 4)
     assert out.status == "stopped" and out.state.step == 4
-    assert all(math.isfinite(p["train_loss"]) for p in out.state.curve)
+    assert all(math.isfinite(p.train_loss) for p in out.state.curve)
 
 
 def test_the_horizon_rule_scales_the_rate_by_the_run_length_per_family():

@@ -7,7 +7,8 @@ import pytest
 from search_spaces.residual_lm import flavour
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
-from workers.training.train import OptimConfig, RunConfig
+from workers.training.config import OptimConfig, RunConfig
+from workers.trial.result import TrialResult
 from workers.trial.run import run_trial
 
 # Far outside OptimConfig's accepted range on purpose: forces NaN/inf within a few steps.
@@ -30,11 +31,11 @@ def test_run_trial_end_to_end(corpus, family):
     assert result.val_bpb == pytest.approx(result.val_loss / math.log(2))
     assert result.tokens_seen == result.planned_tokens > 0
     assert result.training_flops > 0 and result.peak_memory_mb > 0
-    assert points and points[-1]["tokens"] == result.tokens_seen
-    assert result.width["d_align"] > 0 and 0 <= result.width["p_hat_8_8"] <= 1
+    assert points and points[-1].tokens == result.tokens_seen
+    assert result.width is not None and result.width.d_align > 0 and 0 <= result.width.p_hat_8_8 <= 1
     assert set(result.diagnostics["skip_rate"])
-    record = result.to_dict()
-    assert record["arch"]["residual"] == family and record["curve"]
+    assert result.arch is not None and result.arch.residual == family and result.curve
+    assert TrialResult.from_dict(result.to_dict()) == result  # what the spool keeps while the store is down
 
 
 def test_divergence_is_recorded_not_raised(corpus):

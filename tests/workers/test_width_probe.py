@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -10,8 +11,8 @@ import torch.nn.functional as F
 
 from helpers import FAMILIES, small_cfg, tokens
 from search_spaces.residual_lm import build_model
+from workers.trial.result import WidthCertificate
 from workers.trial.width_probe import (
-    WidthCertificate,
     _disjoint_subsets,
     alignment_statistics,
     b_align,
@@ -220,7 +221,7 @@ def test_width_certificate_on_a_model(family):
     assert 0 < cert.b_exact_8_8 <= cert.b_align_8_8 <= 1
     assert 0 <= cert.p_hat_8_8 <= 1
     assert cert == width_certificate(model, idx, targets, draws=500, seed=0)  # deterministic
-    d = cert.to_dict()
+    d = asdict(cert)
     assert set(d) == {
         "n_sequences",
         "d_model",

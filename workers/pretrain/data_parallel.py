@@ -30,6 +30,7 @@ import torch.distributed as dist
 from search_spaces.residual_lm import ResidualLM
 
 from ..data.corpus import TokenizedCorpus
+from ..training.records import CurvePoint
 from ..training.train import Report
 
 __all__ = ["DataParallelError", "Parallel"]
@@ -108,7 +109,7 @@ class Parallel:
         if self.world_size == 1:
             return report
 
-        def every_rank(point: dict) -> bool:
+        def every_rank(point: CurvePoint) -> bool:
             stop = bool(report(point)) if report is not None and self.rank == 0 else False
             return self._all_reduce([float(stop)], op=dist.ReduceOp.MAX)[0] > 0
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from search_spaces.residual_lm import ArchConfig, config_error_message, flops_per_token, tokens_for
 
-from ..training.train import OptimConfig, RunConfig
+from ..training.config import OptimConfig, RunConfig
 
 __all__ = [
     "RUN_FIELDS_NOT_EXPORTED",

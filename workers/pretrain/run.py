@@ -53,8 +53,9 @@ from ..data.config import DataConfig
 from ..data.corpus import TokenizedCorpus, load_corpus
 from ..status import TrialStatus
 from ..strict_json import sanitise_json
+from ..training.config import RunConfig
 from ..training.plans import InfeasibleBudget, plan_budget
-from ..training.train import Report, RunConfig, train
+from ..training.train import Report, train
 from .data_parallel import DataParallelError, Parallel
 from .export_format import ExportedConfig
 

@@ -1,8 +1,20 @@
 """The iso-FLOP trainer every run uses, proxy trial or pretraining: the steps a budget buys and budget ladders
-(`plans`), learning-rate schedules (`schedules`), the training loop (`train`) and its checkpoints
-(`checkpoints`)."""
+(`plans`), a run's settings (`config`), learning-rate schedules (`schedules`), the training loop (`train`), what it
+reports (`records`) and its checkpoints (`checkpoints`)."""
 
+from .config import OptimConfig, RunConfig
 from .plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
-from .train import OptimConfig, RunConfig, train
+from .records import CurvePoint, RungRecord
+from .train import train
 
-__all__ = ["InfeasibleBudget", "LadderConfig", "OptimConfig", "RunConfig", "plan_budget", "plan_ladder", "train"]
+__all__ = [
+    "CurvePoint",
+    "InfeasibleBudget",
+    "LadderConfig",
+    "OptimConfig",
+    "RunConfig",
+    "RungRecord",
+    "plan_budget",
+    "plan_ladder",
+    "train",
+]

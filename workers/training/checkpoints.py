@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -14,20 +14,31 @@ from pydantic import BaseModel
 
 from search_spaces.residual_lm import ArchConfig
 
+from .records import CurvePoint, RungRecord
+
 
 @dataclass
 class TrainState:
-    """Everything a run accumulates; saved in checkpoints (plain types and tensors only)."""
+    """Everything a run accumulates; saved in checkpoints as plain types (`state_dict`, `from_state_dict`)."""
 
     step: int = 0
     tokens_seen: int = 0
     training_flops: float = 0.0
     train_loss: float = math.nan
     val_loss: float = math.nan
-    curve: list[dict] = field(default_factory=list)
+    curve: list[CurvePoint] = field(default_factory=list)
     step_seconds: float = 0.0  # inside schedule/forward/backward/optimizer only
-    rungs: list[dict] = field(default_factory=list)  # one `RungResult` dict per rung measured (ladder runs)
+    rungs: list[RungRecord] = field(default_factory=list)  # one per rung measured (ladder runs)
     branch_flops: float = 0.0  # training FLOPs spent in cooldown branches (ladder runs), beside the main run's
+
+    def state_dict(self) -> dict:
+        """Plain numbers, lists and dicts: what `torch.load(weights_only=True)` reads back."""
+        return {**vars(self), "curve": [asdict(p) for p in self.curve], "rungs": [asdict(r) for r in self.rungs]}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> TrainState:
+        curve = [CurvePoint.from_dict(p) for p in state["curve"]]
+        return cls(**{**state, "curve": curve, "rungs": [RungRecord.from_dict(r) for r in state["rungs"]]})
 
 
 def save_checkpoint(path: Path, cfg: ArchConfig, optim: BaseModel, model, opt, batches, state: TrainState) -> None:
@@ -42,7 +53,7 @@ def save_checkpoint(path: Path, cfg: ArchConfig, optim: BaseModel, model, opt, b
         "optimizer": opt.state_dict(),
         "batches": batches.state_dict(),
         "rng": torch.get_rng_state(),
-        "state": {k: v for k, v in vars(state).items()},
+        "state": state.state_dict(),
     }
     tmp = path.with_suffix(".tmp")
     try:
@@ -83,4 +94,4 @@ def load_checkpoint(path: Path, cfg: ArchConfig, model, opt, batches) -> TrainSt
     opt.load_state_dict(payload["optimizer"])
     batches.load_state_dict(payload["batches"])
     torch.set_rng_state(payload["rng"])
-    return TrainState(**payload["state"])
+    return TrainState.from_state_dict(payload["state"])

@@ -19,11 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from search_spaces.residual_lm import (
     TRAINING_FLOPS_PER_FORWARD_FLOP,
@@ -31,87 +29,21 @@ from search_spaces.residual_lm import (
     ResidualLM,
     build_model,
 )
-from search_spaces.residual_lm.config import ResidualFamily
 from search_spaces.residual_lm.parametrization import tensor_rules
 
 from ..data.batches import TrainBatches, validation_batches
 from ..data.corpus import TokenizedCorpus
 from ..status import TrialStatus
 from .checkpoints import TrainState, load_checkpoint, save_checkpoint
+from .config import OptimConfig, Precision, RunConfig
 from .plans import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
-from .schedules import Schedule, ScheduleKind
+from .records import CurvePoint, RungRecord
+from .schedules import Schedule
 
 log = logging.getLogger(__name__)
 
-Precision = Literal["fp32", "bf16"]
 ADAM_EPS = 1e-8  # torch's default; scaled per tensor under `completep`
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where torch has a fused AdamW kernel
-
-
-class OptimConfig(BaseModel):
-    """The optimiser knobs a search tunes (AdamW) and the learning-rate schedule a run follows
-    (`workers.training.schedules`: warmup-stable-decay by default, or cosine)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    lr: float = Field(3e-3, gt=0)  # no upper bound: an absurd LR must be runnable (and diverge)
-    schedule: ScheduleKind = Field("wsd", description="the learning-rate schedule: warmup-stable-decay or cosine")
-    warmup: float = Field(0.1, ge=0, le=0.5, description="share of the (lowest rung's) steps spent warming up")
-    cooldown: float = Field(
-        0.2, gt=0, le=0.5, description="wsd: share of the run's (of each rung's) last steps spent decaying the LR"
-    )
-    weight_decay: float = Field(0.1, ge=0, le=1.0)
-    min_lr_ratio: float = Field(0.1, ge=0, le=1.0, description="the decay ends at lr * min_lr_ratio")
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.95, ge=0, lt=1)
-    grad_clip: float = Field(1.0, gt=0)
-    nag_gate_lr: float = Field(1e-3, gt=0, le=1.0, description="cap on NAG gate and alpha LR (replications)")
-    # The horizon rule (docs/design.md §3.7): `lr` is the best rate for a run of `horizon_tokens` tokens;
-    # a run of D tokens uses lr (D' / horizon_tokens)^-beta, beta the family's `horizon_exponents` entry
-    # (0 when absent) and D' = D clamped to `horizon_span`, the horizons beta was measured over (a power
-    # law is not extrapolated). Off (None) by default.
-    horizon_tokens: int | None = Field(None, ge=1, description="tokens of the run `lr` was tuned for")
-    horizon_exponents: dict[ResidualFamily, Annotated[float, Field(ge=-2.0, le=2.0)]] = Field(
-        default_factory=dict, description="beta per family in lr* ~ tokens^-beta (measured: make transfer)"
-    )
-    horizon_span: tuple[int, int] | None = Field(
-        None, description="(shortest, longest) run in tokens the exponents were measured on; None: no clamp"
-    )
-
-    @model_validator(mode="after")
-    def _span_is_ordered(self) -> OptimConfig:
-        if self.horizon_span is not None and not 1 <= self.horizon_span[0] <= self.horizon_span[1]:
-            raise ValueError(
-                f"horizon_span must be (shortest, longest) with 1 <= shortest <= longest, got {self.horizon_span}"
-            )
-        return self
-
-    def at_horizon(self, family: ResidualFamily, tokens: int) -> OptimConfig:
-        """This config for a run of `tokens` tokens of `family`: the horizon rule applied to `lr` (and
-        switched off, so it is never applied twice); itself without a rule."""
-        if self.horizon_tokens is None:
-            return self
-        if self.horizon_span is not None:
-            tokens = min(max(tokens, self.horizon_span[0]), self.horizon_span[1])
-        beta = self.horizon_exponents.get(family, 0.0)
-        lr = self.lr * (tokens / self.horizon_tokens) ** -beta
-        return self.model_copy(update={"lr": lr, "horizon_tokens": None})
-
-
-class RunConfig(BaseModel):
-    """How a proxy run is executed: batch, precision, evaluation, reporting, checkpoints."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    batch_size: int = Field(16, ge=1, le=4096)
-    precision: Precision = "fp32"  # bf16 autocast saves little on a CPU: benchmarks/results/precision.json
-    eval_sequences: int = Field(
-        64, ge=2, description="held-out sequences (spread over the held-out text) for val loss and the width probe"
-    )
-    evals: int = Field(4, ge=1, description="validation passes over the run (the last at the end)")
-    report_every: int = Field(10, ge=1, description="steps between progress reports")
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = Field(0, ge=0, description="steps between checkpoints; 0 = never")
 
 
 def build_optimizer(model: ResidualLM, optim: OptimConfig) -> torch.optim.AdamW:
@@ -159,8 +91,8 @@ class TrainOutcome:
     failure_reason: str | None = None
 
 
-Report = Callable[[dict], "bool | None"]  # return True to stop the run early
-OnRung = Callable[[dict], bool]  # told each rung's result; return False to end the run at that rung
+Report = Callable[[CurvePoint], "bool | None"]  # told each point of the curve; return True to stop the run early
+OnRung = Callable[[RungRecord], bool]  # told each rung's record; return False to end the run at that rung
 
 
 def autocast(precision: Precision, device: torch.device):
@@ -212,7 +144,7 @@ def train(
 
     The learning rate follows `optim.schedule` (`workers.training.schedules`). With `ladder` the run is a budget
     ladder (`workers.training.plans`, warmup-stable-decay only): `budget_flops` is the top rung, each lower rung
-    is measured on a cooldown branch, and `on_rung(result)` is told every rung's result in order;
+    is measured on a cooldown branch, and `on_rung(record)` is told every rung's `RungRecord` in order;
     returning False ends the run there (status completed, the rung's loss).
 
     The loop stays whole, in numbered steps, so that the order of a step's parts reads in one place.
@@ -237,7 +169,7 @@ def train(
     while state.step < plan.steps:
         # 3. At a lower rung's branch point: measure that rung on a cooldown branch.
         while (rung := schedule.rung_branching_at(state.step, done=len(state.rungs))) is not None:
-            ended = _branch_rung(model, opt, batches, val, optim, run, device, state, schedule, rung, on_rung)
+            ended = _branch_rung(model, opt, batches, val, optim, run, device, state, schedule, rung, on_rung, seed)
             if ended is not None:
                 return ended
         # 4. One optimisation step; a non-finite loss ends the run.
@@ -262,20 +194,22 @@ def train(
             return TrainOutcome(TrialStatus.STOPPED, model, state, plan, val, f"stopped early at step {state.step}")
     # 6. The top rung is the main run itself.
     if rungs and len(state.rungs) < len(rungs):
-        state.rungs.append(_rung_result(rungs[-1], state.val_loss, state, state.training_flops))
+        state.rungs.append(_rung_record(rungs[-1], state.val_loss, state, state.training_flops, seed))
         if on_rung is not None:
             on_rung(state.rungs[-1])
     return TrainOutcome(TrialStatus.COMPLETED, model, state, plan, val)
 
 
-def _branch_rung(model, opt, batches, val, optim, run, device, state, schedule, rung, on_rung) -> TrainOutcome | None:
+def _branch_rung(
+    model, opt, batches, val, optim, run, device, state, schedule, rung, on_rung, seed
+) -> TrainOutcome | None:
     """Measure `rung` on a cooldown branch; the outcome if the run ends there (a diverged branch, or
     `on_rung` declining to promote: the run ends as the cooled branch), else None."""
     branch, branch_state = _measure_rung_on_a_branch(
-        model, opt, batches, val, optim, run, device, state, schedule, rung
+        model, opt, batches, val, optim, run, device, state, schedule, rung, seed
     )
     result = state.rungs[-1]
-    if not math.isfinite(result["val_loss"]):
+    if not math.isfinite(result.val_loss):
         reason = f"non-finite loss in the cooldown of rung {rung.index} (step {branch_state.step})"
         return TrainOutcome(TrialStatus.DIVERGED, branch, branch_state, rung.plan, val, reason)
     if on_rung is not None and not on_rung(result):
@@ -312,21 +246,22 @@ def _plan(
     return rungs, plan, optim, schedule
 
 
-def _rung_result(rung: Rung, val_loss: float, state: TrainState, training_flops: float) -> dict:
+def _rung_record(rung: Rung, val_loss: float, state: TrainState, training_flops: float, seed: int) -> RungRecord:
     """What a rung measured: its budget, tokens (D_r), loss after its cooldown, the FLOPs that bought it, and the
     seconds spent training so far (the main run and every branch up to this rung)."""
-    return {
-        "rung": rung.index,
-        "budget_flops": rung.budget_flops,
-        "steps": rung.steps,
-        "tokens": rung.plan.tokens,
-        "val_loss": val_loss,
-        "training_flops": training_flops,
-        "train_seconds": state.step_seconds,
-    }
+    return RungRecord(
+        rung=rung.index,
+        seed=seed,
+        budget_flops=rung.budget_flops,
+        steps=rung.steps,
+        tokens=rung.plan.tokens,
+        val_loss=val_loss,
+        training_flops=training_flops,
+        train_seconds=state.step_seconds,
+    )
 
 
-def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, state, schedule, rung):
+def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, state, schedule, rung, seed):
     """Copy the main run's model, optimiser and data position, decay the copy over `rung`'s cooldown,
     evaluate it, and put the data position and RNG back: the main run goes on bit-exactly as without.
 
@@ -354,7 +289,7 @@ def _measure_rung_on_a_branch(model, opt, batches, val, optim, run, device, stat
     batches.load_state_dict(position)
     torch.set_rng_state(rng)
     state.step_seconds += branch_state.step_seconds
-    state.rungs.append(_rung_result(rung, val_loss, state, branch_state.training_flops))
+    state.rungs.append(_rung_record(rung, val_loss, state, branch_state.training_flops, seed))
     ended = replace(
         branch_state,
         val_loss=val_loss,
@@ -411,16 +346,16 @@ def _record_progress(
     evaluated = eval_point is not None
     if not (evaluated or state.step % run.report_every == 0 or state.step == plan.steps):
         return False
-    point = {
-        "step": state.step,
-        "tokens": state.tokens_seen,
-        "train_loss": state.train_loss,
-        "val_loss": state.val_loss if evaluated else None,
-        "training_flops": state.training_flops,
-        "lr": lr,
-        "planned_steps": plan.steps,
-        "eval_index": eval_point[0] if eval_point is not None else None,
-        "evals": eval_point[1] if eval_point is not None else None,
-    }
+    point = CurvePoint(
+        step=state.step,
+        tokens=state.tokens_seen,
+        train_loss=state.train_loss,
+        training_flops=state.training_flops,
+        lr=lr,
+        planned_steps=plan.steps,
+        val_loss=state.val_loss if evaluated else None,
+        eval_index=eval_point[0] if eval_point is not None else None,
+        evals=eval_point[1] if eval_point is not None else None,
+    )
     state.curve.append(point)
     return bool(report(point)) if report else False

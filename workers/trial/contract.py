@@ -3,16 +3,21 @@
 The search (`nas`) asks and a trial (this package) answers; nothing else crosses between them:
 
 - `TrialTicket`: what the search computed about one sampled config before it runs: its trial number, its
-  executed forward FLOPs per token and, when it will not be trained, why. Ray Tune hands a trial one dict,
-  its config: the space's knobs, plus this ticket under `TICKET_KEY`, the one key that is not a knob
-  (`with_ticket`, `split_config`).
-- `TrialRequest`: what one trial is asked to do: the architecture, optimiser and run settings the knobs
-  map to, the corpus, the seed, how it is measured (`Measurement`) and the rung gate it reports to.
-- `RungGate`: what a trial calls at the end of every rung. It is told the rung's record and answers with a
-  `RungVerdict`: climb on, stop here, or measure this rung again with another seed; and what the search now
-  predicts for the trial at the target. The search's gate stores the rung before it answers.
-- `TrialOutcome`: what a trial returns: its `TrialResult` and the loss the search is told (its predicted
-  loss at the target after its last rung, or the measured loss without rungs; +inf unless completed).
+  counted costs (`CountedCosts`: executed forward FLOPs per token, KV-cache bytes and decode FLOPs per token),
+  the typed configs its knobs map to (`TrialConfigs`) and, when it will not be trained, why. Ray Tune hands a
+  trial one dict, its config: the space's knobs, plus this ticket under `TICKET_KEY`, the one key that is not a
+  knob (`with_ticket`, `split_config`).
+- `TrialRequest`: what one trial is asked to do: the architecture, optimiser and run settings, the corpus, the
+  seed, how it is measured (`Measurement`) and the rung gate it reports to.
+- `RungGate`: what a trial calls at the end of every rung. It is told the rung's `RungRecord` and answers with a
+  `RungVerdict`: `climb` to the next rung, `stop` here, or `measure_again` this rung with another seed
+  (seed + `REMEASURE_SEED_OFFSET`); and what the search now predicts for the trial at the target. The search's
+  gate stores the rung before it answers.
+- `TrialOutcome`: what a trial returns: its `TrialResult` and the loss the search is told (its predicted loss at
+  the target after its last rung, or the measured loss without rungs; +inf unless completed).
+
+The records themselves live below this module (`workers.training.records`, `workers.trial.result`): the trainer
+and the trial write them, the store keeps them field by field.
 """
 
 from __future__ import annotations
@@ -20,43 +25,70 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Protocol
 
-from search_spaces.residual_lm import ArchConfig
+from search_spaces.residual_lm import ArchConfig, flops_per_token
 
 from ..data.config import DataConfig
 from ..status import TrialStatus
+from ..training.config import OptimConfig, RunConfig
 from ..training.plans import LadderConfig
-from ..training.train import OptimConfig, RunConfig
-from .narrowing import Narrowing
-from .run import TrialResult
+from ..training.records import RungRecord
+from .narrowing import DEFAULT_MIN_WIDTH, Narrowing
+from .result import TrialResult
 
 __all__ = [
+    "DEFAULT_MIN_WIDTH",
+    "REMEASURE_SEED_OFFSET",
     "TICKET_KEY",
+    "CountedCosts",
     "Measurement",
     "RungGate",
     "RungVerdict",
+    "TrialConfigs",
     "TrialOutcome",
     "TrialRequest",
     "TrialTicket",
+    "Verdict",
     "split_config",
     "with_ticket",
 ]
 
 TICKET_KEY = "resnas_ticket"  # the one key of a Tune trial's config that is not a knob of the space
+REMEASURE_SEED_OFFSET = 1000  # a rung measured again runs seed + this (the front's repeats use seed + 1, + 2, ...)
+
+
+@dataclass(frozen=True)
+class CountedCosts:
+    """A config's costs per token, counted from the config before any training: executed forward FLOPs (at the
+    target skip rate; inf for an invalid config), and KV-cache bytes and decode FLOPs at its seq_len (None when the
+    config is invalid). The store keeps them from the moment the trial starts."""
+
+    executed_flops_per_token: float
+    kv_bytes_per_token: float | None = None
+    decode_flops_per_token: float | None = None
+
+
+@dataclass(frozen=True)
+class TrialConfigs:
+    """The typed configs a sampled config's knobs map to (with the space's fixed values)."""
+
+    arch: ArchConfig
+    optim: OptimConfig
+    run: RunConfig
 
 
 @dataclass(frozen=True)
 class TrialTicket:
     """What the search computed about one sampled config: its number (the Optuna trial's, which is the store's),
-    its executed forward FLOPs per token (inf when the config is invalid), why it will not be trained
-    (None: it will be), and its counted inference costs at its seq_len (None when the config is invalid)."""
+    its counted costs, its typed configs (None when the knobs make no valid config) and why it will not be trained
+    (None: it will be)."""
 
     number: int
-    executed_flops_per_token: float
+    costs: CountedCosts
+    configs: TrialConfigs | None = None
     infeasible_reason: str | None = None
-    kv_bytes_per_token: float | None = None
-    decode_flops_per_token: float | None = None
 
 
 def with_ticket(knobs: Mapping[str, Any], ticket: TrialTicket) -> dict[str, Any]:
@@ -92,26 +124,44 @@ class Measurement:
             raise ValueError("replica rungs need the target's training FLOPs (target_flops)")
 
 
+class Verdict(str, Enum):
+    """What a trial does after a rung."""
+
+    CLIMB = "climb"  # train the next rung
+    STOP = "stop"  # end here: this is the trial's final verdict
+    MEASURE_AGAIN = "measure_again"  # train this rung once more with another seed, then be judged again
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class RungVerdict:
-    """The search's answer at the end of a rung: go on to the next rung, or stop (`promote`), or first measure
-    this rung again with another seed (`measure_again`); the trial's predicted loss at the target now, and its
-    band when this is the trial's final verdict (None while uncalibrated)."""
+    """The search's answer at the end of a rung: its `verdict`, the trial's predicted loss at the target now, and
+    with a `stop`, the prediction's band (None while uncalibrated). Built by `climb`, `stop` or `measure_again`."""
 
-    promote: bool
+    verdict: Verdict
     predicted_loss: float
     band: tuple[float, float] | None = None
-    measure_again: bool = False
+
+    @classmethod
+    def climb(cls, predicted_loss: float) -> RungVerdict:
+        return cls(Verdict.CLIMB, predicted_loss)
+
+    @classmethod
+    def stop(cls, predicted_loss: float, band: tuple[float, float] | None = None) -> RungVerdict:
+        return cls(Verdict.STOP, predicted_loss, band)
+
+    @classmethod
+    def measure_again(cls, predicted_loss: float) -> RungVerdict:
+        return cls(Verdict.MEASURE_AGAIN, predicted_loss)
 
 
 class RungGate(Protocol):
-    """What a trial calls at the end of every rung (picklable: Ray ships it to the trial's process).
+    """What a trial calls at the end of every rung (picklable: Ray ships it to the trial's process): trial `trial`,
+    whose executed forward FLOPs per token are `flops_per_token`, measured `rung` (its seed inside)."""
 
-    `rung` is the rung's record as the trainer wrote it (`workers.training.train` for a budget ladder,
-    `workers.trial.replica` for replica rungs: rung, seed, budget_flops, tokens, val_loss, training_flops, ...).
-    """
-
-    def __call__(self, trial: int, seed: int, flops_per_token: float, rung: dict) -> RungVerdict: ...
+    def __call__(self, trial: int, flops_per_token: float, rung: RungRecord) -> RungVerdict: ...
 
 
 @dataclass(frozen=True)
@@ -129,6 +179,22 @@ class TrialRequest:
     rung_gate: RungGate | None = None
     width_probe: bool = True  # measure the width certificate of the trained model
 
+    @classmethod
+    def of(
+        cls,
+        arch: ArchConfig,
+        measurement: Measurement,
+        *,
+        optim: OptimConfig = OptimConfig(),
+        run: RunConfig = RunConfig(),
+        data: DataConfig = DataConfig(),
+        seed: int = 0,
+        width_probe: bool = True,
+    ) -> TrialRequest:
+        """A request outside a search: trial 0, its FLOPs counted from `arch`, no rung gate."""
+        ticket = TrialTicket(0, CountedCosts(flops_per_token(arch).executed), TrialConfigs(arch, optim, run))
+        return cls(ticket, arch, optim, run, data, seed, measurement, None, width_probe)
+
 
 @dataclass(frozen=True)
 class TrialOutcome:
@@ -141,10 +207,6 @@ class TrialOutcome:
     @property
     def status(self) -> TrialStatus:
         return TrialStatus(self.result.status)
-
-    def record(self) -> dict:
-        """The result as the store keeps it: `TrialResult.to_dict()` and `target_loss` (the told loss)."""
-        return {**self.result.to_dict(), "target_loss": self.told_loss}
 
     @staticmethod
     def told(result: TrialResult, predicted: float | None) -> float:

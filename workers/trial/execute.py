@@ -20,14 +20,17 @@ from collections.abc import Callable
 
 from ..data.corpus import load_corpus
 from ..status import TrialStatus
+from ..training.records import RungRecord
 from ..training.train import Report
-from .contract import RungVerdict, TrialOutcome, TrialRequest, TrialTicket
-from .replica import MEASURE_AGAIN, OnReplicaRung, run_replica_trial
-from .run import TrialResult, run_trial
+from .contract import RungVerdict, TrialOutcome, TrialRequest, TrialTicket, Verdict
+from .replica import run_replica_trial
+from .result import TrialResult
+from .run import run_trial
 
 __all__ = ["not_trained", "run_request"]
 
 OnRungDone = Callable[[int], None]  # told a rung's index once its verdict is to climb on
+OnRung = Callable[[RungRecord], Verdict]  # told each rung's record: the gate's verdict
 
 
 def run_request(
@@ -38,15 +41,13 @@ def run_request(
     last: list[RungVerdict] = []
     gate = request.rung_gate
 
-    def on_rung(rung: dict) -> bool | str:
+    def on_rung(rung: RungRecord) -> Verdict:
         assert gate is not None
-        verdict = gate(request.ticket.number, int(rung.get("seed", request.seed)), _flops(request), rung)
+        verdict = gate(request.ticket.number, request.ticket.costs.executed_flops_per_token, rung)
         last[:] = [verdict]
-        if verdict.measure_again:
-            return MEASURE_AGAIN
-        if verdict.promote and on_rung_done is not None:
-            on_rung_done(int(rung["rung"]))
-        return verdict.promote
+        if verdict.verdict == Verdict.CLIMB and on_rung_done is not None:
+            on_rung_done(rung.rung)
+        return verdict.verdict
 
     result = _train(request, report, on_rung if gate is not None else None)
     rungs_told = gate is not None and (request.measurement.ladder is not None or request.measurement.replica_rungs)
@@ -54,45 +55,28 @@ def run_request(
     return TrialOutcome(request.ticket.number, result, TrialOutcome.told(result, predicted))
 
 
-def _flops(request: TrialRequest) -> float:
-    return request.ticket.executed_flops_per_token
-
-
-def _train(request: TrialRequest, report: Report | None, on_rung: OnReplicaRung | None) -> TrialResult:
-    m = request.measurement
-    corpus = load_corpus(request.data)
+def _train(request: TrialRequest, report: Report | None, on_rung: OnRung | None) -> TrialResult:
+    """Replica rungs, or the config itself on its ladder or at its budget (one run: no rung measured again)."""
+    m, corpus = request.measurement, load_corpus(request.data)
     if m.replica_rungs:
-        assert m.target_flops is not None  # Measurement checks it
-        return run_replica_trial(
-            request.arch,
-            m.target_flops,
-            m.replica_rungs,
-            corpus,
-            seed=request.seed,
-            report=report,
-            optim=request.optim,
-            run=request.run,
-            on_rung=on_rung,
-            width_probe=request.width_probe,
-            min_width=m.narrowing,
-        )
+        return run_replica_trial(request, corpus, report, on_rung)
+    climbs = None if on_rung is None else lambda rung: on_rung(rung) == Verdict.CLIMB
     return run_trial(
         request.arch,
         m.budget_flops,
         corpus,
-        seed=request.seed,
-        report=report,
+        request.seed,
+        report,
         optim=request.optim,
         run=request.run,
         width_probe=request.width_probe,
         ladder=m.ladder,
-        on_rung=None if on_rung is None else lambda rung: on_rung(rung) is True,  # one run: no second seed
+        on_rung=climbs,
     )
 
 
 def not_trained(ticket: TrialTicket, status: TrialStatus, reason: str) -> TrialOutcome:
     """The outcome of a config that is not trained (infeasible, or stopped before it started): its status and
     reason, no loss, nothing spent."""
-    start = time.perf_counter()
-    result = TrialResult.untrained(status, reason, ticket.executed_flops_per_token, start)
+    result = TrialResult.untrained(status, reason, ticket.costs.executed_flops_per_token, time.perf_counter())
     return TrialOutcome(ticket.number, result, TrialOutcome.told(result, None))

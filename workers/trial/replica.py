@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, parameter_count, training_flops
@@ -39,13 +39,14 @@ from ..data.batches import bits_per_byte, validation_tokens_per_byte
 from ..data.corpus import TokenizedCorpus
 from ..status import TrialStatus
 from ..training.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
-from ..training.train import OptimConfig, Report, RunConfig
+from ..training.records import RungRecord
+from ..training.train import Report
+from .contract import REMEASURE_SEED_OFFSET, TrialRequest, Verdict
 from .narrowing import DEFAULT_MIN_WIDTH, Narrowing
-from .run import TrialResult, one_line, run_trial
+from .result import TrialResult
+from .run import one_line, run_trial
 
 __all__ = [
-    "DEFAULT_MIN_WIDTH",
-    "MEASURE_AGAIN",
     "Narrowing",
     "OnReplicaRung",
     "Replica",
@@ -58,8 +59,7 @@ __all__ = [
     "target_path",
 ]
 
-MEASURE_AGAIN = "again"  # what `on_rung` returns to have a rung measured once more with another seed
-OnReplicaRung = Callable[[dict], "bool | str"]  # True: climb on; False: stop here; MEASURE_AGAIN
+OnReplicaRung = Callable[[RungRecord], Verdict]  # told each rung's record: climb, stop, or measure it again
 
 
 def _parameters(cfg: ArchConfig) -> int:
@@ -95,16 +95,6 @@ class Replica:
     @property
     def width_ratio(self) -> float:
         return self.arch.d_model / self.arch.base_width
-
-    def record(self) -> dict:
-        """The replica's fields of its rung row."""
-        return {
-            "d_model": self.arch.d_model,
-            "params": self.params,
-            "tokens_per_param": self.tokens_per_param,
-            "target_tokens_per_param": self.target.tokens_per_param,
-            "on_path": self.on_path,
-        }
 
 
 def target_path(target: ArchConfig, target_flops: float, batch_size: int) -> TargetPath:
@@ -176,53 +166,47 @@ def rung_budgets(lowest_flops: float, ladder: LadderConfig) -> list[float]:
 
 
 def run_replica_trial(
-    target: ArchConfig,
-    target_flops: float,
-    rung_flops: Sequence[float],
+    request: TrialRequest,
     corpus: TokenizedCorpus,
-    seed: int = 0,
     report: Report | None = None,
-    *,
-    optim: OptimConfig = OptimConfig(),
-    run: RunConfig = RunConfig(),
-    width_probe: bool = True,
-    min_width: Narrowing | int = DEFAULT_MIN_WIDTH,
     on_rung: OnReplicaRung | None = None,
-    remeasure_offset: int = 1000,
 ) -> TrialResult:
-    """Train the replica of each rung in turn, each its own run (`run_trial`) in this process, until
-    `on_rung(rung result)` returns False or the top rung is done (`on_rung` is told every rung's result,
-    the top one's too, as on a budget ladder); never raises. When `on_rung` returns `MEASURE_AGAIN`, the
-    rung's replica is trained once more with seed + `remeasure_offset` and `on_rung` is told that result
-    (its `seed` says which) and decides again, True or False.
+    """Train the replica of each of `request.measurement`'s replica rungs in turn (the request's `arch` is the
+    target), each its own run (`run_trial`) in this process, until `on_rung(rung record)` says `stop` or the top
+    rung is done (`on_rung` is told every rung, the top one too, as on a budget ladder); never raises. When
+    `on_rung` says `measure_again`, the rung's replica is trained once more with seed + `REMEASURE_SEED_OFFSET`
+    and `on_rung` is told that record (its `seed` says which) and decides again.
 
     Every replica trains at the learning rate the target would use (`optim` at the target's horizon).
     The result describes the target (its arch and FLOPs per token: the search's objective), with the
-    last rung's loss, the FLOPs and tokens of every replica run summed, and the rung results in `rungs`;
+    last rung's loss, the FLOPs and tokens of every replica run summed, and the rung records in `rungs`;
     the curve, diagnostics and width certificate are the last replica's.
     """
+    target, m, run = request.arch, request.measurement, request.run
     start = time.perf_counter()
     results: list[TrialResult] = []
-    rungs: list[dict] = []
+    rungs: list[RungRecord] = []
     tokens_per_byte = validation_tokens_per_byte(corpus, target.seq_len, run.eval_sequences)
     try:
-        path = target_path(target, target_flops, run.batch_size)
-        optim = optim.at_horizon(target.residual, path.tokens)
-        for index, flops in enumerate(rung_flops):
-            replica = plan_replica(target, target_flops, index, flops, run.batch_size, min_width)
-            verdict: bool | str = MEASURE_AGAIN
-            for attempt_seed in (seed, seed + remeasure_offset):
+        if not m.replica_rungs or m.target_flops is None:
+            raise ValueError("the request's measurement has no replica rungs")
+        path = target_path(target, m.target_flops, run.batch_size)
+        optim = request.optim.at_horizon(target.residual, path.tokens)
+        for index, flops in enumerate(m.replica_rungs):
+            replica = plan_replica(target, m.target_flops, index, flops, run.batch_size, m.narrowing)
+            verdict = Verdict.MEASURE_AGAIN
+            for seed in (request.seed, request.seed + REMEASURE_SEED_OFFSET):
                 result = run_trial(
-                    replica.arch, flops, corpus, attempt_seed, report, optim=optim, run=run, width_probe=width_probe
+                    replica.arch, flops, corpus, seed, report, optim=optim, run=run, width_probe=request.width_probe
                 )
                 results.append(result)
                 if result.status != TrialStatus.COMPLETED:
                     break
-                rungs.append(_rung_result(index, replica, result, attempt_seed))
-                verdict = on_rung(rungs[-1]) if on_rung is not None else True  # told every rung, the top one too
-                if verdict != MEASURE_AGAIN:
+                rungs.append(_rung_record(index, replica, result, seed))
+                verdict = on_rung(rungs[-1]) if on_rung is not None else Verdict.CLIMB  # told every rung
+                if verdict != Verdict.MEASURE_AGAIN:
                     break
-            if result.status != TrialStatus.COMPLETED or verdict is not True:
+            if result.status != TrialStatus.COMPLETED or verdict != Verdict.CLIMB:
                 break
     except InfeasibleBudget as err:
         return _target_result(
@@ -234,26 +218,30 @@ def run_replica_trial(
     return _target_result(target, results, rungs, tokens_per_byte, start, last.status, last.failure_reason)
 
 
-def _rung_result(index: int, replica: Replica, result: TrialResult, seed: int) -> dict:
-    """A replica rung as the store keeps it: the rung fields of a budget-ladder rung, the seed it ran with, and
-    the replica's."""
-    return {
-        "rung": index,
-        "seed": seed,
-        "budget_flops": replica.budget_flops,
-        "steps": result.steps,
-        "tokens": result.tokens_seen,
-        "val_loss": result.val_loss,
-        "training_flops": result.training_flops,
-        "train_seconds": result.wall_time_s,
-        **replica.record(),
-    }
+def _rung_record(index: int, replica: Replica, result: TrialResult, seed: int) -> RungRecord:
+    """A replica rung as the store keeps it: the fields of a budget-ladder rung, the seed it ran with, and the
+    replica's (its width, parameters, tokens per parameter against the target's, whether it is on the path)."""
+    return RungRecord(
+        rung=index,
+        seed=seed,
+        budget_flops=replica.budget_flops,
+        steps=result.steps,
+        tokens=result.tokens_seen,
+        val_loss=result.val_loss,
+        training_flops=result.training_flops,
+        train_seconds=result.wall_time_s,
+        d_model=replica.arch.d_model,
+        params=replica.params,
+        tokens_per_param=replica.tokens_per_param,
+        target_tokens_per_param=replica.target.tokens_per_param,
+        on_path=replica.on_path,
+    )
 
 
 def _target_result(
     target: ArchConfig,
     results: list[TrialResult],
-    rungs: list[dict],
+    rungs: list[RungRecord],
     tokens_per_byte: float,
     start: float,
     status,
@@ -262,7 +250,7 @@ def _target_result(
     fpt = flops_per_token(target)
     last = results[-1] if results else None
     completed = status == TrialStatus.COMPLETED and bool(rungs)
-    last_rung = [r["val_loss"] for r in rungs if r["rung"] == rungs[-1]["rung"]] if rungs else []
+    last_rung = [r.val_loss for r in rungs if r.rung == rungs[-1].rung] if rungs else []
     loss = sum(last_rung) / len(last_rung) if completed else math.inf  # the seed mean of a rung measured twice
     wall = time.perf_counter() - start
     tokens = sum(r.tokens_seen for r in results)
@@ -274,7 +262,7 @@ def _target_result(
         nominal_flops_per_token=fpt.nominal,
         executed_flops_per_token=fpt.executed,
         realised_flops_per_token=last.realised_flops_per_token if last else None,
-        budget_flops=rungs[-1]["budget_flops"] if rungs else (last.budget_flops if last else 0.0),
+        budget_flops=rungs[-1].budget_flops if rungs else (last.budget_flops if last else 0.0),
         training_flops=sum(r.training_flops for r in results),
         tokens_seen=tokens,
         planned_tokens=sum(r.planned_tokens for r in results),
@@ -289,7 +277,7 @@ def _target_result(
         width=last.width if last else None,
         curve=last.curve if last else [],
         rungs=rungs,
-        arch=target.model_dump(),
-        optim=last.optim if last else {},
+        arch=target,
+        optim=last.optim if last else None,
         seed=last.seed if last else 0,
     )

@@ -14,7 +14,7 @@ import math
 import resource
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
 
 import torch
 
@@ -24,52 +24,13 @@ from ..data.batches import bits_per_byte, validation_tokens_per_byte
 from ..data.config import DataConfig
 from ..data.corpus import TokenizedCorpus, load_corpus
 from ..status import TrialStatus
+from ..training.config import OptimConfig, RunConfig
 from ..training.plans import InfeasibleBudget, LadderConfig
-from ..training.train import OnRung, OptimConfig, Report, RunConfig, TrainOutcome, train
+from ..training.train import OnRung, Report, TrainOutcome, train
+from .result import TrialResult
 from .width_probe import width_certificate
 
-
-@dataclass
-class TrialResult:
-    """A plain record of one proxy run, ready for the store (see `to_dict`)."""
-
-    status: TrialStatus  # a final status: completed, diverged, stopped, infeasible or failed
-    failure_reason: str | None
-    val_loss: float  # nats per token (a ladder's last rung); inf unless completed
-    val_bpb: float  # bits per byte of the held-out text (exact; bytes: val_loss / ln 2)
-    nominal_flops_per_token: float
-    executed_flops_per_token: float  # expected at the target skip rate: the search's objective
-    realised_flops_per_token: float | None  # what training batches actually executed
-    budget_flops: float
-    training_flops: float
-    tokens_seen: int
-    planned_tokens: int
-    steps: int
-    wall_time_s: float
-    tokens_per_s: float
-    step_time_share: float | None  # share of wall time inside forward/backward/optimizer steps
-    peak_memory_mb: float
-    diagnostics: dict = field(default_factory=dict)
-    width: dict | None = None
-    curve: list[dict] = field(default_factory=list)
-    rungs: list[dict] = field(default_factory=list)  # ladder runs: each rung's budget, tokens, loss, FLOPs
-    branch_flops: float = 0.0  # ladder runs: training FLOPs of the cooldown branches, beside training_flops
-    arch: dict = field(default_factory=dict)
-    optim: dict = field(default_factory=dict)
-    seed: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def untrained(cls, status: TrialStatus, reason: str, executed_flops_per_token: float, start: float) -> TrialResult:
-        """A config never trained (infeasible, or an invalid config whose FLOPs are inf): no loss, nothing spent."""
-        base = dict(
-            nominal_flops_per_token=executed_flops_per_token,
-            executed_flops_per_token=executed_flops_per_token,
-            budget_flops=0.0,
-        )
-        return _failed(status, reason, base, start)
+__all__ = ["is_disk_full", "one_line", "peak_memory_mb", "run_trial", "trial_device"]
 
 
 def peak_memory_mb() -> float:
@@ -131,14 +92,9 @@ def run_trial(
     """
     start = time.perf_counter()
     fpt = flops_per_token(cfg)
-    base = dict(
-        nominal_flops_per_token=fpt.nominal,
-        executed_flops_per_token=fpt.executed,
-        budget_flops=budget_flops,
-        arch=cfg.model_dump(),
-        optim=optim.model_dump(),
-        seed=seed,
-    )
+    untrained = TrialResult.untrained(TrialStatus.FAILED, None, fpt.executed, start)
+    planned = replace(untrained, nominal_flops_per_token=fpt.nominal, budget_flops=budget_flops, arch=cfg, optim=optim,
+                      seed=seed)  # fmt: skip
     device = trial_device()
     try:
         corpus = data if isinstance(data, TokenizedCorpus) else load_corpus(data or DataConfig())
@@ -157,44 +113,35 @@ def run_trial(
             on_rung=on_rung,
         )
     except InfeasibleBudget as err:
-        return _failed(TrialStatus.INFEASIBLE, f"infeasible: {err}", base, start)
+        return _failed(planned, TrialStatus.INFEASIBLE, f"infeasible: {err}", start)
     except Exception as err:  # a crashing trial is recorded, never raised into the search
-        return _failed(TrialStatus.FAILED, one_line(err), base, start)
+        return _failed(planned, TrialStatus.FAILED, one_line(err), start)
     return _finish(
-        outcome, base, start, width_probe, validation_tokens_per_byte(corpus, cfg.seq_len, run.eval_sequences)
+        outcome, planned, start, width_probe, validation_tokens_per_byte(corpus, cfg.seq_len, run.eval_sequences)
     )
 
 
-def _failed(status: TrialStatus, reason: str, base: dict, start: float) -> TrialResult:
-    return TrialResult(
-        status=status,
-        failure_reason=reason,
-        val_loss=math.inf,
-        val_bpb=math.inf,
-        realised_flops_per_token=None,
-        training_flops=0.0,
-        tokens_seen=0,
-        planned_tokens=0,
-        steps=0,
-        wall_time_s=time.perf_counter() - start,
-        tokens_per_s=0.0,
-        step_time_share=None,
-        peak_memory_mb=peak_memory_mb(),
-        **base,
-    )
+def _failed(planned: TrialResult, status: TrialStatus, reason: str, start: float) -> TrialResult:
+    """A run that ended before it trained: no loss, nothing spent, the process's peak memory."""
+    wall = time.perf_counter() - start
+    return replace(planned, status=status, failure_reason=reason, wall_time_s=wall, peak_memory_mb=peak_memory_mb())
 
 
-def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool, tokens_per_byte: float) -> TrialResult:
+def _finish(
+    outcome: TrainOutcome, planned: TrialResult, start: float, width_probe: bool, tokens_per_byte: float
+) -> TrialResult:
+    """The result of a run that trained: `planned` (what was asked) with what it measured."""
     state, completed = outcome.state, outcome.status == TrialStatus.COMPLETED
     diagnostics, width = {}, None
     if outcome.status != TrialStatus.DIVERGED:
         diagnostics = _diagnostics(outcome)
         if width_probe and completed:
             x, y = (torch.cat(t) for t in zip(*outcome.val_batches, strict=False))
-            width = width_certificate(outcome.model, x, y).to_dict()
+            width = width_certificate(outcome.model, x, y)
     wall = time.perf_counter() - start
     loss = state.val_loss if completed else math.inf
-    return TrialResult(
+    return replace(
+        planned,
         status=outcome.status,
         failure_reason=outcome.failure_reason,
         val_loss=loss,
@@ -215,5 +162,5 @@ def _finish(outcome: TrainOutcome, base: dict, start: float, width_probe: bool, 
         curve=state.curve,
         rungs=state.rungs,
         branch_flops=state.branch_flops,
-        **{**base, "budget_flops": state.rungs[-1]["budget_flops"] if state.rungs else base["budget_flops"]},
+        budget_flops=state.rungs[-1].budget_flops if state.rungs else planned.budget_flops,
     )

@@ -22,18 +22,18 @@ docs/design.md §4 and the paper agree on every formula used here (checked).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .result import WidthCertificate
+
 if TYPE_CHECKING:
     from search_spaces.residual_lm.base import ResidualLM
 
 __all__ = [
-    "WidthCertificate",
     "alignment_statistics",
     "b_align",
     "b_exact",
@@ -197,24 +197,6 @@ def empirical_misalignment(q: Tensor, m: int = 8, k: int = 8, draws: int = 2000,
     idx_m, idx_k = _disjoint_subsets(n, m, k, draws, seed)
     dots = _subset_dots(q @ q.T, idx_m, idx_k)
     return float((dots <= 0).double().mean())
-
-
-@dataclass
-class WidthCertificate:
-    """What a trial stores about its width geometry (docs/design.md §4), all plain Python numbers."""
-
-    n_sequences: int
-    d_model: int
-    mu_norm: float
-    d_par: float
-    d_2: float
-    d_align: float
-    b_exact_8_8: float
-    b_align_8_8: float
-    p_hat_8_8: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def width_certificate(

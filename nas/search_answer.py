@@ -1,0 +1,107 @@
+"""A search's answer at a target T, read from the store and computed once: what `nas show`, `nas export`, `nas effects`
+and the dashboard all show.
+
+`SearchAnswer` holds the search's stored budget and objectives, its trial rows and rung rows, the answer at T
+(`nas.answer.target.answer_at_target`: every trial's prediction, band and basis; None for a search without rungs,
+whose front is its measured one), the front at T on the search's own objectives, the hypervolume there and its
+reference point, and what the answer rests on (`nas.answer.decisions.rests_on`).
+
+`search_answer(store, name, target)` computes it once per store, search, T and write: the answer is kept until the
+store's last write to that search (`Store.last_write`: a trial started or finished, a rung stored) changes, so a
+dashboard refreshing a running search recomputes only when there is something new.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+
+from .answer.decisions import rests_on, trial_facts
+from .answer.pareto import hypervolume, reference_point
+from .answer.target import Answer, Prediction, answer_at_target, at_target, front_at_target
+from .space.budget import Budget, BudgetError, stored_budget
+from .space.objectives import Objective, front_costs, objectives_of
+from .store import RungRow, SearchRow, Store, TrialRow
+
+__all__ = ["CACHED_ANSWERS", "SearchAnswer", "search_answer"]
+
+CACHED_ANSWERS = 32  # answers a process keeps (a dashboard showing a few searches at a few targets)
+
+
+@dataclass(frozen=True)
+class SearchAnswer:
+    """Search `search`'s answer at `target` (module docstring). `budget` is None when the stored one cannot be read;
+    `target` is then None unless one was asked for."""
+
+    search: SearchRow
+    budget: Budget | None
+    target: float | None
+    objectives: tuple[Objective, ...]
+    rows: tuple[TrialRow, ...]
+    rungs: tuple[RungRow, ...]
+    answer: Answer | None
+    front: tuple[TrialRow, ...]  # the front at T, each row carrying its predicted loss there (measured: no rungs)
+    reference: tuple[float, float]
+    hypervolume: float
+    rests_on: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.search.name
+
+    @property
+    def predictions(self) -> dict[int, Prediction]:
+        """Each trial's prediction at T ({} without an answer)."""
+        return self.answer.predictions if self.answer is not None else {}
+
+    @property
+    def at_target(self) -> list[TrialRow]:
+        """Every row with its val_loss the predicted loss at T (inf without a prediction); the rows themselves for a
+        search without rungs."""
+        return at_target(self.rows, self.predictions) if self.predictions else list(self.rows)
+
+
+def search_answer(store: Store, name: str, target: float | None = None) -> SearchAnswer:
+    """Search `name`'s answer at `target` (default: the search's own T), computed once per write (module
+    docstring). Raises the store's `UnknownSearch` for an unknown name."""
+    written = store.last_write(name)
+    key = (store.url, name, target)
+    with _lock:
+        kept = _answers.get(key)
+        if kept is not None and kept[0] == written:
+            _answers.move_to_end(key)
+            return kept[1]
+    found = _computed(store, name, target)
+    with _lock:
+        _answers[key] = (written, found)
+        while len(_answers) > CACHED_ANSWERS:
+            _answers.popitem(last=False)
+    return found
+
+
+_answers: OrderedDict[tuple[str, str, float | None], tuple[datetime, SearchAnswer]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def _computed(store: Store, name: str, target: float | None) -> SearchAnswer:
+    search, rows, rungs = store.get_search(name), tuple(store.trials(name)), tuple(store.rungs(name))
+    try:
+        budget: Budget | None = stored_budget(search.budget)
+    except (BudgetError, KeyError, TypeError):
+        budget = None
+    if target is None and budget is not None:
+        target = budget.target
+    answer = answer_at_target(rungs, target) if rungs and target is not None and math.isfinite(target) else None
+    predictions = answer.predictions if answer is not None else {}
+    objectives = objectives_of(search.settings)
+    key, also = front_costs(objectives)
+    front = tuple(front_at_target(rows, predictions, key=key, also=also))
+    ref = reference_point(rows)
+    targeted = at_target(rows, predictions) if predictions else list(rows)
+    basis = rests_on(answer, [r.number for r in front], *trial_facts(rows)) if predictions else []
+    return SearchAnswer(
+        search, budget, target, objectives, rows, rungs, answer, front, ref, hypervolume(targeted, ref), tuple(basis)
+    )
