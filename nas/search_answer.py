@@ -16,17 +16,24 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from pydantic import ValidationError
+
+from workers.status import TrialStatus
+
 from .answer.decisions import rests_on, trial_facts
+from .answer.discrepancy import NO_PRIOR, Anchoring, measured_prior
 from .answer.pareto import hypervolume, reference_point
 from .answer.target import Answer, Prediction, answer_at_target, at_target, front_at_target
+from .space import SearchSpace, space_from_dict, to_configs
 from .space.budget import Budget, BudgetError, stored_budget
 from .space.objectives import Objective, front_costs, objectives_of
 from .store import RungRow, SearchRow, Store, TrialRow
 
-__all__ = ["CACHED_ANSWERS", "SearchAnswer", "search_answer"]
+__all__ = ["CACHED_ANSWERS", "SearchAnswer", "search_anchoring", "search_answer", "trial_shapes"]
 
 CACHED_ANSWERS = 32  # answers a process keeps (a dashboard showing a few searches at a few targets)
 
@@ -94,7 +101,10 @@ def _computed(store: Store, name: str, target: float | None) -> SearchAnswer:
         budget = None
     if target is None and budget is not None:
         target = budget.target
-    answer = answer_at_target(rungs, target) if rungs and target is not None and math.isfinite(target) else None
+    anchoring = _anchoring(search, budget, rows) if budget is not None else None
+    answer = (
+        answer_at_target(rungs, target, anchoring) if rungs and target is not None and math.isfinite(target) else None
+    )
     predictions = answer.predictions if answer is not None else {}
     objectives = objectives_of(search.settings)
     key, also = front_costs(objectives)
@@ -105,3 +115,41 @@ def _computed(store: Store, name: str, target: float | None) -> SearchAnswer:
     return SearchAnswer(
         search, budget, target, objectives, rows, rungs, answer, front, ref, hypervolume(targeted, ref), tuple(basis)
     )
+
+
+def trial_shapes(space: SearchSpace, trials: Sequence[TrialRow]) -> dict[int, tuple[int, int, str]]:
+    """Each completed trial's target shape and family (n_layers, d_model, residual), from its sampled knobs and the
+    space's fixed ones."""
+    out = {}
+    for row in trials:
+        if str(row.status) != TrialStatus.COMPLETED or not row.config:
+            continue
+        try:
+            arch = to_configs(space, {k: v for k, v in row.config.items() if k in space.params})[0]
+        except ValidationError:
+            continue
+        out[row.number] = (arch.n_layers, arch.d_model, arch.residual)
+    return out
+
+
+def search_anchoring(space: SearchSpace, budget: Budget, trials: Sequence[TrialRow]) -> Anchoring | None:
+    """How a search's answer takes the top rung's bias out: the measured prior (unless the search says none),
+    moved by its anchors (None: neither, or a search without replica rungs)."""
+    prior = measured_prior() if budget.bias_prior == "measured" else NO_PRIOR
+    if budget.ladder != "replica" or (prior == NO_PRIOR and budget.anchors < 2):
+        return None
+    shapes = trial_shapes(space, trials)
+    return Anchoring(
+        {n: (layers, width) for n, (layers, width, _) in shapes.items()},
+        {n: family for n, (_, _, family) in shapes.items()},
+        budget.chosen_layout.top_flops,
+        prior,
+    )
+
+
+def _anchoring(search: SearchRow, budget: Budget, rows: Sequence[TrialRow]) -> Anchoring | None:
+    try:
+        space = space_from_dict(search.space)
+    except (ValidationError, KeyError, TypeError, ValueError):  # a space stored by an older resnas, unreadable
+        return None
+    return search_anchoring(space, budget, rows)

@@ -24,7 +24,7 @@ from ..search.settings import SAMPLERS, SearchSettings
 from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO, Budget
 from .dashboard_launch import dashboard_launch
 from .effects_table import effects
-from .front_table import print_front
+from .front_table import layout_lines, print_front
 from .hf import convert, evaluate, generate, write_hf_folder
 from .inputs import (
     STORAGE_HELP,
@@ -164,9 +164,11 @@ def search(
         help="What the search minimises: loss,flops (loss at T, executed FLOPs per token) or loss,flops,kv "
         "(and KV-cache bytes per token, counted at each config's seq_len).",
     ),
-    rungs: int = typer.Option(
-        _budget("rungs"),
-        help="Budgets per trial on its ladder: C, eta C, ... (1 = a single budget).",
+    rungs: int | None = typer.Option(
+        None,
+        help=f"Budgets per trial on its ladder: C, eta C, ... (1 = a single budget). Default {_budget('rungs')}, "
+        "trained as every config once at the top rung where a replica ladder saves no compute; given "
+        "(or --eta), the ladder is kept as asked.",
         rich_help_panel=LADDER,
     ),
     repeat_seeds: int = typer.Option(
@@ -174,8 +176,10 @@ def search(
         help="More seeds for each member of the front at the target (noise).",
         rich_help_panel=LADDER,
     ),
-    eta: float = typer.Option(
-        _budget("eta"), help="Budget ratio between rungs; the best 1/eta of a rung climb on.", rich_help_panel=LADDER
+    eta: float | None = typer.Option(
+        None,
+        help=f"Budget ratio between rungs; the best 1/eta of a rung climb on (default {_budget('eta'):g}).",
+        rich_help_panel=LADDER,
     ),
     target_flops: float | None = typer.Option(
         _budget("target_flops"),
@@ -205,6 +209,38 @@ def search(
         _budget("min_replica_width"),
         help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
         "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
+        rich_help_panel=LADDER,
+    ),
+    narrowing: str = typer.Option(
+        _budget("narrowing"),
+        help="What a replica keeps as it narrows: head_size (fewer heads of the target's size) or heads (the head "
+        "count, the head size shrinking).",
+        rich_help_panel=LADDER,
+    ),
+    min_replica_share: float = typer.Option(
+        _budget("min_replica_share"),
+        help="Narrowest replica as a share of the target's width.",
+        rich_help_panel=LADDER,
+    ),
+    bias_prior: str = typer.Option(
+        _budget("bias_prior"),
+        help="The top rung's bias the answer takes out: measured (family offsets and a slope in ln(depth/width), "
+        "measured on the fidelity corpora) or none.",
+        rich_help_panel=LADDER,
+    ),
+    anchors: int = typer.Option(
+        _budget("anchors"),
+        help="Trials trained once more above the top rung, for leverage on the bias's slope (fewer than 2: none).",
+        rich_help_panel=LADDER,
+    ),
+    anchor_flops: float | None = typer.Option(
+        _budget("anchor_flops"),
+        help="Training FLOPs of an anchor (default T/3; T itself, a pretraining run, is allowed).",
+        rich_help_panel=LADDER,
+    ),
+    anchor_share: float = typer.Option(
+        _budget("anchor_share"),
+        help="Most the anchors may cost, as a share of the trials' training FLOPs.",
         rich_help_panel=LADDER,
     ),
     min_tokens_per_param: float = typer.Option(
@@ -242,11 +278,18 @@ def search(
             search_flops=search_flops,
             max_trial_seconds=max_trial_seconds,
             max_search_seconds=max_search_seconds,
-            rungs=rungs,
-            eta=eta,
+            **({"rungs": rungs} if rungs is not None else {}),
+            **({"eta": eta} if eta is not None else {}),
+            layout="as_given" if rungs is not None or eta is not None else "by_cost",
             target_flops=target_flops,
             ladder=ladder,
             min_replica_width=min_replica_width,
+            narrowing=narrowing,
+            min_replica_share=min_replica_share,
+            bias_prior=bias_prior,
+            anchors=anchors,
+            anchor_flops=anchor_flops,
+            anchor_share=anchor_share,
             min_tokens_per_param=min_tokens_per_param or None,
             max_tokens_per_param=max_tokens_per_param,
         )
@@ -269,6 +312,8 @@ def search(
     )
     if ray_address:
         join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
+    for line in layout_lines(budget):
+        console.print(line)
     store = open_store(storage)
     try:
         with _stopped_by_signal(store, name):

@@ -22,6 +22,7 @@ from workers.status import TrialStatus
 
 from ..answer.target import Answer
 from ..search_answer import SearchAnswer, search_answer
+from ..space.budget import Budget
 from ..space.objectives import DEFAULT_OBJECTIVES, inference_cost_of
 
 __all__ = ["COMPACT_COLUMNS", "WIDE_COLUMNS", "format_flops", "format_loss", "front_report", "print_front"]
@@ -83,6 +84,14 @@ def _bpb_per_nat(rows) -> dict[int, float]:
     }
 
 
+def layout_lines(budget: Budget) -> list[str]:
+    """Where the search spends its compute, in a line or two: the layout it chose and why, its anchors."""
+    lines = [f"layout: {budget.chosen_layout.reason}" if budget.rungs > 1 else "layout: one budget, no ladder"]
+    if budget.ladder == "replica" and budget.rungs > 1:
+        lines.append(f"replicas: {budget.replica_narrowing.describe()}; anchors: {budget.anchor_plan().reason}")
+    return lines
+
+
 def front_report(
     found: SearchAnswer, *, only_front: bool = True, bpb: bool = False, wide: bool = False
 ) -> tuple[Table, list[str]]:
@@ -100,6 +109,8 @@ def front_report(
     lines = []
     if found.objectives != DEFAULT_OBJECTIVES:
         lines.append(f"objectives {','.join(map(str, found.objectives))}: KV bytes per token counted at each seq_len")
+    if found.budget is not None:
+        lines += layout_lines(found.budget)
     if answer is not None and found.predictions:
         lines.append(f"{found.budget.ladder if found.budget else 'unknown'} ladder; {answer.backtest.describe()}")
         lines.append(answer.calibration.describe())

@@ -5,7 +5,7 @@ what budget (`nas.space.layout.plan_anchors`); `nas.answer.discrepancy.choose_an
 completed trials for leverage on the bias's slope in ln(depth / width). Each is its replica at the anchor budget
 (a wider one, nearer the target's shape; the target itself at T), trained as a Ray task of one CPU and stored as a
 rung above the top one (`rung` = the layout's rung count), so that every reader of the store sees it and the
-answer (`nas.answer.target.answer_at_target` with `search_anchoring`) fits the discrepancy through it. An anchor
+answer (`nas.search_answer`) fits the discrepancy through it. An anchor
 already stored is not trained again (`nas resume` finishes the rest).
 """
 
@@ -13,25 +13,25 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from workers.status import TrialStatus
 from workers.training.plans import LadderConfig
 from workers.trial.contract import Measurement, TrialRequest
 
-from ..answer.discrepancy import NO_PRIOR, Anchoring, aspect, choose_anchors, measured_prior
+from ..answer.discrepancy import aspect, choose_anchors
 from ..answer.target import answer_at_target
-from ..space import SearchSpace, to_configs
+from ..search_answer import trial_shapes
+from ..space import SearchSpace
 from ..space.budget import Budget
-from ..store import RungRow, Store, TrialRow
+from ..store import RungRow, Store
 from .ray_env import init_ray
 from .repeats import measure_again
 from .settings import SearchSettings, data_config
 from .study import DefineByRun
 from .trainable import TrialPlanner
 
-__all__ = ["AnchorJob", "anchor_jobs", "measure_anchors", "search_anchoring", "trial_shapes"]
+__all__ = ["AnchorJob", "anchor_jobs", "measure_anchors"]
 
 log = logging.getLogger(__name__)
 
@@ -43,33 +43,6 @@ class AnchorJob:
     number: int
     rung: int
     request: TrialRequest
-
-
-def trial_shapes(space: SearchSpace, trials: Sequence[TrialRow]) -> dict[int, tuple[int, int, str]]:
-    """Each completed trial's target shape and family (n_layers, d_model, residual), from its sampled knobs and the
-    space's fixed ones."""
-    out = {}
-    for row in trials:
-        if str(row.status) != TrialStatus.COMPLETED or not row.config:
-            continue
-        arch = to_configs(space, {k: v for k, v in row.config.items() if k in space.params})[0]
-        out[row.number] = (arch.n_layers, arch.d_model, arch.residual)
-    return out
-
-
-def search_anchoring(space: SearchSpace, budget: Budget, trials: Sequence[TrialRow]) -> Anchoring | None:
-    """How a search's answer takes the top rung's bias out: the measured prior (unless the search says none),
-    moved by its anchors (None: neither)."""
-    prior = measured_prior() if budget.bias_prior == "measured" else NO_PRIOR
-    if prior == NO_PRIOR and budget.anchors < 2:
-        return None
-    shapes = trial_shapes(space, trials)
-    return Anchoring(
-        {n: (layers, width) for n, (layers, width, _) in shapes.items()},
-        {n: family for n, (_, _, family) in shapes.items()},
-        budget.chosen_layout.top_flops,
-        prior,
-    )
 
 
 def _above(row: RungRow, top: float) -> bool:

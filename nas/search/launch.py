@@ -24,6 +24,7 @@ from ..space import SearchSpace, space_from_dict
 from ..space.budget import Budget, stored_budget
 from ..store import SearchStatus, Store
 from ..version import code_version
+from .anchors import measure_anchors
 from .interrupt import SearchInterrupted, StoreOutage
 from .ray_env import configure_ray_env
 from .repeats import repeat_front
@@ -156,6 +157,7 @@ def _run_remaining(
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
         if _done(store, name, row.requested_trials):
             repeat_front(store, name, space, budget, settings)
+            measure_anchors(store, name, space, budget, settings)
     except StoreOutage:
         # The store is down: nothing more can be written; `nas resume` replays the spool and goes on.
         raise

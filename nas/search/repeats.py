@@ -59,9 +59,10 @@ class RepeatJob:
 
 def _measurement(budget: Budget, reached: int) -> Measurement:
     """The trial's ladder up to the rung it reached: replicas (each rung its own run) or its budget ladder."""
-    ladder = LadderConfig(rungs=reached, eta=budget.eta)
-    top = budget.trial_flops * budget.eta ** (reached - 1)
     full = budget.measurement()
+    ladder = LadderConfig(rungs=reached, eta=full.ladder.eta if full.ladder else budget.eta)
+    top = (full.replica_rungs[reached - 1] if full.replica_rungs
+           else budget.trial_flops * budget.eta ** (reached - 1))  # fmt: skip
     return Measurement(top, ladder, full.replica_rungs[:reached], full.target_flops, full.narrowing)
 
 

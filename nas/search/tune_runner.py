@@ -268,10 +268,12 @@ def trial_planner(store: Store, name: str, budget: Budget, settings: SearchSetti
     no rungs and tells the measured loss)."""
     gate = None
     if budget.rungs > 1:
+        measurement = budget.measurement()  # the chosen layout's rungs: the top rung alone where a ladder saves nothing
+        rungs = measurement.ladder.rungs if measurement.ladder else budget.rungs
         ladder = Ladder(
             budget.target,
             budget.eta,
-            budget.rungs,
+            rungs,
             remeasure=budget.ladder == "replica",
             objectives=settings.objectives,
         )

@@ -198,12 +198,17 @@ class Budget(BaseModel):
         return plan_anchors(cost, layout.top_flops, self.target, self.anchors, self.anchor_share, self.anchor_flops)
 
     def measurement(self) -> Measurement:
-        """How each trial of the search is measured: replica rungs C eta^r on the target's path, the config on a
-        budget ladder up to the top rung, or (one rung) the config at the trial budget."""
+        """How each trial of the search is measured: replica rungs on the target's path as the chosen layout lays
+        them out (`chosen_layout`: its rungs C eta^r, or the top rung alone), the config on a budget ladder up to the
+        top rung, or (one rung asked for) the config at the trial budget."""
         if self.rungs < 2:
             return Measurement(self.top_rung_flops, target_flops=self.target)
-        replicas = tuple(rung_budgets(self.trial_flops, self.ladder_config)) if self.ladder == "replica" else ()
-        return Measurement(self.top_rung_flops, self.ladder_config, replicas, self.target, self.replica_narrowing)
+        if self.ladder != "replica":
+            return Measurement(self.top_rung_flops, self.ladder_config, (), self.target, self.replica_narrowing)
+        layout = self.chosen_layout
+        ladder = LadderConfig(rungs=layout.rungs, eta=layout.eta)
+        replicas = tuple(rung_budgets(layout.lowest_flops, ladder))
+        return Measurement(layout.top_flops, ladder, replicas, self.target, self.replica_narrowing)
 
     @property
     def replica_narrowing(self) -> Narrowing:
@@ -334,6 +339,7 @@ def trial_is_feasible(arch: ArchConfig, budget: Budget | float, batch_size: int)
         return reason
     flops = budget.trial_flops if isinstance(budget, Budget) else float(budget)
     if isinstance(budget, Budget) and budget.ladder == "replica" and budget.rungs > 1:
+        flops = budget.chosen_layout.lowest_flops  # the lowest rung the search trains
         try:
             plan_replica(arch, budget.target, 0, flops, batch_size, budget.replica_narrowing)
         except InfeasibleBudget as err:

@@ -266,3 +266,15 @@ def test_the_narrowing_is_a_stored_setting_and_a_search_stored_before_it_keeps_t
     assert stored_budget(legacy).replica_narrowing == KEEP_HEADS
     with pytest.raises(BudgetError, match=r"^--narrowing: "):
         Budget(trial_flops=1e10, narrowing="width")
+
+
+def test_a_search_measures_on_the_layout_it_chose_and_a_ladder_asked_for_is_kept():
+    chosen = Budget(trial_flops=1e10).measurement()  # 2 replica rungs at eta 2 save nothing: the top rung alone
+    assert chosen.replica_rungs == (2e10,) and chosen.ladder is not None and chosen.ladder.rungs == 1
+    assert chosen.budget_flops == 2e10 == Budget(trial_flops=1e10).top_rung_flops
+    asked = Budget(trial_flops=1e10, layout="as_given").measurement()
+    assert asked.replica_rungs == (1e10, 2e10) and asked.ladder is not None and asked.ladder.rungs == 2
+    saving = Budget(trial_flops=1e10, rungs=3, eta=3.0).measurement()  # 3 x C against 9 x C: promotion pays
+    assert saving.replica_rungs == pytest.approx((1e10, 3e10, 9e10))
+    assert Budget(trial_flops=1e10, ladder="budget").measurement().ladder.rungs == 2  # one run passes every rung
+    assert "no less" in Budget(trial_flops=1e10).chosen_layout.reason

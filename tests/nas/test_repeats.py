@@ -19,7 +19,7 @@ SPACE = {
 
 
 def test_a_repeat_runs_the_searchs_schedule(tmp_path):
-    space, budget = space_from_dict(SPACE), Budget(trial_flops=1e9, min_tokens_per_param=None)
+    space, budget = space_from_dict(SPACE), Budget(trial_flops=1e9, min_tokens_per_param=None, layout="as_given")
     with Store(default_url(tmp_path)) as store:
         store.create_search(
             "s", requested_trials=4, budget=budget.model_dump(), space=space.spec(), settings={},
