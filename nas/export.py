@@ -242,8 +242,26 @@ def export_configs(
         _write_atomic(out_dir / exports[0].tokenizer.file, tokenizer)
     paths = [_write_yaml(out_dir / export_file_name(name, e.provenance.trial), e) for e in exports]
     index = _index(name, exports, paths, found.target) | {"rests_on": list(found.rests_on), "effects": effects}
+    index["measured_as"] = _measured_as(found)
     _write_atomic(out_dir / "index.json", json.dumps(index, indent=2) + "\n")
     return paths
+
+
+def _measured_as(found: SearchAnswer) -> dict | None:
+    """How the search measured its trials: its layout and why, how its replicas narrowed, the top rung's bias its
+    answer takes out, and its anchors."""
+    budget = found.budget
+    if budget is None:
+        return None
+    answer = found.answer
+    return {
+        "layout": budget.chosen_layout.reason,
+        "rungs": budget.measurement().ladder.rungs if budget.measurement().ladder else 1,
+        "narrowing": budget.replica_narrowing.model_dump() if budget.ladder == "replica" else None,
+        "bias_prior": budget.bias_prior,
+        "bias_taken_out": answer.discrepancy.describe() if answer is not None and answer.discrepancy else None,
+        "anchors": budget.anchor_plan().reason,
+    }
 
 
 def _write_yaml(path: Path, exported: ExportedConfig) -> Path:

@@ -88,7 +88,11 @@ def layout_lines(budget: Budget) -> list[str]:
     """Where the search spends its compute, in a line or two: the layout it chose and why, its anchors."""
     lines = [f"layout: {budget.chosen_layout.reason}" if budget.rungs > 1 else "layout: one budget, no ladder"]
     if budget.ladder == "replica" and budget.rungs > 1:
-        lines.append(f"replicas: {budget.replica_narrowing.describe()}; anchors: {budget.anchor_plan().reason}")
+        bias = "the prior measured on the fidelity corpora" if budget.bias_prior == "measured" else "none"
+        lines.append(
+            f"replicas: {budget.replica_narrowing.describe()}; the top rung's bias taken out: {bias}; "
+            f"anchors: {budget.anchor_plan().reason}"
+        )
     return lines
 
 

@@ -101,7 +101,7 @@ def plan_anchors(trials_cost: float, top_flops: float, target_flops: float, requ
     affords; none below two, nor when the anchor budget is not above the top rung."""
     flops = anchor_flops if anchor_flops is not None else ANCHOR_SHARE_OF_T * target_flops
     if requested < 2:
-        return AnchorPlan(0, flops, "no anchors asked for (--anchors below 2): the top rung's bias is not corrected")
+        return AnchorPlan(0, flops, "none asked for (--anchors below 2)")
     if flops <= top_flops * (1 + 1e-9):
         return AnchorPlan(
             0, flops, f"no anchors: their budget {_num(flops)} is not above the top rung {_num(top_flops)}"

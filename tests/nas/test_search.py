@@ -129,6 +129,8 @@ def test_search_end_to_end_then_show_list_status(e2e, tmp_path):
     target = f"T = {e2e.target:.3g} training FLOPs"
     assert f"Pareto front at the target, {target}" in said and "hypervolume" in said
     assert "replica ladder; predictor: " in said
+    assert "layout: 3 rungs at eta 3, as asked (--rungs/--eta)" in said  # a ladder asked for is kept
+    assert "replicas: head size kept, no narrower than 0.5 d_T" in " ".join(said.split())
     with Store(url) as store:
         rows = store.trials("e2e")
         rungs = store.rungs("e2e")
@@ -180,6 +182,11 @@ def test_search_end_to_end_then_show_list_status(e2e, tmp_path):
     exported = CliRunner().invoke(app, ["export", "e2e", "--pareto", "--out", str(tmp_path / "best"), "--storage", url])
     index = json.loads((tmp_path / "best" / "index.json").read_text())
     assert exported.exit_code == 0 and index["rests_on"] and any(p in " ".join(index["rests_on"]) for p in basis)
+    # how it measured, carried to the export: the narrowing it stored, and the bias its answer took out
+    measured = index["measured_as"]
+    assert measured["narrowing"] == {"min_width": 8, "min_share": 0.5, "keep": "head_size"} and measured["rungs"] == 3
+    assert measured["bias_prior"] == "measured" and "taken out" in measured["bias_taken_out"]
+    assert index["rests_on"][0].startswith("bias: the top rung's error taken out")
     listed = CliRunner().invoke(app, ["list", "--storage", url])
     assert listed.exit_code == 0 and "e2e" in listed.stdout and "completed" in listed.stdout
 
