@@ -27,7 +27,7 @@ def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dic
             "no rungs stored for this search (it predates budget ladders): no prediction at the target budget; "
             "the Pareto front page shows its measured front"
         )
-    if not any(p.group not in (NONE, "-") for p in predictions.values()):
+    if not any(p.group not in (NONE, "-") for p in predictions.values()) and not _top_rung_only(budget):
         return (
             f"too few rungs to fit loss vs compute ({len(rung_rows)} rung measurements, ladder of {budget.rungs}): "
             "extrapolating to the target needs trials measured at two or more rungs (`nas search --rungs 3`)"
@@ -35,16 +35,29 @@ def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dic
     return None
 
 
+def _top_rung_only(budget: Budget) -> bool:
+    """Whether the search trained every config once at its top rung (the layout chosen by cost)."""
+    measured = budget.measurement()
+    return budget.rungs > 1 and measured.ladder is not None and measured.ladder.rungs == 1
+
+
 def ladder_caption(budget: Budget, check: Backtest | None = None, calibration: Calibration | None = None) -> str:
     """The target T, the ladder (its kind, its rungs' budgets and eta), the predictor and the bands in one line."""
-    ladder = ", ".join(f"{budget.trial_flops * budget.eta**r:.3g}" for r in range(budget.rungs))
+    measured = budget.measurement()
+    budgets = measured.replica_rungs or tuple(budget.trial_flops * budget.eta**r for r in range(budget.rungs))
     what = "replicas at the target's tokens per parameter" if budget.ladder == "replica" else "the config itself"
+    loss_at_t = (
+        "each trial's loss: its top rung's, not carried to T (one rung: no curve to carry it), the top rung's "
+        "measured bias taken out; the ranking is the answer"
+        if _top_rung_only(budget)
+        else "each trial's loss at T: its highest rung carried on the search's curve L = E + A C^-alpha (alpha, E "
+        "shared), or all its rungs weighted by their reliability where the backtest favours that"
+    )
     caption = (
         f"target T = {budget.target:.3g} training FLOPs ({budget.target / budget.top_rung_flops:.3g} x the top rung) · "
-        f"{budget.ladder} ladder ({what}): {budget.rungs} rungs, eta = {budget.eta:g} ({ladder} training FLOPs) · "
-        f"each trial's loss at T: its highest rung carried on the search's curve L = E + A C^-alpha (alpha, E "
-        f"shared), or all its rungs weighted by their reliability where the backtest favours that; error bars: "
-        f"the {BAND_LEVEL:.0%} band, calibrated on the backtest"
+        f"{budget.ladder} ladder ({what}): {len(budgets)} rung{'s' if len(budgets) > 1 else ''}, eta = "
+        f"{budget.eta:g} ({', '.join(f'{b:.3g}' for b in budgets)} training FLOPs; {budget.chosen_layout.reason}) · "
+        f"{loss_at_t}; error bars: the {BAND_LEVEL:.0%} band, calibrated on the backtest"
     )
     if check is not None:
         caption += f" · {check.describe()}"

@@ -87,6 +87,10 @@ def _bpb_per_nat(rows) -> dict[int, float]:
 def layout_lines(budget: Budget) -> list[str]:
     """Where the search spends its compute, in a line or two: the layout it chose and why, its anchors."""
     lines = [f"layout: {budget.chosen_layout.reason}" if budget.rungs > 1 else "layout: one budget, no ladder"]
+    measured = budget.measurement()
+    if budget.ladder == "replica" and budget.rungs > 1 and measured.ladder is not None and measured.ladder.rungs == 1:
+        lines.append("one rung per trial: its loss at T is its top rung's, not carried to T (no curve to carry it); "
+                     "the ranking is the answer")  # fmt: skip
     if budget.ladder == "replica" and budget.rungs > 1:
         bias = "the prior measured on the fidelity corpora" if budget.bias_prior == "measured" else "none"
         lines.append(
