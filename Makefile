@@ -49,51 +49,57 @@ index: $(STAMP)
 	$(PY) -m benchmarks.index --write
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.cpu_throughput --out benchmarks/results/cpu_throughput.json
-	$(PY) -m benchmarks.cpu_throughput --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
+	$(PY) -m benchmarks.speed.cpu_throughput --out benchmarks/results/cpu_throughput.json
+	$(PY) -m benchmarks.speed.cpu_throughput --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
 
 generation: $(STAMP)
-	$(PY) -m benchmarks.generation --out benchmarks/results/generation.json
+	$(PY) -m benchmarks.speed.generation --out benchmarks/results/generation.json
 
 hf-perplexity: $(STAMP)
-	$(PY) -m benchmarks.hf_perplexity --out benchmarks/results/hf_perplexity.json
+	$(PY) -m benchmarks.claims.hf_perplexity --out benchmarks/results/hf_perplexity.json
 
 precision: $(STAMP)
-	$(PY) -m benchmarks.precision --out benchmarks/results/precision.json
+	$(PY) -m benchmarks.speed.precision --out benchmarks/results/precision.json
 
 proxy: $(STAMP)
-	$(PY) -m benchmarks.proxy_trial --out benchmarks/results/proxy_trial.json
+	$(PY) -m benchmarks.speed.proxy_trial --out benchmarks/results/proxy_trial.json
 
 claims: $(STAMP)
-	for sweep in depth mod width; do $(PY) -m benchmarks.paper_claims $$sweep --out-dir benchmarks/results || exit 1; done
+	for sweep in depth mod width; do $(PY) -m benchmarks.claims.paper_claims $$sweep --out-dir benchmarks/results || exit 1; done
 
 service: $(STAMP)
-	$(PY) -m benchmarks.service_overhead --out benchmarks/results/service_overhead.json
+	$(PY) -m benchmarks.service.service_overhead --out benchmarks/results/service_overhead.json
 
 # 500 no-op trials, 8 at a time, on PostgreSQL: LOAD_ADMIN_URL=postgresql://... uses a running server,
 # otherwise a private one is started (and stopped) like the tests' (tests/postgres_server.py).
 load: $(STAMP)
-	$(PY) -m benchmarks.store_load --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
+	$(PY) -m benchmarks.service.store_load --out benchmarks/results/store_load.json $(if $(LOAD_ADMIN_URL),--admin-url "$(LOAD_ADMIN_URL)")
 
-# The fidelity benchmark on two corpora (the shipped plays, Python source): fixed configs on replica rungs at
-# every share of T a ladder may use and on the budget ladder, and trained for real at T, two seeds each; builds
-# only the rows its tables lack, `report` alone re-grades them (searches replayed through the rung decider).
+# The fidelity benchmark on three corpora (the shipped plays, Python source, and the held-out handbook): fixed
+# configs trained for real at T and on the top replica rung a search trains, two seeds each (the budget ladder on
+# the first two), every config's anchor run at T/3 on the first two; then the bias prior held out corpus by corpus
+# (results/anchors.json) and the search replayed on each table (searches replayed through the rung decider).
+# Builds only the rows its tables lack; `report` alone re-grades them.
 fidelity: $(STAMP)
 	for corpus in plays code; do \
-		$(PY) -m benchmarks.fidelity build --corpus $$corpus && \
-		$(PY) -m benchmarks.fidelity build-replicas --corpus $$corpus || exit 1; \
+		$(PY) -m benchmarks.trust.fidelity build --corpus $$corpus && \
+		$(PY) -m benchmarks.trust.fidelity build-replicas --corpus $$corpus && \
+		$(PY) -m benchmarks.trust.fidelity build-anchors --corpus $$corpus || exit 1; \
 	done
-	$(PY) -m benchmarks.fidelity report --out benchmarks/results/fidelity.json \
+	$(PY) -m benchmarks.trust.fidelity build --corpus handbook --kinds truth
+	$(PY) -m benchmarks.trust.fidelity build-replicas --corpus handbook
+	$(PY) -m benchmarks.trust.anchors --out benchmarks/results/anchors.json
+	$(PY) -m benchmarks.trust.fidelity report --out benchmarks/results/fidelity.json \
 		--dashboard-summary dashboard/fidelity_summary.json
 
 # Each knob's effect at T (nas effects) from the answer as a search runs it, graded against the same effects of
-# the truth on the fidelity tables of both corpora (no training: the committed tables; under a minute)
+# the truth on the fidelity tables of every corpus (no training: the committed tables; a few minutes)
 effects: $(STAMP)
-	$(PY) -m benchmarks.effects_grading --out benchmarks/results/effects.json
+	$(PY) -m benchmarks.trust.effects_grading --out benchmarks/results/effects.json
 
 # A replica-ladder trial's wall time beside a budget-ladder trial's, at the search's default rungs
 replica-wall: $(STAMP)
-	$(PY) -m benchmarks.replica_wall --out benchmarks/results/replica_wall.json
+	$(PY) -m benchmarks.trust.replica_wall --out benchmarks/results/replica_wall.json
 
 # Ladder vs single-budget vs target-budget search at equal total compute, replayed on the fidelity table
 # What biases a replica's view of the architecture: each config's top replica rung under other narrowings, a
@@ -101,61 +107,61 @@ replica-wall: $(STAMP)
 # (reads make fidelity's tables and results/fidelity.json).
 replica-bias: $(STAMP)
 	for corpus in code plays; do \
-		$(PY) -m benchmarks.replica_bias build --corpus $$corpus && \
-		$(PY) -m benchmarks.replica_bias build-lr --corpus $$corpus || exit 1; \
+		$(PY) -m benchmarks.trust.replica_bias build --corpus $$corpus && \
+		$(PY) -m benchmarks.trust.replica_bias build-lr --corpus $$corpus || exit 1; \
 	done
-	$(PY) -m benchmarks.replica_bias report --out benchmarks/results/replica_bias.json
+	$(PY) -m benchmarks.trust.replica_bias report --out benchmarks/results/replica_bias.json
 
 ladder-efficiency: $(STAMP)
-	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
+	$(PY) -m benchmarks.trust.ladder_efficiency --runs benchmarks/data/fidelity_runs.csv \
 		--replica-runs benchmarks/data/fidelity_replica_runs_keep_heads.csv --out benchmarks/results/ladder_efficiency.json
-	$(PY) -m benchmarks.ladder_efficiency --runs benchmarks/data/fidelity_code_runs.csv \
+	$(PY) -m benchmarks.trust.ladder_efficiency --runs benchmarks/data/fidelity_code_runs.csv \
 		--replica-runs benchmarks/data/fidelity_code_replica_runs_keep_heads.csv --out benchmarks/results/ladder_efficiency_code.json
 
 # Mixture-of-Depths as published (block routing, 0.875 on every other block) vs dense and per-sublayer 0.25,
 # equal training compute, every family, two seeds
 mod-published: $(STAMP)
-	$(PY) -m benchmarks.mod_published --out benchmarks/results/mod_published.json
+	$(PY) -m benchmarks.claims.mod_published --out benchmarks/results/mod_published.json
 
 # Learning-rate sweeps at widths 64-256 and depths 2-16, standard vs completep, every family, iso-FLOP, with
 # the horizon check and the horizon rule's; builds only the rows its tables lack, `report` alone re-reads them
 transfer: $(STAMP)
-	$(PY) -m benchmarks.transfer build --runs benchmarks/data/transfer_runs.csv
-	$(PY) -m benchmarks.transfer report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
+	$(PY) -m benchmarks.claims.transfer build --runs benchmarks/data/transfer_runs.csv
+	$(PY) -m benchmarks.claims.transfer report --runs benchmarks/data/transfer_runs.csv --out benchmarks/results/transfer.json
 
 # The same small search with bytes and with byte-level BPEs of 2k and 8k tokens, tokenisation speed, and
 # the memory of trial processes reading a shard memory-mapped vs into private arrays
 tokenizers: $(STAMP)
-	$(PY) -m benchmarks.tokenizers
+	$(PY) -m benchmarks.speed.tokenizers
 
 # 200 no-op trials on a private PostgreSQL server with worker kills, a server restart, a driver SIGTERM and resume
 soak: $(STAMP)
-	$(PY) -m benchmarks.soak
+	$(PY) -m benchmarks.service.soak
 
-# Every GPU question in one prepared session: run `bash benchmarks/gpu_session.sh` on a lent GPU
+# Every GPU question in one prepared session: run `bash benchmarks/speed/gpu_session.sh` on a lent GPU
 gpu-session-smoke: $(STAMP)
-	TRITON_INTERPRET=1 OMP_NUM_THREADS=1 $(PY) -m benchmarks.gpu_session --smoke --out /tmp/gpu_session_smoke.json
+	TRITON_INTERPRET=1 OMP_NUM_THREADS=1 $(PY) -m benchmarks.speed.gpu_session --smoke --out /tmp/gpu_session_smoke.json
 
 gpu-session-prepare: $(STAMP)
-	PYTHON=$(PY) bash benchmarks/gpu_session.sh prepare
+	PYTHON=$(PY) bash benchmarks/speed/gpu_session.sh prepare
 
 # torch.compile's saving on a CPU step against its compile time
 compile-cpu: $(STAMP)
-	$(PY) -m benchmarks.compile_cpu --out benchmarks/results/compile_cpu.json
+	$(PY) -m benchmarks.speed.compile_cpu --out benchmarks/results/compile_cpu.json
 
 search-efficiency: $(STAMP)
-	$(PY) -m benchmarks.search_efficiency replay --out benchmarks/results/search_efficiency.json
+	$(PY) -m benchmarks.trust.search_efficiency replay --out benchmarks/results/search_efficiency.json
 
 case-study: $(STAMP)
-	$(PY) -m benchmarks.ancre_case_study --out-dir benchmarks/results
+	$(PY) -m benchmarks.claims.ancre_case_study --out-dir benchmarks/results
 
 # Fused kernels on a CUDA machine: per-op Triton / eager / torch.compile, bandwidth, whole steps.
 gpu-kernels: $(STAMP)
-	$(PY) -m benchmarks.gpu_kernels --out benchmarks/results/gpu_kernels.json
+	$(PY) -m benchmarks.speed.gpu_kernels --out benchmarks/results/gpu_kernels.json
 
 # On CPU: the share of each family's training step spent in the reference ops the kernels fuse.
 reference-ops: $(STAMP)
-	$(PY) -m benchmarks.gpu_kernels --reference-only --device cpu --out benchmarks/results/reference_ops_cpu.json
+	$(PY) -m benchmarks.speed.gpu_kernels --reference-only --device cpu --out benchmarks/results/reference_ops_cpu.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache *.egg-info

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 START, END = "<!-- answer:start -->", "<!-- answer:end -->"
-HELD_OUT = "handbook"  # the corpus chosen after every method (benchmarks/handbook_corpus.py)
+HELD_OUT = "handbook"  # the corpus chosen after every method (benchmarks/corpora/handbook_corpus.py)
 
 Cell = Callable[[Mapping[str, Any]], str]
 

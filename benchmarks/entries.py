@@ -68,7 +68,7 @@ ENTRIES: dict[str, Entry] = {
     ),
     "claims_depth.json": Entry(
         question="Do NAG's and ANCRe's gains over cascaded grow with depth (2-16 layers, equal compute)?",
-        command="python -m benchmarks.paper_claims depth",
+        command="python -m benchmarks.claims.paper_claims depth",
         figures=(
             Figure("NAG gain at L16", ("summary", "gain_over_cascaded_nats", "nag", "16"), "{:+.3f} nats"),
             Figure("ANCRe gain at L16", ("summary", "gain_over_cascaded_nats", "ancre", "16"), "{:+.3f} nats"),
@@ -78,7 +78,7 @@ ENTRIES: dict[str, Entry] = {
     ),
     "claims_mod.json": Entry(
         question="Does a 20-25% MoD rate match full depth at equal training compute (NAG)?",
-        command="python -m benchmarks.paper_claims mod",
+        command="python -m benchmarks.claims.paper_claims mod",
         figures=(
             Figure("loss - full depth at 0.125", (*CLAIM_MOD, "0.125"), "{:+.3f} nats"),
             Figure("at 0.25", (*CLAIM_MOD, "0.25"), "{:+.3f} nats"),
@@ -87,7 +87,7 @@ ENTRIES: dict[str, Entry] = {
     ),
     "claims_width.json": Entry(
         question="Does d_align grow and p_hat fall with width at fixed depth?",
-        command="python -m benchmarks.paper_claims width",
+        command="python -m benchmarks.claims.paper_claims width",
         figures=(
             Figure("d_align at d32", ("summary", "d_align", "32"), "{:.3f}"),
             Figure("at d256", ("summary", "d_align", "256"), "{:.3f}"),
@@ -224,7 +224,7 @@ ENTRIES: dict[str, Entry] = {
     "gpu_session.json": Entry(
         section=SPEED,
         question="Every GPU question in one prepared session: kernels, steps per family, MoD ratios, proxy trials.",
-        command="bash benchmarks/gpu_session.sh",
+        command="bash benchmarks/speed/gpu_session.sh",
         figures=(
             Figure("NAG / cascaded step", (*GPU_STEPS, "nag_vs_cascaded_step_time/triton"), "{:.2f}x"),
             Figure("ANCRe / cascaded step", (*GPU_STEPS, "ancre_vs_cascaded_step_time/triton"), "{:.2f}x"),

@@ -9,7 +9,7 @@
   build stopped, and read back typed (every benchmark that reads a CSV table reads it so).
 - `write_json`, `quantiles_ms`: a result file, and the median/p99 of a list of seconds.
 - `TableSampler`, `sample_table`: a search's sampler (TPE, random) proposing configs of a table, for a replay of
-  the search on it (`benchmarks.grading.SearchReplay` replays one through its rung gate).
+  the search on it (`benchmarks.trust.grading.SearchReplay` replays one through its rung gate).
 
 Run a benchmark as a module from the repository root: `python -m benchmarks.<name> --help`.
 """

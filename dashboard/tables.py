@@ -127,7 +127,7 @@ def searches_frame(
     return pd.DataFrame.from_records(records)
 
 
-# The headline figures of `make fidelity` (benchmarks/fidelity.py `headline`), as rows: (label, key, goal key)
+# The headline figures of `make fidelity` (benchmarks/trust/fidelity.py `headline`), as rows: (label, key, goal key)
 _FIDELITY_FIGURES = (
     ("Kendall tau: the answer at T, as a search runs it", "kendall_tau", "kendall_tau"),
     ("Kendall tau: the same, mean over arrival orders", "kendall_tau_mean_over_orders", None),
@@ -166,7 +166,7 @@ def _goal_text(key: str, goal: Any) -> str:
 
 
 def fidelity_benchmark_frame(summary: Mapping) -> pd.DataFrame:
-    """The fidelity benchmark's headline figures (`benchmarks/fidelity.py`) for each corpus, beside their goals:
+    """The fidelity benchmark's headline figures (`benchmarks/trust/fidelity.py`) for each corpus, beside their goals:
     how far the answer a search gives at T agrees with the same configs trained there.
 
     Columns: figure, one value column per corpus (as text), goal, met (every corpus meets it; <NA> where the

@@ -13,7 +13,7 @@ so a prediction resting on a rung at distance s is corrected by -s (beta (z - z0
 mean aspect (a shift shared by every trial changes no ranking: the study's curve carries the level).
 
 **The prior** (`BiasPrior`): beta and phi per unit of s, measured on the fidelity corpora (the top rung, T/10, at
-d_T/2, against the truth at T, the size trend removed; `benchmarks.anchors` fits it and holds each corpus out in
+d_T/2, against the truth at T, the size trend removed; `benchmarks.trust.anchors` fits it and holds each corpus out in
 turn), with beta's sd from how much the corpora disagree. A search uses it unless told not to (`--bias-prior none`).
 
 **Anchors**: trials trained once more at a fidelity C_a above the top rung C_top, nearer the target's shape. Their
@@ -91,7 +91,7 @@ NO_PRIOR = BiasPrior()
 
 
 def measured_prior() -> BiasPrior:
-    """The prior `benchmarks.anchors` measured on the fidelity corpora (package data `bias_prior.json`)."""
+    """The prior `benchmarks.trust.anchors` measured on the fidelity corpora (package data `bias_prior.json`)."""
     raw = json.loads(resources.files("nas.answer").joinpath(PRIOR_FILE).read_text())
     return BiasPrior(raw["beta"], raw["beta_sd"], dict(raw["family"]), raw["source"], raw["misfit"])
 

@@ -15,7 +15,7 @@ still be extrapolated from its family.
 
 Why E is not per family: with rungs spanning a factor eta^2 of compute, a family's own floor is poorly
 identified, and a wrong floor is what an extrapolation far beyond the rungs is most sensitive to. On
-the fidelity benchmark's ladder (`benchmarks/fidelity.py`), fitted on the lowest two rungs and asked
+the fidelity benchmark's ladder (`benchmarks/trust/fidelity.py`), fitted on the lowest two rungs and asked
 for the third, a shared E predicted the held-out rung with a mean absolute error of 0.043 nats against
 0.057 for a floor per family (`report`'s `ladder_check` measures this on any table); a check a user can
 run on their own ladder, which does not look at the far budget.

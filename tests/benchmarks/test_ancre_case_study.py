@@ -1,4 +1,4 @@
-"""benchmarks/ancre_case_study.py: reading B's construction, and both readings in the outputs."""
+"""benchmarks/claims/ancre_case_study.py: reading B's construction, and both readings in the outputs."""
 
 import json
 
@@ -67,7 +67,7 @@ def test_reading_b_at_the_1to2_corner_is_cascaded_without_the_output_shortcut(cs
 
 @pytest.mark.slow  # runs the script in a subprocess: 16 short GD runs
 def test_case_study_writes_both_readings_side_by_side_with_a_verdict(tmp_path):
-    run_script("-m", "benchmarks.ancre_case_study", "--steps", "300", "--out-dir", str(tmp_path))
+    run_script("-m", "benchmarks.claims.ancre_case_study", "--steps", "300", "--out-dir", str(tmp_path))
     result = json.loads((tmp_path / "ancre_case_study.json").read_text())
     assert (tmp_path / "ancre_case_study.png").stat().st_size > 30_000
     assert set(result["readings"]) == {"A", "B"}

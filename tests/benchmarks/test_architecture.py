@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.architecture import architecture_grade, bias, size_baselines, truth_ceilings
-from benchmarks.grading import Truth
+from benchmarks.trust.architecture import architecture_grade, bias, size_baselines, truth_ceilings
+from benchmarks.trust.grading import Truth
 from nas.answer.decisions import Architecture
 
 FAMILY_EFFECT = {"cascaded": 0.0, "nag": -0.06, "ancre": 0.06}

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # each runs a benchmark script in a subprocess
 def test_cpu_throughput_writes_its_json(tmp_path):
     out = tmp_path / "cpu.json"
     quick = ["--rounds", "1", "--per-round", "1", "--warmup", "0"]
-    run_script("-m", "benchmarks.cpu_throughput", *quick, "--out", str(out))
+    run_script("-m", "benchmarks.speed.cpu_throughput", *quick, "--out", str(out))
     result = json.loads(out.read_text())
     assert {"reference_gpt", "reference_llama", "cascaded", "nag", "ancre", "nag_mod0.25_block"} <= set(
         result["models"]
@@ -28,10 +28,20 @@ def test_cpu_throughput_writes_its_json(tmp_path):
 
 def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     runs, replicas, out = tmp_path / "runs.csv", tmp_path / "replicas.csv", tmp_path / "fidelity.json"
-    run_script("-m", "benchmarks.fidelity", "build", "--smoke", "--runs", str(runs), timeout=600)
-    run_script("-m", "benchmarks.fidelity", "build-replicas", "--smoke", "--replica-runs", str(replicas), timeout=600)
+    run_script("-m", "benchmarks.trust.fidelity", "build", "--smoke", "--runs", str(runs), timeout=600)
     run_script(
-        "-m", "benchmarks.fidelity", "report", "--runs", str(runs), "--replica-runs", str(replicas), "--out", str(out)
+        "-m", "benchmarks.trust.fidelity", "build-replicas", "--smoke", "--replica-runs", str(replicas), timeout=600
+    )
+    run_script(
+        "-m",
+        "benchmarks.trust.fidelity",
+        "report",
+        "--runs",
+        str(runs),
+        "--replica-runs",
+        str(replicas),
+        "--out",
+        str(out),
     )
     result = json.loads(out.read_text())
     fidelity = import_benchmark("fidelity")
@@ -61,7 +71,7 @@ def test_fidelity_benchmark_runs_every_path_in_smoke_mode(tmp_path):
 
 def test_replica_wall_benchmark_times_both_ladders_and_the_width_floors(tmp_path):
     out = tmp_path / "wall.json"
-    run_script("-m", "benchmarks.replica_wall", "--smoke", "--min-widths", "8,32", "--out", str(out), timeout=600)
+    run_script("-m", "benchmarks.trust.replica_wall", "--smoke", "--min-widths", "8,32", "--out", str(out), timeout=600)
     result = json.loads(out.read_text())
     variants = result["per_config"][0]["variants"]
     assert set(variants) == {"budget", "replica_min_width_8", "replica_min_width_32"}
@@ -92,7 +102,7 @@ def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     """On CPU the Triton kernels run in the interpreter: each op's three paths and every family step."""
     out = tmp_path / "gpu.json"
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    run_script("-m", "benchmarks.gpu_kernels", "--smoke", "--out", str(out), env=env)
+    run_script("-m", "benchmarks.speed.gpu_kernels", "--smoke", "--out", str(out), env=env)
     result = json.loads(out.read_text())
     assert result["machine"]["triton_interpreter"] and result["targets_met"] is None
     assert {"nag_epilogue/fp32", "nag_epilogue/bf16", "add_rmsnorm/fp32", "ancre_mix_j3/fp32"} <= set(result["ops"])
@@ -110,7 +120,7 @@ def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgre
     out = tmp_path / "load.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = ["--trials", "16", "--concurrency", "2", "--admin-url", _postgres_admin_url, "--out", str(out)]
-    run_script("-m", "benchmarks.store_load", *args, env=env)
+    run_script("-m", "benchmarks.service.store_load", *args, env=env)
     result = json.loads(out.read_text())
     integrity = result["integrity"]
     assert integrity["store_rows"] == integrity["distinct_trial_numbers"] == integrity["optuna_complete"] == 16
@@ -120,7 +130,7 @@ def test_store_load_benchmark_counts_every_trial_exactly_once(tmp_path, _postgre
 
 def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     out = tmp_path / "mod.json"
-    run_script("-m", "benchmarks.mod_published", "--smoke", "--out", str(out), timeout=600)
+    run_script("-m", "benchmarks.claims.mod_published", "--smoke", "--out", str(out), timeout=600)
     result = json.loads(out.read_text())
     assert len(result["runs"]) == 3 * 4 * 2 and out.with_suffix(".png").stat().st_size > 10_000
     assert set(result["summary"]) == {"cascaded", "nag", "ancre"}
@@ -137,7 +147,7 @@ def test_mod_published_benchmark_runs_every_path_in_smoke_mode(tmp_path):
 
 def test_compile_benchmark_reports_its_break_even(tmp_path):
     out = tmp_path / "compile.json"
-    run_script("-m", "benchmarks.compile_cpu", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
+    run_script("-m", "benchmarks.speed.compile_cpu", "--smoke", "--rounds", "1", "--per-round", "1", "--out", str(out))
     result = json.loads(out.read_text())
     (row,) = result["families"].values()
     assert row["compile_s"] > 0 and row["eager_step_s"] > 0 and row["compiled_step_s"] > 0
@@ -148,8 +158,8 @@ def test_compile_benchmark_reports_its_break_even(tmp_path):
 def test_transfer_benchmark_runs_every_path_in_smoke_mode(tmp_path):
     """Build tiny tables (both parametrizations, both sweeps, the horizon check, the rule's), then report."""
     runs, out = tmp_path / "transfer.csv", tmp_path / "transfer.json"
-    run_script("-m", "benchmarks.transfer", "build", "--smoke", "--runs", str(runs), timeout=600)
-    run_script("-m", "benchmarks.transfer", "report", "--runs", str(runs), "--out", str(out))
+    run_script("-m", "benchmarks.claims.transfer", "build", "--smoke", "--runs", str(runs), timeout=600)
+    run_script("-m", "benchmarks.claims.transfer", "report", "--runs", str(runs), "--out", str(out))
     result = json.loads(out.read_text())
     assert result["rows"] == 3 * 2 * 4 * 2  # families x parametrizations x shapes x rates
     for family in ("cascaded", "nag", "ancre"):
@@ -218,7 +228,9 @@ def test_the_horizon_rule_takes_only_exponents_the_check_can_see_and_runs_the_sw
 def test_soak_benchmark_survives_its_faults_with_nothing_lost_or_duplicated(tmp_path):
     """A small soak on its own PostgreSQL server: worker kills, a server restart, a driver SIGTERM, a resume."""
     out = tmp_path / "soak.json"
-    run_script("-m", "benchmarks.soak", "--trials", "12", "--trial-seconds", "0.5", "--out", str(out), timeout=900)
+    run_script(
+        "-m", "benchmarks.service.soak", "--trials", "12", "--trial-seconds", "0.5", "--out", str(out), timeout=900
+    )
     result = json.loads(out.read_text())
     assert result["faults"]["first_driver_exit"] == 143 and result["faults"]["resumed_driver_exit"] == 0
     assert result["final"] == 12 and result["lost"] == 0 and result["duplicated"] == 0

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_session.py in smoke mode on CPU: every stage answers, a failing stage stops none of the others."""
+"""benchmarks/speed/gpu_session.py in smoke mode on CPU: every stage answers, a failing stage stops none of the
+others."""
 
 import json
 import math
@@ -21,7 +22,7 @@ def test_smoke_session_runs_every_stage_and_writes_its_json(tmp_path):
     """As CI runs it: a subprocess, Triton's interpreter for the kernel paths."""
     out = tmp_path / "gpu_session.json"
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}
-    run_script("-m", "benchmarks.gpu_session", "--smoke", "--out", str(out), env=env)
+    run_script("-m", "benchmarks.speed.gpu_session", "--smoke", "--out", str(out), env=env)
     record = json.loads(out.read_text())
     assert record["session"]["finished"] and record["session"]["smoke"]
     assert list(record["stages"]) == STAGES

@@ -60,7 +60,7 @@ def test_a_table_reads_typed_and_an_empty_cell_as_none(tmp_path):
 def test_a_config_whose_rows_are_not_all_there_is_left_out_of_every_table():
     """Config 2 has its ladder rows and no truth yet; config 3 one seed of its replica rows: both are left out of
     both tables, and the configs every table holds in full stay, all their rows."""
-    from benchmarks.grading import graded_rows
+    from benchmarks.trust.grading import graded_rows
 
     def rows(config: int, kinds: dict[str, list[float]], seeds=(0, 1)) -> list[dict]:
         return [
@@ -117,7 +117,7 @@ def test_the_transfer_report_gives_the_committed_figures_from_the_committed_tabl
 @pytest.mark.slow  # 20 searches of 30 trials
 def test_the_search_efficiency_replay_gives_the_committed_figures(tmp_path):
     out = tmp_path / "search_efficiency.json"
-    run_script("-m", "benchmarks.search_efficiency", "replay", "--out", str(out))
+    run_script("-m", "benchmarks.trust.search_efficiency", "replay", "--out", str(out))
     result, committed = (json.loads(p.read_text()) for p in (out, RESULTS / "search_efficiency.json"))
     for key in ("grid", "summary", "per_seed_curves", "reference_point"):
         assert_same_figures(result[key], committed[key], key)

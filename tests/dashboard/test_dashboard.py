@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.fidelity import GOALS
+from benchmarks.trust.fidelity import GOALS
 from dashboard import reads as data
 from dashboard.cost import COUNTED, DECODE, KV_BYTES, MEASURED, seconds_per_token
 from dashboard.front_figures import hypervolume_figure, pareto_figure

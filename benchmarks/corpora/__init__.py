@@ -1,0 +1,1 @@
+"""The benchmark corpora built from material on this machine (Python source, the Debian handbook)."""

@@ -1,0 +1,1 @@
+"""The service under load: its overhead per trial, the store under many writers, a long soak."""

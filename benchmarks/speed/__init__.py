@@ -1,0 +1,1 @@
+"""Speed where users wait: training steps, decoding, tokenising, precision, kernels, the GPU session."""
