@@ -228,7 +228,9 @@ def test_the_demo_space_and_the_readme_say_what_make_demo_runs():
     readme = " ".join((ROOT / "README.md").read_text().split())
     default_rungs = Budget.model_fields["rungs"].default
     assert f"It trains {options['trials']} trials, {options['workers']} at a time" in readme
-    assert f"the default {default_rungs}-rung replica ladder from {options['trial-flops']} training FLOPs" in readme
+    layout = budget.chosen_layout
+    assert f"each once at the top rung of the default ladder ({short(layout.top_flops)} training FLOPs: " in readme
+    assert f"{default_rungs} replica rungs at eta {budget.eta:g} would cost as much" in readme and layout.rungs == 1
     assert f"at the target T = {short(budget.target)} ({VALIDATED_TARGET_RATIO:g}x the top rung)" in readme
 
 
