@@ -73,14 +73,3 @@ def render(results: Path) -> str:
     for label, value in ROWS:
         lines.append("| " + " | ".join([label, *(value(headline[n]) for n in names)]) + " |")
     return "\n".join(lines)
-
-
-def splice(text: str, table: str) -> str:
-    """`text` with what lies between START and END replaced by `table`; ValueError without the markers."""
-    head, found, rest = text.partition(START)
-    if not found:
-        raise ValueError(f"no {START} marker")
-    _, found, tail = rest.partition(END)
-    if not found:
-        raise ValueError(f"no {END} marker after {START}")
-    return f"{head}{START}\n{table}\n{END}{tail}"

@@ -148,15 +148,15 @@ def render_table(results: Path, entries: Mapping[str, Entry] | None = None) -> s
     return "\n".join(lines)
 
 
-def splice(text: str, table: str) -> str:
+def splice(text: str, table: str, start: str = START, end: str = END) -> str:
     """`text` with what lies between the markers replaced by `table`; ValueError if the markers are not there."""
-    head, found, rest = text.partition(START)
+    head, found, rest = text.partition(start)
     if not found:
-        raise ValueError(f"no {START} marker")
-    _, found, tail = rest.partition(END)
+        raise ValueError(f"no {start} marker")
+    _, found, tail = rest.partition(end)
     if not found:
-        raise ValueError(f"no {END} marker after {START}")
-    return f"{head}{START}\n{table}\n{END}{tail}"
+        raise ValueError(f"no {end} marker after {start}")
+    return f"{head}{start}\n{table}\n{end}{tail}"
 
 
 def shown(path: Path) -> str:
@@ -208,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     root, answer = args.root_readme, None
     if root.is_file() and (args.results / "fidelity.json").is_file() and answer_table.START in root.read_text():
-        answer = (root.read_text(), answer_table.splice(root.read_text(), answer_table.render(args.results)))
+        table = answer_table.render(args.results)
+        answer = (root.read_text(), splice(root.read_text(), table, answer_table.START, answer_table.END))
     if args.check:
         problems = stale_doc_references(args.docs, args.makefile, RESULTS)  # the docs point at the committed results
         if updated != current:
