@@ -183,3 +183,52 @@ def test_too_few_trials_for_every_knob_at_once_fits_each_knob_alone_with_size():
     ancre = by_step(effects)["ancre vs cascaded"]
     assert ancre.effect is not None and ancre.low < ancre.high
     assert by_step(effects)["mod_rate"].effect is not None
+
+
+def looped_bootstrap(rows, size, columns, noise, seed: int, draws: int) -> np.ndarray:
+    """The bootstrap one draw at a time (`effects._bootstrap`'s definition): resample, perturb, skip a draw whose
+    varied columns are rank-deficient, and fit by `np.linalg.lstsq` with tau^2 by moments."""
+
+    def wls(design, y, weights):
+        root = np.sqrt(weights)
+        return np.linalg.lstsq(design * root[:, None], y * root, rcond=None)[0]
+
+    rng = np.random.default_rng(seed)
+    design = np.column_stack([np.ones(size.shape[0]), size, *columns])
+    y, sd = np.array([o.loss for o in rows]), np.array([o.sd for o in rows])
+    n, first = len(y), 1 + size.shape[1]
+    out = np.full((draws, design.shape[1] - first), np.nan)
+    for b in range(draws):
+        pick = rng.integers(0, n, n)
+        d, target = design[pick], y[pick] + rng.normal(0.0, 1.0, n) * sd[pick]
+        varied = np.ptp(d, axis=0) > 0
+        varied[0] = True
+        if np.linalg.matrix_rank(d[:, varied]) < varied.sum():
+            continue
+        dv = d[:, varied]
+        residual = target - dv @ wls(dv, target, np.ones(n))
+        tau2 = max(0.0, float(residual @ residual) / max(1, n - dv.shape[1]) - float(np.mean(sd[pick] ** 2)))
+        coef = np.full(design.shape[1], np.nan)
+        coef[varied] = wls(dv, target, 1.0 / np.maximum(sd[pick] ** 2 + tau2, 1e-12))
+        out[b] = coef[first:]
+    return out
+
+
+@pytest.mark.parametrize("trials", [12, 60])
+def test_the_batched_bootstrap_gives_the_draws_and_intervals_of_fitting_one_draw_at_a_time(trials):
+    """Same seed, same draws: every coefficient of every draw within rounding of the one-at-a-time fit, NaN in the
+    same draws (12 trials leave a level out of some draws, so their designs differ), and so the same intervals."""
+    from nas.answer.effects import _bootstrap, _size_columns, knob_terms
+
+    rows = planted(1, trials=trials)
+    knobs = [k for k in knobs_of(SPACE) if k.name in ("residual", "mod_rate", "lr")]
+    columns = [c for k in knobs for _, c, _ in knob_terms(k, rows)]
+    size = _size_columns(rows, "flops")
+    batched, looped = _bootstrap(rows, size, columns, None, 7, 400), looped_bootstrap(rows, size, columns, None, 7, 400)
+    assert np.array_equal(np.isnan(batched), np.isnan(looped))
+    if trials == 12:
+        assert np.isnan(looped).any() and not np.isnan(looped).all()  # some draws leave a level out
+    np.testing.assert_allclose(batched, looped, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        np.nanpercentile(batched, [10, 90], axis=0), np.nanpercentile(looped, [10, 90], axis=0), rtol=1e-9, atol=1e-12
+    )
