@@ -47,9 +47,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import PREDICTOR_HIDDEN
+
 LEVEL_GAIN = 0.5  # integral gain on the quantile level, per batch
 EVAL_MOMENTUM = 0.1  # weight of the newest training threshold in eval_threshold
-PREDICTOR_HIDDEN = 32  # hidden width of the auxiliary predictor: 2 (d + 1) * 32 FLOPs per token
 
 
 @dataclass
