@@ -161,6 +161,23 @@ def test_nas_effects_command_prints_the_table_and_names_bad_input(planted_store)
     assert missing.exit_code == 2 and missing.output.startswith("error:") and "nope" in missing.output
 
 
+def test_nas_effects_reads_the_same_importances_without_importing_scikit_learn(planted_store):
+    """`nas effects` in a fresh process never imports scikit-learn (Optuna's importance package would, for its
+    fANOVA), and prints what this process prints with scikit-learn imported: the same importances."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("sklearn")
+    args = ["effects", "planted", "--storage", planted_store]
+    here = run_nas(*args)
+    fresh = subprocess.run([sys.executable, "-X", "importtime", "-m", "nas.cli", *args], capture_output=True, text=True)
+    assert fresh.returncode == 0 and here.exit_code == 0, fresh.stderr
+    imported = [line.split("|")[-1].strip() for line in fresh.stderr.splitlines() if line.startswith("import time:")]
+    assert "optuna.importance" in imported
+    assert not any(name.startswith("sklearn.") and name != "sklearn.ensemble" for name in imported)
+    assert fresh.stdout == here.output and "PED-ANOVA" in fresh.stdout
+
+
 def test_nas_export_writes_the_effects_beside_the_configs(planted_store, tmp_path):
     import json
 
