@@ -15,6 +15,7 @@ states, the PyTorch reference elsewhere).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import ResidualLM
@@ -28,22 +29,25 @@ from .parametrization import logit_multiplier
 class AncreConnectivity(nn.Module):
     """The logits c_ij, stored flat: block j's j logits (i = 0..j-1) start at j (j - 1) / 2."""
 
+    slots: Tensor  # buffer, registered in __init__ (declared here for type checkers)
+
     def __init__(self, n_layers: int, tau: float):
         super().__init__()
         self.n_layers, self.tau = n_layers, tau
         self.logits = nn.Parameter(torch.zeros(n_layers * (n_layers + 1) // 2))
+        # (block j - 1, state i) of each flat logit: the lower triangle row by row, as the logits are stored
+        self.register_buffer("slots", torch.tril_indices(n_layers, n_layers), persistent=False)
 
-    def coefficients(self, j: int) -> Tensor:
-        """p_ij for i = 0..j-1: (j,)."""
-        start = j * (j - 1) // 2
-        return torch.softmax(self.logits[start : start + j] / self.tau, dim=0)
+    def ingoing(self) -> Tensor:
+        """p_ij for i = 0..L-1 and every block j at once: (L, L) with [i, j - 1] = p_ij, zero where i >= j. One
+        softmax: block j's row of logits holds its j logits and -inf (p = 0) for the states it cannot read."""
+        n = self.n_layers
+        c = self.logits.new_full((n, n), float("-inf")).index_put(tuple(self.slots), self.logits / self.tau)
+        return torch.softmax(c, dim=1).T
 
     def matrix(self) -> Tensor:
         """P with P[i, j - 1] = p_ij: (L + 1, L), zero where i >= j (as in the paper's Fig. 6)."""
-        p = self.logits.new_zeros(self.n_layers + 1, self.n_layers)
-        for j in range(1, self.n_layers + 1):
-            p[:j, j - 1] = self.coefficients(j)
-        return p
+        return F.pad(self.ingoing(), (0, 0, 0, 1))  # state i = L feeds no block
 
 
 class AncreLM(ResidualLM):
@@ -58,8 +62,9 @@ class AncreLM(ResidualLM):
         self.begin_forward(idx)
         states = [self.tok_emb(idx)]  # o_0: (B, T, d)
         self.record_residual_rms(states[0])
+        p = self.connectivity.ingoing()  # (L, L): every p_ij at once
         for j, block in enumerate(self.blocks, start=1):
-            mixed = ancre_mix(self.connectivity.coefficients(j), states)  # sum_i p_ij o_i, fused
+            mixed = ancre_mix(p[:j, j - 1], states)  # sum_i p_ij o_i, fused
             states.append(block(states[-1], base=mixed))
             self.record_residual_rms(states[-1])
         return states[-1]

@@ -36,10 +36,18 @@ def ancre_mix_reference(p: Tensor, states: Sequence[Tensor]) -> Tensor:
     """sum_i p_i states_i for p (j,) and j states of one shape, accumulated in at least fp32."""
     out_dtype = functools.reduce(torch.promote_types, (s.dtype for s in states))
     compute = torch.promote_types(out_dtype, torch.float32)
-    out = p[0].to(compute) * states[0].to(compute)
-    for p_i, state in zip(p[1:], states[1:], strict=True):
-        out = torch.addcmul(out, p_i.to(compute), state.to(compute))  # out + p_i state, one pass
-    return out.to(out_dtype)
+    terms = zip(_as(p, compute).unbind(), (_as(s, compute) for s in states), strict=True)
+    p_0, state_0 = next(terms)
+    out = p_0 * state_0
+    for p_i, state in terms:
+        out = torch.addcmul(out, p_i, state)  # out + p_i state, one pass
+    return _as(out, out_dtype)
+
+
+def _as(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """x in `dtype`; x itself, without a call into torch, when it is already (a one-token decode step's ops
+    cost their dispatch more than their arithmetic)."""
+    return x if x.dtype == dtype else x.to(dtype)
 
 
 def nag_epilogue_reference(

@@ -140,3 +140,25 @@ def test_diagnostics_report_each_family_state():
             assert all(0 < a < math.pi / 2 for a in diag["nag_angle"])
         if family == "ancre":
             assert len(diag["ancre_p"]) == cfg.n_layers + 1
+
+
+@pytest.mark.parametrize("mod_rate", [0.0, 0.5])
+def test_ancre_forward_is_the_block_by_block_definition(mod_rate):
+    """Every block's coefficients from one softmax over the laid-out logits, and the mix of the states, give the
+    logits of the definition block by block: p_ij = softmax_i(c_ij / tau) over block j's own logits, then
+    sum_i p_ij o_i accumulated in order (to rounding)."""
+    cfg = small_cfg(residual="ancre", n_layers=5, ancre_tau=0.3, mod_rate=mod_rate, mod_every=1)
+    model = warmed_model(cfg)
+    with torch.no_grad():
+        model.connectivity.logits.normal_()
+        idx = tokens(cfg, batch=2)
+        logits = model(idx)
+        states = [model.tok_emb(idx)]
+        for j, block in enumerate(model.blocks, start=1):
+            start = j * (j - 1) // 2
+            p = torch.softmax(model.connectivity.logits[start : start + j] / cfg.ancre_tau, dim=0)
+            mixed = p[0] * states[0]
+            for p_i, state in zip(p[1:], states[1:], strict=True):
+                mixed = mixed + p_i * state
+            states.append(block(states[-1], base=mixed))
+        torch.testing.assert_close(logits, model.head(states[-1]), rtol=1e-6, atol=1e-6)
