@@ -8,8 +8,8 @@ logit c_ij; the ingoing coefficients p_ij = softmax_i(c_ij / tau), i = 0..j-1, s
 
 which is exactly `cascaded` when p_{j-1,j} = 1. The L(L+1)/2 logits start equal (p_ij = 1/j),
 as in the paper; without the softmax normalisation training diverges (paper Table 5).
-The mix is one fused op (`ops.ancre_mix`: a Triton kernel on CUDA that never stacks the j
-states, the PyTorch reference elsewhere).
+The mixes are one fused op (`ops.ancre_mixes`: on CUDA a Triton kernel per block that never stacks
+the j states, elsewhere running sums that take each o_i into every later block's mix in one call).
 """
 
 from __future__ import annotations
@@ -22,27 +22,24 @@ from .base import ResidualLM
 from .cascaded import PreNormBlock, rms_norm
 from .common import scaled
 from .config import ArchConfig
-from .fused import ancre_mix
+from .fused import ancre_mixes
 from .parametrization import logit_multiplier
 
 
 class AncreConnectivity(nn.Module):
     """The logits c_ij, stored flat: block j's j logits (i = 0..j-1) start at j (j - 1) / 2."""
 
-    slots: Tensor  # buffer, registered in __init__ (declared here for type checkers)
-
     def __init__(self, n_layers: int, tau: float):
         super().__init__()
         self.n_layers, self.tau = n_layers, tau
         self.logits = nn.Parameter(torch.zeros(n_layers * (n_layers + 1) // 2))
-        # (block j - 1, state i) of each flat logit: the lower triangle row by row, as the logits are stored
-        self.register_buffer("slots", torch.tril_indices(n_layers, n_layers), persistent=False)
 
     def ingoing(self) -> Tensor:
         """p_ij for i = 0..L-1 and every block j at once: (L, L) with [i, j - 1] = p_ij, zero where i >= j. One
         softmax: block j's row of logits holds its j logits and -inf (p = 0) for the states it cannot read."""
         n = self.n_layers
-        c = self.logits.new_full((n, n), float("-inf")).index_put(tuple(self.slots), self.logits / self.tau)
+        slots = torch.tril_indices(n, n, device=self.logits.device)  # (block j - 1, i): the logits' order
+        c = self.logits.new_full((n, n), float("-inf")).index_put(tuple(slots), self.logits / self.tau)
         return torch.softmax(c, dim=1).T
 
     def matrix(self) -> Tensor:
@@ -60,14 +57,14 @@ class AncreLM(ResidualLM):
 
     def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)
-        states = [self.tok_emb(idx)]  # o_0: (B, T, d)
-        self.record_residual_rms(states[0])
-        p = self.connectivity.ingoing()  # (L, L): every p_ij at once
-        for j, block in enumerate(self.blocks, start=1):
-            mixed = ancre_mix(p[:j, j - 1], states)  # sum_i p_ij o_i, fused
-            states.append(block(states[-1], base=mixed))
-            self.record_residual_rms(states[-1])
-        return states[-1]
+        o = self.tok_emb(idx)  # o_0: (B, T, d)
+        self.record_residual_rms(o)
+        mixes = ancre_mixes(self.connectivity.ingoing(), o)  # every block's sum_i p_ij o_i, as the o_i arrive
+        for block in self.blocks:
+            o = block(o, base=mixes.next())  # o_j
+            mixes.add(o)
+            self.record_residual_rms(o)
+        return o
 
     def head(self, z: Tensor) -> Tensor:
         return scaled(rms_norm(self.norm, z), self.logit_multiplier) @ self.unembedding.T  # (B, T, V)
