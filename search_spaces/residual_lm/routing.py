@@ -180,7 +180,8 @@ class DepthRouter(nn.Module):
         """score: (B, T), larger = more worth executing; `features` (B, T, d): the router's input, read by
         the predictor (mod_routing="predictor" only). Returns the executed tokens."""
         score = score.detach()
-        self.aux_loss = None
+        if self.aux_loss is not None:  # a module's attribute write costs a decode step more than this read
+            self.aux_loss = None
         if self.predictor is not None:
             if features is None:
                 raise ValueError("mod_routing='predictor': select() needs the router's input features")
