@@ -162,3 +162,25 @@ def test_ancre_forward_is_the_block_by_block_definition(mod_rate):
                 mixed = mixed + p_i * state
             states.append(block(states[-1], base=mixed))
         torch.testing.assert_close(logits, model.head(states[-1]), rtol=1e-6, atol=1e-6)
+
+
+def test_ancre_keeps_its_coefficients_without_autograd_until_the_logits_change():
+    """Decoding reuses p_ij step after step; an optimiser step or an in-place write to the logits gives the new
+    ones, and a forward with autograd always computes them (so that its graph reaches the logits)."""
+    cfg = small_cfg(residual="ancre", n_layers=4, ancre_tau=1.0)  # a softmax far from saturating
+    model = build_model(cfg)
+    conn = model.connectivity
+    with torch.no_grad():
+        kept = conn.ingoing()
+        assert conn.ingoing() is kept
+        conn.logits.add_(torch.randn_like(conn.logits))
+        changed = conn.ingoing()
+    assert changed is not kept and not torch.equal(changed, kept)
+    loss = model(tokens(cfg, batch=2)).logsumexp(-1).mean()
+    loss.backward()
+    assert conn.logits.grad is not None and conn.logits.grad.abs().sum() > 0
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    with torch.no_grad():
+        stepped = conn.ingoing()
+    assert not torch.equal(stepped, changed)
+    torch.testing.assert_close(stepped[:, 3], torch.softmax(conn.logits[6:10] / cfg.ancre_tau, 0))  # block 4's
