@@ -194,6 +194,7 @@ ENTRIES: dict[str, Entry] = {
             Figure("MoD 0.875 / dense tok/s at 1024: cascaded", (*DECODE, "cascaded"), "{:.2f}x"),
             Figure("NAG", (*DECODE, "nag"), "{:.2f}x"),
             Figure("ANCRe", (*DECODE, "ancre"), "{:.2f}x"),
+            Figure("at d 256, slowest", ("summary", "slowest_published_speed_vs_dense_by_width", "256"), "{:.2f}x"),
             Figure("at d 512, slowest", ("summary", "slowest_published_speed_vs_dense_by_width", "512"), "{:.2f}x"),
             Figure("KV cache MoD / dense", ("summary", "published_kv_reserved_vs_dense_worst"), "{:.2f}x"),
             Figure("held = counted", ("summary", "kv_held_equals_count"), "{}"),

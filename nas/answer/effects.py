@@ -281,17 +281,28 @@ def _identified(terms: list, size: np.ndarray) -> list:
     return out
 
 
+def _lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`np.linalg.lstsq(a, b, rcond=None)[0]` over any leading batch axes, a (..., n, m), b (..., n): the
+    minimum-norm solution from a's SVD, singular values at or below eps max(n, m) times the largest taken as 0
+    (lstsq's rule)."""
+    u, s, vt = np.linalg.svd(a, full_matrices=False)
+    kept = s > np.finfo(s.dtype).eps * max(a.shape[-2:]) * s[..., :1]
+    inverse = np.divide(1.0, s, out=np.zeros_like(s), where=kept)
+    return np.einsum("...ij,...i->...j", vt, inverse * np.einsum("...ni,...n->...i", u, b))
+
+
 def _wls(design: np.ndarray, y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted least squares over any leading batch axes: design (..., n, m), y and weights (..., n)."""
     root = np.sqrt(weights)
-    return np.linalg.lstsq(design * root[:, None], y * root, rcond=None)[0]
+    return _lstsq(design * root[..., None], y * root)
 
 
 def _fit_weights(design: np.ndarray, y: np.ndarray, sd: np.ndarray) -> np.ndarray:
-    """1 / (s_i^2 + tau^2), tau^2 by moments from an unweighted fit (module docstring)."""
-    residual = y - design @ _wls(design, y, np.ones(len(y)))
-    dof = max(1, len(y) - design.shape[1])
-    tau2 = max(0.0, float(residual @ residual) / dof - float(np.mean(sd**2)))
-    return 1.0 / np.maximum(sd**2 + tau2, 1e-12)
+    """1 / (s_i^2 + tau^2), tau^2 by moments from an unweighted fit (module docstring); batched as `_wls`."""
+    residual = y - np.einsum("...nm,...m->...n", design, _lstsq(design, y))
+    dof = max(1, design.shape[-2] - design.shape[-1])
+    tau2 = np.maximum(0.0, np.einsum("...n,...n->...", residual, residual) / dof - np.mean(sd**2, axis=-1))
+    return 1.0 / np.maximum(sd**2 + tau2[..., None], 1e-12)
 
 
 def _scale(effect: Effect, knob: Knob) -> float:
@@ -384,22 +395,34 @@ def _point(rows, size, columns, noise) -> np.ndarray:
 
 def _bootstrap(rows, size, columns, noise, seed: int, draws: int = BOOTSTRAP) -> np.ndarray:
     """BOOTSTRAP draws of the knob terms' coefficients: trials resampled, each loss perturbed by N(0, s_i^2). A
-    draw in which a term is constant (or the design rank-deficient in it) gives NaN for it."""
-    rng = np.random.default_rng(seed)
+    draw in which a term is constant (or the design rank-deficient in it) gives NaN for it. The draws are fitted
+    together, those that vary the same terms in one batch."""
     design, y, sd = _design(size, columns), np.array([o.loss for o in rows]), _sds(rows, noise)
-    n, first = len(y), 1 + size.shape[1]
-    out = np.full((draws, design.shape[1] - first), np.nan)
-    for b in range(draws):
-        pick = rng.integers(0, n, n)
-        d, target = design[pick], y[pick] + rng.normal(0.0, 1.0, n) * sd[pick]
-        varied = np.ptp(d, axis=0) > 0
-        varied[0] = True
-        if np.linalg.matrix_rank(d[:, varied]) < varied.sum():
+    pick, shock = _resamples(np.random.default_rng(seed), len(y), draws)  # (draws, n) each
+    d, target, s = design[pick], y[pick] + shock * sd[pick], sd[pick]  # (draws, n, p), (draws, n), (draws, n)
+    varied = np.ptp(d, axis=1) > 0  # (draws, p): the terms each draw varies
+    varied[:, 0] = True
+    coef = np.full(varied.shape, np.nan)
+    for mask in np.unique(varied, axis=0):
+        batch = np.flatnonzero((varied == mask).all(axis=1))
+        sub = d[batch][:, :, mask]  # (k, n, m): the draws that vary these terms
+        singular = np.linalg.svd(sub, compute_uv=False)  # matrix_rank's rule: full rank in the varied terms
+        full = (singular > singular[:, :1] * max(sub.shape[1:]) * np.finfo(float).eps).all(axis=1)
+        batch, sub = batch[full], sub[full]
+        if not len(batch):
             continue
-        coef = np.full(design.shape[1], np.nan)
-        coef[varied] = _wls(d[:, varied], target, _fit_weights(d[:, varied], target, sd[pick]))
-        out[b] = coef[first:]
-    return out
+        fitted = _wls(sub, target[batch], _fit_weights(sub, target[batch], s[batch]))  # (k, m)
+        coef[np.ix_(batch, np.flatnonzero(mask))] = fitted
+    return coef[:, 1 + size.shape[1] :]
+
+
+def _resamples(rng: np.random.Generator, n: int, draws: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each draw's resampled trials and standard normal shocks, (draws, n) each, taken from `rng` draw by draw
+    (the picks, then the shocks) so that a seed gives the same draws whatever the batching."""
+    pick, shock = np.empty((draws, n), dtype=np.int64), np.empty((draws, n))
+    for b in range(draws):
+        pick[b], shock[b] = rng.integers(0, n, n), rng.normal(0.0, 1.0, n)
+    return pick, shock
 
 
 def partial_dependence(

@@ -7,7 +7,9 @@ the table, one line per resolved term in words. The table reads in 120 columns: 
 
 from __future__ import annotations
 
+import importlib.abc
 import math
+import sys
 
 import typer
 from rich.table import Column, Table
@@ -81,6 +83,7 @@ def effects(
     """Each knob's signed effect on the loss at T at matched cost, with an 80% interval, and in words."""
     from ..store import StoreError
 
+    import_importance_without_sklearn()
     store = open_store(storage)
     try:
         found = load_effects(store, name, at_equal, target_flops)
@@ -90,3 +93,34 @@ def effects(
     console.print(table)
     for line in lines:
         console.print(line)
+
+
+class _Hidden(importlib.abc.MetaPathFinder):
+    """A finder that makes `package` and its submodules fail to import."""
+
+    def __init__(self, package: str):
+        self.package = package
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.split(".")[0] == self.package:
+            raise ModuleNotFoundError(f"{fullname} is hidden here", name=fullname)
+        return None
+
+
+def import_importance_without_sklearn() -> None:
+    """Import `optuna.importance` with scikit-learn hidden, for a process that reads PED-ANOVA alone.
+
+    The package also imports its fANOVA and impurity evaluators, whose modules try-import scikit-learn (0.65 s of
+    CPU here, a third of `nas effects`) and defer a failure to their first use; PED-ANOVA needs none of it. So in
+    this process those two evaluators would report scikit-learn missing, which `nas effects` never asks them.
+    Nothing to do where either is imported already; imported as usual if Optuna cannot import without it."""
+    if "optuna.importance" in sys.modules or "sklearn" in sys.modules:
+        return
+    hidden = _Hidden("sklearn")
+    sys.meta_path.insert(0, hidden)
+    try:
+        import optuna.importance  # noqa: F401
+    except ImportError:
+        pass  # a later Optuna that needs it: `param_importances` imports it with scikit-learn
+    finally:
+        sys.meta_path.remove(hidden)

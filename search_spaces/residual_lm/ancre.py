@@ -8,20 +8,21 @@ logit c_ij; the ingoing coefficients p_ij = softmax_i(c_ij / tau), i = 0..j-1, s
 
 which is exactly `cascaded` when p_{j-1,j} = 1. The L(L+1)/2 logits start equal (p_ij = 1/j),
 as in the paper; without the softmax normalisation training diverges (paper Table 5).
-The mix is one fused op (`ops.ancre_mix`: a Triton kernel on CUDA that never stacks the j
-states, the PyTorch reference elsewhere).
+The mixes are one fused op (`ops.ancre_mixes`: on CUDA a Triton kernel per block that never stacks
+the j states, elsewhere running sums that take each o_i into every later block's mix in one call).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import ResidualLM
 from .cascaded import PreNormBlock, rms_norm
 from .common import scaled
 from .config import ArchConfig
-from .fused import ancre_mix
+from .fused import ancre_mixes
 from .parametrization import logit_multiplier
 
 
@@ -32,18 +33,30 @@ class AncreConnectivity(nn.Module):
         super().__init__()
         self.n_layers, self.tau = n_layers, tau
         self.logits = nn.Parameter(torch.zeros(n_layers * (n_layers + 1) // 2))
+        self.kept: tuple[tuple[int, int], Tensor] | None = None  # p without autograd, for the logits it came from
 
-    def coefficients(self, j: int) -> Tensor:
-        """p_ij for i = 0..j-1: (j,)."""
-        start = j * (j - 1) // 2
-        return torch.softmax(self.logits[start : start + j] / self.tau, dim=0)
+    def ingoing(self) -> Tensor:
+        """p_ij for i = 0..L-1 and every block j at once: (L, L) with [i, j - 1] = p_ij, zero where i >= j. One
+        softmax: block j's row of logits holds its j logits and -inf (p = 0) for the states it cannot read.
+        Without autograd (evaluation, decoding) p is kept until the logits change (their version or storage):
+        a one-token decode step would otherwise spend about 20 us of its 1 ms at d 128 computing it again."""
+        if torch.is_grad_enabled():
+            return self._softmax()
+        logits = self.logits
+        key = (logits._version, logits.data_ptr())
+        if self.kept is None or self.kept[0] != key:
+            self.kept = (key, self._softmax())
+        return self.kept[1]
+
+    def _softmax(self) -> Tensor:
+        n = self.n_layers
+        slots = torch.tril_indices(n, n, device=self.logits.device)  # (block j - 1, i): the logits' order
+        c = self.logits.new_full((n, n), float("-inf")).index_put(tuple(slots), self.logits / self.tau)
+        return torch.softmax(c, dim=1).T
 
     def matrix(self) -> Tensor:
         """P with P[i, j - 1] = p_ij: (L + 1, L), zero where i >= j (as in the paper's Fig. 6)."""
-        p = self.logits.new_zeros(self.n_layers + 1, self.n_layers)
-        for j in range(1, self.n_layers + 1):
-            p[:j, j - 1] = self.coefficients(j)
-        return p
+        return F.pad(self.ingoing(), (0, 0, 0, 1))  # state i = L feeds no block
 
 
 class AncreLM(ResidualLM):
@@ -56,13 +69,14 @@ class AncreLM(ResidualLM):
 
     def hidden(self, idx: Tensor) -> Tensor:
         self.begin_forward(idx)
-        states = [self.tok_emb(idx)]  # o_0: (B, T, d)
-        self.record_residual_rms(states[0])
-        for j, block in enumerate(self.blocks, start=1):
-            mixed = ancre_mix(self.connectivity.coefficients(j), states)  # sum_i p_ij o_i, fused
-            states.append(block(states[-1], base=mixed))
-            self.record_residual_rms(states[-1])
-        return states[-1]
+        o = self.tok_emb(idx)  # o_0: (B, T, d)
+        self.record_residual_rms(o)
+        mixes = ancre_mixes(self.connectivity.ingoing(), o)  # every block's sum_i p_ij o_i, as the o_i arrive
+        for block in self.blocks:
+            o = block(o, base=mixes.next())  # o_j
+            mixes.add(o)
+            self.record_residual_rms(o)
+        return o
 
     def head(self, z: Tensor) -> Tensor:
         return scaled(rms_norm(self.norm, z), self.logit_multiplier) @ self.unembedding.T  # (B, T, V)

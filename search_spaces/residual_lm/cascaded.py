@@ -87,13 +87,14 @@ class PreNormBlock(nn.Module):
 
     def _routed_block(self, x: Tensor, base: Tensor | None) -> Tensor:
         """One decision per token for the whole block: the kept tokens run both sublayers, gathered once."""
-        assert self.block_router is not None
-        score = self.block_router.score(x, self.attn_norm)  # (B, T)
-        sel = self.block_router.route(score, predictor_input(self.block_router, self.attn_norm, x))  # None: all
+        router, norm = self.block_router, self.attn_norm
+        assert router is not None
+        score = router.score(x, norm)  # (B, T)
+        sel = router.route(score, predictor_input(router, norm, x))  # None: all
         if sel is not None and sel.skip_all:
             return x if base is None else base  # every token skips: nothing runs
         x_sel = gather_tokens(x, sel)  # (N, d) or (B, T, d)
-        a = self.attn(rms_norm(self.attn_norm, x_sel), sel)  # only the kept tokens are normalised
+        a = self.attn(rms_norm(norm, x_sel), sel)  # only the kept tokens are normalised
         _, h_mlp = add_then_norm(x_sel, Delta(a), self.mlp_norm)  # norm(x + a), on the kept tokens only
         gate = torch.sigmoid(gather_tokens(score, sel)).unsqueeze(-1)  # (N, 1) or (B, T, 1)
         return Delta((a + self.mlp(h_mlp)) * gate, sel).added_to(x if base is None else base)

@@ -15,6 +15,7 @@ ResidualFamily = Literal["cascaded", "nag", "ancre"]
 ModRouting = Literal["causal_threshold", "topk", "predictor"]
 ModGranularity = Literal["sublayer", "block"]
 Parametrization = Literal["standard", "completep"]
+PREDICTOR_HIDDEN = 32  # hidden width of mod_routing="predictor"'s MLP (`routing`): 2 (d + 1) * 32 FLOPs per token
 
 
 class ArchConfig(BaseModel):

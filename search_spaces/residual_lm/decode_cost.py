@@ -32,11 +32,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from .config import ArchConfig
 from .flops import SublayerKey, forward_flops
+
+if TYPE_CHECKING:  # a cache's dtype; counting needs no torch
+    import torch
+
+FP32_BYTES = 4  # a cache of unspecified dtype holds float32
 
 __all__ = ["DecodeCost", "decode_cost", "decode_flops", "kv_cache_bytes"]
 
@@ -54,11 +58,13 @@ class DecodeCost:
 
 
 def kv_cache_bytes(
-    cfg: ArchConfig, context: int, dtype: torch.dtype = torch.float32, held: Mapping[int, float] | None = None
+    cfg: ArchConfig, context: int, dtype: torch.dtype | None = None, held: Mapping[int, float] | None = None
 ) -> float:
-    """Bytes of the keys and values one sequence's cache holds after `context` tokens. `held[j]` is the
-    positions block j's attention executed (realised); missing, the expected count at `cfg.mod_rate`."""
-    per_position = 2 * cfg.d_model * dtype.itemsize  # K and V, full-head, in the cache's dtype
+    """Bytes of the keys and values one sequence's cache holds after `context` tokens, in a cache of `dtype`
+    (None: float32). `held[j]` is the positions block j's attention executed (realised); missing, the expected
+    count at `cfg.mod_rate`."""
+    itemsize = FP32_BYTES if dtype is None else dtype.itemsize
+    per_position = 2 * cfg.d_model * itemsize  # K and V, full-head, in the cache's dtype
     return sum(per_position * _positions(cfg, j, context, held) for j in range(1, cfg.n_layers + 1))
 
 
@@ -76,8 +82,9 @@ def decode_flops(cfg: ArchConfig, context: int, skip_rate: float | None = None) 
     return parts
 
 
-def decode_cost(cfg: ArchConfig, context: int, dtype: torch.dtype = torch.float32) -> DecodeCost:
-    """KV-cache bytes and decode FLOPs per token at `context`, expected and nominal (a cache of `dtype`)."""
+def decode_cost(cfg: ArchConfig, context: int, dtype: torch.dtype | None = None) -> DecodeCost:
+    """KV-cache bytes and decode FLOPs per token at `context`, expected and nominal (a cache of `dtype`; None:
+    float32)."""
     dense = {j: float(context) for j in cfg.routed_blocks}
     executed = decode_flops(cfg, context)
     return DecodeCost(

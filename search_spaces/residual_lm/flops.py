@@ -32,17 +32,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from numbers import Real
+from typing import TYPE_CHECKING, TypeAlias
 
-from torch import Tensor
+from .config import PREDICTOR_HIDDEN, ArchConfig
 
-from .config import ArchConfig
-from .routing import PREDICTOR_HIDDEN
+if TYPE_CHECKING:  # counts arrive as tensors from a model's routers; sizing a config needs no torch
+    from torch import Tensor
 
 #: Training FLOPs per forward FLOP: the backward pass costs twice the forward (gradients with
 #: respect to activations and to weights), so a training step costs 3x its forward pass.
 TRAINING_FLOPS_PER_FORWARD_FLOP = 3.0
 
-Count = float | Tensor  # executed tokens per sequence: a number, or a (B,) tensor
+Count: TypeAlias = "float | Tensor"  # executed tokens per sequence: a number, or a (B,) tensor
 SublayerKey = tuple[str, int]  # ("attn" | "mlp", 1-based block index)
 
 
@@ -57,9 +59,9 @@ class FlopsPerToken:
 
 def _tokens_and_key_pairs(count: Count, batch: int) -> tuple[float | Tensor, float | Tensor]:
     """Executed tokens and causal (query, key) pairs over the batch: sum c and sum c (c + 1) / 2."""
-    if isinstance(count, Tensor):  # realised integer counts per sequence: stay exact
-        return count.sum(), (count * (count + 1) // 2).sum()
-    return batch * count, batch * count * (count + 1) / 2
+    if isinstance(count, float | int | Real):  # a number (numpy's too)
+        return batch * count, batch * count * (count + 1) / 2
+    return count.sum(), (count * (count + 1) // 2).sum()  # realised integer counts per sequence: stay exact
 
 
 def forward_flops(cfg: ArchConfig, seq_len: int, counts: Mapping[SublayerKey, Count], batch: int = 1) -> dict:

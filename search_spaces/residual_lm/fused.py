@@ -3,7 +3,7 @@ reference elsewhere (`ops.backend`). The exported Hugging Face model ships a `fu
 same names to `reference_ops` instead (`workers.release.convert`), so the families' code travels unchanged."""
 
 from .ops.add_rmsnorm import add_rmsnorm
-from .ops.ancre_mix import ancre_mix
+from .ops.ancre_mix import ancre_mix, ancre_mixes
 from .ops.nag_epilogue import nag_epilogue
 
-__all__ = ["add_rmsnorm", "ancre_mix", "nag_epilogue"]
+__all__ = ["add_rmsnorm", "ancre_mix", "ancre_mixes", "nag_epilogue"]

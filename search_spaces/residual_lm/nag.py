@@ -100,10 +100,11 @@ class NagSublayer(nn.Module):
         """The alpha the rotation uses: c_L alpha_l."""
         return scaled(self.alpha, self.rotation_multiplier)
 
-    @torch.no_grad()
     def record(self, pre: Tensor, sel: TokenSelection | None) -> None:
         """Mean gate over all tokens and mean rotation angle over the executed ones (`sel`'s; all for None)."""
-        if self.recording:
+        if not self.recording:  # every forward asks: answer before entering no_grad
+            return
+        with torch.no_grad():
             p, beta = self.gate.shape_params()
             gate = nag_gate(pre.float(), p, beta)
             executed = gate if sel is None else gather_tokens(gate, sel)

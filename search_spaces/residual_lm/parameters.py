@@ -19,8 +19,7 @@ R = the routed blocks (`ArchConfig.routed_blocks`):
 
 from __future__ import annotations
 
-from .config import ArchConfig
-from .routing import PREDICTOR_HIDDEN
+from .config import PREDICTOR_HIDDEN, ArchConfig
 
 __all__ = ["parameter_count"]
 

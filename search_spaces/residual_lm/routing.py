@@ -47,9 +47,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import PREDICTOR_HIDDEN
+
 LEVEL_GAIN = 0.5  # integral gain on the quantile level, per batch
 EVAL_MOMENTUM = 0.1  # weight of the newest training threshold in eval_threshold
-PREDICTOR_HIDDEN = 32  # hidden width of the auxiliary predictor: 2 (d + 1) * 32 FLOPs per token
 
 
 @dataclass
@@ -179,7 +180,8 @@ class DepthRouter(nn.Module):
         """score: (B, T), larger = more worth executing; `features` (B, T, d): the router's input, read by
         the predictor (mod_routing="predictor" only). Returns the executed tokens."""
         score = score.detach()
-        self.aux_loss = None
+        if self.aux_loss is not None:  # a module's attribute write costs a decode step more than this read
+            self.aux_loss = None
         if self.predictor is not None:
             if features is None:
                 raise ValueError("mod_routing='predictor': select() needs the router's input features")

@@ -161,6 +161,23 @@ def test_nas_effects_command_prints_the_table_and_names_bad_input(planted_store)
     assert missing.exit_code == 2 and missing.output.startswith("error:") and "nope" in missing.output
 
 
+def test_nas_effects_reads_the_same_importances_without_importing_scikit_learn(planted_store):
+    """`nas effects` in a fresh process never imports scikit-learn (Optuna's importance package would, for its
+    fANOVA), and prints what this process prints with scikit-learn imported: the same importances."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("sklearn")
+    args = ["effects", "planted", "--storage", planted_store]
+    here = run_nas(*args)
+    fresh = subprocess.run([sys.executable, "-X", "importtime", "-m", "nas.cli", *args], capture_output=True, text=True)
+    assert fresh.returncode == 0 and here.exit_code == 0, fresh.stderr
+    imported = [line.split("|")[-1].strip() for line in fresh.stderr.splitlines() if line.startswith("import time:")]
+    assert "optuna.importance" in imported
+    assert not any(name.startswith("sklearn.") and name != "sklearn.ensemble" for name in imported)
+    assert fresh.stdout == here.output and "PED-ANOVA" in fresh.stdout
+
+
 def test_nas_export_writes_the_effects_beside_the_configs(planted_store, tmp_path):
     import json
 
@@ -183,3 +200,52 @@ def test_too_few_trials_for_every_knob_at_once_fits_each_knob_alone_with_size():
     ancre = by_step(effects)["ancre vs cascaded"]
     assert ancre.effect is not None and ancre.low < ancre.high
     assert by_step(effects)["mod_rate"].effect is not None
+
+
+def looped_bootstrap(rows, size, columns, noise, seed: int, draws: int) -> np.ndarray:
+    """The bootstrap one draw at a time (`effects._bootstrap`'s definition): resample, perturb, skip a draw whose
+    varied columns are rank-deficient, and fit by `np.linalg.lstsq` with tau^2 by moments."""
+
+    def wls(design, y, weights):
+        root = np.sqrt(weights)
+        return np.linalg.lstsq(design * root[:, None], y * root, rcond=None)[0]
+
+    rng = np.random.default_rng(seed)
+    design = np.column_stack([np.ones(size.shape[0]), size, *columns])
+    y, sd = np.array([o.loss for o in rows]), np.array([o.sd for o in rows])
+    n, first = len(y), 1 + size.shape[1]
+    out = np.full((draws, design.shape[1] - first), np.nan)
+    for b in range(draws):
+        pick = rng.integers(0, n, n)
+        d, target = design[pick], y[pick] + rng.normal(0.0, 1.0, n) * sd[pick]
+        varied = np.ptp(d, axis=0) > 0
+        varied[0] = True
+        if np.linalg.matrix_rank(d[:, varied]) < varied.sum():
+            continue
+        dv = d[:, varied]
+        residual = target - dv @ wls(dv, target, np.ones(n))
+        tau2 = max(0.0, float(residual @ residual) / max(1, n - dv.shape[1]) - float(np.mean(sd[pick] ** 2)))
+        coef = np.full(design.shape[1], np.nan)
+        coef[varied] = wls(dv, target, 1.0 / np.maximum(sd[pick] ** 2 + tau2, 1e-12))
+        out[b] = coef[first:]
+    return out
+
+
+@pytest.mark.parametrize("trials", [12, 60])
+def test_the_batched_bootstrap_gives_the_draws_and_intervals_of_fitting_one_draw_at_a_time(trials):
+    """Same seed, same draws: every coefficient of every draw within rounding of the one-at-a-time fit, NaN in the
+    same draws (12 trials leave a level out of some draws, so their designs differ), and so the same intervals."""
+    from nas.answer.effects import _bootstrap, _size_columns, knob_terms
+
+    rows = planted(1, trials=trials)
+    knobs = [k for k in knobs_of(SPACE) if k.name in ("residual", "mod_rate", "lr")]
+    columns = [c for k in knobs for _, c, _ in knob_terms(k, rows)]
+    size = _size_columns(rows, "flops")
+    batched, looped = _bootstrap(rows, size, columns, None, 7, 400), looped_bootstrap(rows, size, columns, None, 7, 400)
+    assert np.array_equal(np.isnan(batched), np.isnan(looped))
+    if trials == 12:
+        assert np.isnan(looped).any() and not np.isnan(looped).all()  # some draws leave a level out
+    np.testing.assert_allclose(batched, looped, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(
+        np.nanpercentile(batched, [10, 90], axis=0), np.nanpercentile(looped, [10, 90], axis=0), rtol=1e-9, atol=1e-12
+    )

@@ -140,3 +140,47 @@ def test_diagnostics_report_each_family_state():
             assert all(0 < a < math.pi / 2 for a in diag["nag_angle"])
         if family == "ancre":
             assert len(diag["ancre_p"]) == cfg.n_layers + 1
+
+
+@pytest.mark.parametrize("mod_rate", [0.0, 0.5])
+def test_ancre_forward_is_the_block_by_block_definition(mod_rate):
+    """Every block's coefficients from one softmax over the laid-out logits, and the mix of the states, give the
+    logits of the definition block by block: p_ij = softmax_i(c_ij / tau) over block j's own logits, then
+    sum_i p_ij o_i accumulated in order (to rounding)."""
+    cfg = small_cfg(residual="ancre", n_layers=5, ancre_tau=0.3, mod_rate=mod_rate, mod_every=1)
+    model = warmed_model(cfg)
+    with torch.no_grad():
+        model.connectivity.logits.normal_()
+        idx = tokens(cfg, batch=2)
+        logits = model(idx)
+        states = [model.tok_emb(idx)]
+        for j, block in enumerate(model.blocks, start=1):
+            start = j * (j - 1) // 2
+            p = torch.softmax(model.connectivity.logits[start : start + j] / cfg.ancre_tau, dim=0)
+            mixed = p[0] * states[0]
+            for p_i, state in zip(p[1:], states[1:], strict=True):
+                mixed = mixed + p_i * state
+            states.append(block(states[-1], base=mixed))
+        torch.testing.assert_close(logits, model.head(states[-1]), rtol=1e-6, atol=1e-6)
+
+
+def test_ancre_keeps_its_coefficients_without_autograd_until_the_logits_change():
+    """Decoding reuses p_ij step after step; an optimiser step or an in-place write to the logits gives the new
+    ones, and a forward with autograd always computes them (so that its graph reaches the logits)."""
+    cfg = small_cfg(residual="ancre", n_layers=4, ancre_tau=1.0)  # a softmax far from saturating
+    model = build_model(cfg)
+    conn = model.connectivity
+    with torch.no_grad():
+        kept = conn.ingoing()
+        assert conn.ingoing() is kept
+        conn.logits.add_(torch.randn_like(conn.logits))
+        changed = conn.ingoing()
+    assert changed is not kept and not torch.equal(changed, kept)
+    loss = model(tokens(cfg, batch=2)).logsumexp(-1).mean()
+    loss.backward()
+    assert conn.logits.grad is not None and conn.logits.grad.abs().sum() > 0
+    torch.optim.SGD(model.parameters(), lr=1.0).step()
+    with torch.no_grad():
+        stepped = conn.ingoing()
+    assert not torch.equal(stepped, changed)
+    torch.testing.assert_close(stepped[:, 3], torch.softmax(conn.logits[6:10] / cfg.ancre_tau, 0))  # block 4's

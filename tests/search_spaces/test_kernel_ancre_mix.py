@@ -1,4 +1,5 @@
-"""ancre_mix: the reference equals the stacked einsum; the Triton kernels match it without stacking.
+"""ancre_mix: the reference equals the stacked einsum; the Triton kernels match it without stacking. ancre_mixes:
+every block's mix as the states arrive, the reference's running sums equal to mixing each block alone.
 
 Without CUDA the kernels run in Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1),
 so shapes stay small. One test compiles them for sm_90 with Triton's own ptxas (no GPU needed).
@@ -20,9 +21,11 @@ from kernel_helpers import (
 from search_spaces.residual_lm.ops import ancre_mix as ancre_mix_module
 from search_spaces.residual_lm.ops import use_backend
 from search_spaces.residual_lm.ops.ancre_mix import (
+    AncreMixesReference,
     ancre_mix,
     ancre_mix_bytes,
     ancre_mix_reference,
+    ancre_mixes,
 )
 
 TAU = 0.5
@@ -149,6 +152,66 @@ def test_bad_inputs_raise():
         ancre_mix(p, [torch.randn(4, 8), torch.randn(4, 9), torch.randn(4, 8)])  # shapes differ
     with pytest.raises(ValueError, match="at least one"):
         ancre_mix(p[:0], [])
+
+
+def every_mix(p: torch.Tensor, states: list[torch.Tensor], mixes) -> list[torch.Tensor]:
+    """Block j's mix from `mixes` (an ancre_mixes) for j = 1..L, adding the states as a model's forward does."""
+    out = []
+    for state in states[1:]:
+        out.append(mixes.next())
+        mixes.add(state)
+    return out
+
+
+def block_by_block(p: torch.Tensor, states: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [ancre_mix_reference(p[:j, j - 1], states[:j]) for j in range(1, p.shape[0] + 1)]
+
+
+def ingoing(n: int, dtype=torch.float32) -> torch.Tensor:
+    """Random p (L, L) with p[i, j - 1] = p_ij: block j's softmax over i < j, zero where i >= j."""
+    c = torch.randn(n, n, dtype=dtype).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(c / TAU, dim=1).T
+
+
+@pytest.mark.parametrize("first", [torch.float32, torch.bfloat16], ids=["fp32", "fp32-after-bf16"])
+def test_running_sums_are_each_blocks_mix(first):
+    """The running sums give every block the mix `ancre_mix_reference` gives it alone, term for term: the same
+    numbers (to the bit), dtypes promoted as it promotes them (a bf16 o_0 then fp32 states: bf16, then fp32)."""
+    states = [torch.randn(2, 3, 16, dtype=first)] + [torch.randn(2, 3, 16) for _ in range(5)]
+    p = ingoing(5)
+    for got, expected in zip(
+        every_mix(p, states, AncreMixesReference(p, states[0])), block_by_block(p, states), strict=True
+    ):
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+
+
+def test_running_sums_carry_the_gradients_of_each_blocks_mix():
+    p = ingoing(4, torch.float64).requires_grad_()
+    states = [torch.randn(3, 5, dtype=torch.float64, requires_grad=True) for _ in range(5)]
+    weights = [torch.randn(3, 5, dtype=torch.float64) for _ in range(4)]
+
+    def loss(mixes):
+        return sum((w * m).sum() for w, m in zip(weights, mixes, strict=True))
+
+    inputs = [p, *states[:-1]]  # the last state feeds no block
+    running = torch.autograd.grad(loss(every_mix(p, states, AncreMixesReference(p, states[0]))), inputs)
+    alone = torch.autograd.grad(loss(block_by_block(p, states)), inputs)
+    for got, expected in zip(running, alone, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@needs_triton
+def test_triton_mixes_each_block_with_one_fused_launch():
+    p = ingoing(4).to(DEVICE)
+    states = [torch.randn(5, 48, device=DEVICE) for _ in range(5)]
+    with use_backend("triton"):
+        mixes = ancre_mixes(p, states[0])
+        fused = every_mix(p, states, mixes)
+    assert not isinstance(mixes, AncreMixesReference)
+    for got, expected in zip(fused, block_by_block(p.cpu(), [s.cpu() for s in states]), strict=True):
+        assert_matches(got.cpu(), expected)
+    with pytest.raises(ValueError, match=r"p must be \(L, L\)"):
+        ancre_mixes(p[:3], states[0])
 
 
 def test_minimum_forward_bytes():

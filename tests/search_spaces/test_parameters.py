@@ -51,3 +51,28 @@ def test_the_count_changes_with_each_term():
     assert parameter_count(ancre) - parameter_count(base) == L * (L + 1) // 2
     routed = ArchConfig(**{**base.model_dump(), "mod_rate": 0.5, "mod_every": 2})  # blocks 2 and 4, two sublayers
     assert parameter_count(routed) - parameter_count(base) == 2 * 2 * d
+
+
+def test_sizing_a_config_imports_no_torch_and_the_models_load_on_first_use():
+    """A fresh process sizes a config (parameters, FLOPs, decode cost, the cheapest config) with torch never
+    imported, gets the same counts as here, and then builds a model by the package's lazy names."""
+    import subprocess
+    import sys
+
+    from search_spaces.residual_lm import decode_cost, flops_per_token
+
+    cfg = ArchConfig(**SHAPES[2], residual="nag", **ROUTING[5])
+    script = f"""
+import sys
+from search_spaces.residual_lm import ArchConfig, decode_cost, flops_per_token, parameter_count
+cfg = ArchConfig.model_validate({cfg.model_dump()!r})
+print(parameter_count(cfg), flops_per_token(cfg).executed, decode_cost(cfg, 64).kv_bytes_per_token)
+print("torch" in sys.modules)
+from search_spaces.residual_lm import FAMILIES, build_model
+print(type(build_model(cfg)) is FAMILIES["nag"], "torch" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    expected = [parameter_count(cfg), flops_per_token(cfg).executed, decode_cost(cfg, 64).kv_bytes_per_token]
+    assert [float(x) for x in out[:3]] == [float(x) for x in expected]
+    assert out[3:] == ["False", "True", "True"]
+    assert _built(cfg) == parameter_count(cfg)

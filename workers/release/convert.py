@@ -42,10 +42,11 @@ ENTRY_FILES = ("configuration_resnas.py", "modeling_resnas.py")
 REFERENCE_FUSED = '''"""The fused ops the families call, bound to their PyTorch references (no kernels here)."""
 
 from .reference_ops import add_rmsnorm_reference as add_rmsnorm
+from .reference_ops import AncreMixesReference as ancre_mixes
 from .reference_ops import ancre_mix_reference as ancre_mix
 from .reference_ops import nag_epilogue_reference as nag_epilogue
 
-__all__ = ["add_rmsnorm", "ancre_mix", "nag_epilogue"]
+__all__ = ["add_rmsnorm", "ancre_mix", "ancre_mixes", "nag_epilogue"]
 '''
 AUTO_MAP = {
     "AutoConfig": "configuration_resnas.ResnasConfig",

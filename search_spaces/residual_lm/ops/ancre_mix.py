@@ -19,6 +19,11 @@ The backward reads g once per group and each state once, writes every p_i g, and
 partial <g, o_i> per program and state, which torch adds up. Kernels compute in fp32 whatever
 the dtypes; out takes the states' promoted dtype (an fp32 embedding mixed with bf16 block outputs
 gives fp32, as torch's + would), every gradient its input's dtype.
+
+A model mixes through `ancre_mixes(p, o_0)`, every block's mix as the states arrive: on the Triton path
+each block's `ancre_mix` over its states (one launch, each state read once), on the reference path
+`reference_ops.AncreMixesReference`'s running sums (O(L) calls into torch per forward, not O(L^2): a
+one-token decode step on the CPU is bound by its calls, not its arithmetic).
 """
 
 from __future__ import annotations
@@ -28,10 +33,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..reference_ops import ancre_mix_reference
+from ..reference_ops import AncreMixesReference, ancre_mix_reference
 from . import backend, jit, tl, triton
 
-__all__ = ["ancre_mix", "ancre_mix_bytes", "ancre_mix_reference"]
+__all__ = ["AncreMixesReference", "ancre_mix", "ancre_mix_bytes", "ancre_mix_reference", "ancre_mixes"]
 
 _MAX_STATES_PER_LAUNCH = 32  # a 24-layer model mixes at most 25 states: one launch
 _BLOCK = 1024  # elements per program: 8 per thread at 4 warps, one 16-byte load of bf16
@@ -44,6 +49,30 @@ def ancre_mix(p: Tensor, states: Sequence[Tensor]) -> Tensor:
     if backend(p, *states) == "reference":
         return ancre_mix_reference(p, states)
     return _AncreMix.apply(p, *states)
+
+
+def ancre_mixes(p: Tensor, first: Tensor) -> AncreMixesReference | _FusedMixes:
+    """Every block's mix sum_{i<j} p_ij o_i as the states arrive, for p (L, L) with p[i, j - 1] = p_ij and the
+    first state o_0: `next()` the mix into the next block, `add(o_j)` the next state (module docstring)."""
+    if p.dim() != 2 or p.shape[0] != p.shape[1]:
+        raise ValueError(f"p must be (L, L) with p[i, j - 1] = p_ij, got {tuple(p.shape)}")
+    if backend(p, first) == "reference":
+        return AncreMixesReference(p, first)
+    return _FusedMixes(p, first)
+
+
+class _FusedMixes:
+    """`ancre_mixes` on the Triton path: the states kept, each block's mix one `ancre_mix` launch over them."""
+
+    def __init__(self, p: Tensor, first: Tensor):
+        self.p, self.states = p, [first]
+
+    def next(self) -> Tensor:
+        j = len(self.states)
+        return ancre_mix(self.p[:j, j - 1], self.states)
+
+    def add(self, state: Tensor) -> None:
+        self.states.append(state)
 
 
 def ancre_mix_bytes(rows: int, d: int, j: int, dtype: torch.dtype) -> int:
