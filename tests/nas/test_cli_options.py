@@ -24,7 +24,7 @@ MODELS = (Budget, SearchSettings, DataConfig)
 FIELD_OF = {"early_stop": (SearchSettings, "early_stopping"), "data": (DataConfig, "source")}
 # Options whose None means "what the search space says, else the field's default".
 FROM_THE_SPACE = {"schedule": (OptimConfig, "schedule"), "cooldown": (OptimConfig, "cooldown")}
-CLI_ONLY = {"name", "space", "storage", "progress"}  # nothing a config holds
+CLI_ONLY = {"name", "space", "candidates", "dry_run", "storage", "progress"}  # nothing a config holds
 PARSED = {"objectives": parse_objectives}  # options given as text the field parses ("loss,flops")
 ROOT = Path(__file__).resolve().parents[2]
 
