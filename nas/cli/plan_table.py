@@ -34,8 +34,9 @@ def plan_lines(plan: SearchPlan) -> tuple[list[Table], list[str]]:
             each.add_row(str(c.index), c.arch, f"{c.executed_flops_per_token / 1e6:.2f}M", widths, str(c.runs),
                          f"{c.training_flops:.3g}", time)  # fmt: skip
         tables.append(each)
+    trials = f"{plan.trials} trials" + (f" ({plan.trained} would train)" if plan.trained != plan.trials else "")
     lines = [
-        f"{plan.trials} trials, about {plan.runs:.3g} training runs, {plan.training_flops:.3g} training FLOPs in all "
+        f"{trials}, about {plan.runs:.3g} training runs, {plan.training_flops:.3g} training FLOPs in all "
         f"= {plan.of_target:.3g} x T",
         f"about {_duration(plan.seconds)} here with {plan.workers} workers (one CPU each), from a measured step of "
         + " and ".join(f"{config} ({step:.3g} s/step)" for config, _, step in plan.timed),

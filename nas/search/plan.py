@@ -4,8 +4,10 @@ take on this machine, with nothing trained and nothing stored.
 - **The layout**: the ladder (replica or budget), its rungs C_r = C eta^r, the target T, and on a replica ladder the
   narrowest and widest replica each rung trains (`workers.trial.replica.plan_replica`), over the configs a search
   of the space may train: a sample of `SAMPLED_CONFIGS` of its proposals that are feasible, or each candidate.
-- **The runs**: n trials at rung 0, and of those reaching rung r about 1 / eta climbing to r + 1 (successive
-  halving), so n / eta^r at rung r; on a replica ladder each rung is a run, and the first `NOISE_REPEATS` stops
+- **The runs**: n trials at rung 0; of the n_r reaching rung r, the k-th to report climbs if it is among the best
+  ceil(k / eta) of the k so far (asynchronous successive halving), so sum_k ceil(k / eta) / k of them are expected
+  to climb (`climbing`: 7 of 12 at eta 2, more than n / eta); on a replica ladder each rung is a run, and the
+  first `NOISE_REPEATS` stops
   measure their rung again; on a budget ladder a trial is one run (its cooldown branches, a `cooldown` share of
   each lower rung's budget, are not counted). The front's repeats add `repeat_seeds` runs of each trial at the top
   rung. A candidates search lists each candidate, as if it climbed every rung.
@@ -37,11 +39,23 @@ from ..space import CANDIDATE, SearchSpace, suggest, to_configs
 from ..space.budget import Budget, trial_is_feasible
 from .settings import SearchSettings
 
-__all__ = ["RAY_START_S", "SAMPLED_CONFIGS", "TRIAL_START_S", "CandidatePlan", "RungPlan", "SearchPlan", "plan_search"]
+__all__ = [
+    "RAY_START_S",
+    "SAMPLED_CONFIGS",
+    "TRIAL_START_S",
+    "CandidatePlan",
+    "RungPlan",
+    "SearchPlan",
+    "climbing",
+    "plan_search",
+]
 
 SAMPLED_CONFIGS = 12  # proposals of a sampled space the plan averages over (each a few shape-only model builds)
-RAY_START_S = 15.0  # starting a local Ray and the first trial's process (imports, corpus maps) on 2 CPUs
-TRIAL_START_S = 2.0  # each further trial: Tune's bookkeeping, the store's writes, a model built
+# Measured on `make demo` here (2 CPUs): 18 s from the search's creation to its first trial (Ray's start, the first
+# trial's process) and about 10 s more before (the corpus) and after (the front's answer); about 1 s per trial
+# between Tune's start of a trial and its first step.
+RAY_START_S = 25.0
+TRIAL_START_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,7 @@ class SearchPlan:
     ladder: str
     target: float
     trials: int
+    trained: int  # those that would train (a candidate may be infeasible; a sampled search proposes again)
     workers: int
     rungs: tuple[RungPlan, ...]
     runs: float
@@ -115,9 +130,13 @@ def plan_search(space: SearchSpace, budget: Budget, settings: SearchSettings) ->
     ]
     timing = _timing([r.arch for runs in ladders for r in runs], run.batch_size)
     trials = len(space.candidates) if space.candidates else budget.n_trials
-    runs, flops, seconds = _totals(ladders, budget, settings, trials, lambda r: timing.seconds(r, run))
+    trained = sum(1 for runs in ladders if runs) if space.candidates else trials
+    reaching = [float(trained)]  # the trials expected at each rung
+    for _ in range(1, budget.rungs):
+        reaching.append(climbing(reaching[-1], budget.eta))
+    runs, flops, seconds = _totals(ladders, budget, settings, reaching, lambda r: timing.seconds(r, run))
     rungs = tuple(
-        RungPlan(r, c, trials / budget.eta**r, _widths(ladders, r) if budget.ladder == "replica" else None)
+        RungPlan(r, c, reaching[r], _widths(ladders, r) if budget.ladder == "replica" else None)
         for r, c in enumerate(_budgets(budget))
     )
     candidates = tuple(
@@ -134,26 +153,31 @@ def plan_search(space: SearchSpace, budget: Budget, settings: SearchSettings) ->
         for i, (arch, _, _) in enumerate(configs)
         if space.candidates
     )
-    return SearchPlan(budget.ladder, budget.target, trials, settings.workers, rungs, runs, flops, seconds,
+    return SearchPlan(budget.ladder, budget.target, trials, trained, settings.workers, rungs, runs, flops, seconds,
                       timing.timed, candidates)  # fmt: skip
 
 
-def _totals(ladders: list[list[Run]], budget: Budget, settings: SearchSettings, trials: int, seconds) -> tuple:
-    """(runs, training FLOPs, wall seconds) of the search: of the n trials, n / eta^r reach rung r, each costing the
-    mean over the planned configs of their run there; the noise's first repeated rungs and the front's repeats on
-    top; the seconds divided among the workers, with Ray's start and each trial's."""
+def _totals(
+    ladders: list[list[Run]], budget: Budget, settings: SearchSettings, reaching: list[float], seconds
+) -> tuple:
+    """(runs, training FLOPs, wall seconds) of the search: `reaching[r]` trials at rung r, each costing the mean over
+    the planned configs of their run there; the noise's first repeated rungs and the front's repeats on top; the
+    seconds divided among the workers, with Ray's start and each trial's."""
     trained = [runs for runs in ladders if runs]
-    share = [1.0 / budget.eta**r for r in range(budget.rungs)]  # of the trials, those reaching rung r
-    repeats = settings.repeat_seeds * share[-1] * trials if budget.rungs > 1 else 0.0
+    repeats = settings.repeat_seeds * reaching[-1] if budget.rungs > 1 else 0.0
     again = NOISE_REPEATS if budget.ladder == "replica" and budget.rungs > 1 and trained else 0
     totals = []
     for value in (lambda r: r.flops, seconds):
         mean = _mean_per_rung(trained, value, budget)
-        totals.append(
-            trials * sum(s * v for s, v in zip(share, mean, strict=True)) + again * mean[0] + repeats * sum(mean)
-        )
-    runs = trials * (sum(share) if budget.ladder == "replica" else 1.0) + again + repeats * budget.rungs
-    return runs, totals[0], RAY_START_S + (totals[1] + TRIAL_START_S * trials) / settings.workers
+        totals.append(sum(n * v for n, v in zip(reaching, mean, strict=True)) + again * mean[0] + repeats * sum(mean))
+    runs = (sum(reaching) if budget.ladder == "replica" else reaching[0]) + again + repeats * budget.rungs
+    return runs, totals[0], RAY_START_S + (totals[1] + TRIAL_START_S * reaching[0]) / settings.workers
+
+
+def climbing(n: float, eta: float) -> float:
+    """How many of `n` trials reporting at a rung climb to the next, expected: the k-th climbs if it is among the
+    best ceil(k / eta) of the k so far, which for trials in random order happens with probability ceil(k / eta) / k."""
+    return sum(math.ceil(k / eta) / k for k in range(1, round(n) + 1))
 
 
 def _budgets(budget: Budget) -> list[float]:

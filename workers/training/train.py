@@ -341,11 +341,11 @@ def measured_step_seconds(
     opt = build_optimizer(model, optim)
     tokens = torch.randint(cfg.vocab_size, (batch_size, cfg.seq_len + 1))
     batch, state, times = (tokens[:, :-1], tokens[:, 1:]), TrainState(), []
-    for _ in range(steps + 1):
+    for _ in range(steps + 2):
         start = time.perf_counter()
         _train_step(model, opt, batch, optim.lr, optim, "fp32", torch.device("cpu"), state)
         times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+    return statistics.median(times[2:])
 
 
 def _record_progress(
