@@ -9,6 +9,9 @@ reference point, and what the answer rests on (`nas.answer.decisions.rests_on`).
 `search_answer(store, name, target)` computes it once per store, search, T and write: the answer is kept until the
 store's last write to that search (`Store.last_write`: a trial started or finished, a rung stored) changes, so a
 dashboard refreshing a running search recomputes only when there is something new.
+
+`SearchAnswer.as_dict` is the answer as data (`nas show NAME --json`): strict JSON, its keys documented in
+docs/reference.md and kept stable (`JSON_KEYS`, `TRIAL_KEYS`).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pydantic import ValidationError
 
 from workers.status import TrialStatus
+from workers.strict_json import sanitise_json
 
 from .answer.decisions import rests_on, trial_facts
 from .answer.discrepancy import NO_PRIOR, Anchoring, measured_prior
@@ -30,12 +35,36 @@ from .answer.pareto import hypervolume, reference_point
 from .answer.target import Answer, Prediction, answer_at_target, at_target, front_at_target
 from .space import SearchSpace, space_from_dict, to_configs
 from .space.budget import Budget, BudgetError, stored_budget
-from .space.objectives import Objective, front_costs, objectives_of
+from .space.objectives import Objective, front_costs, inference_cost_of, objectives_of
 from .store import RungRow, SearchRow, Store, TrialRow
 
-__all__ = ["CACHED_ANSWERS", "SearchAnswer", "search_anchoring", "search_answer", "trial_shapes"]
+__all__ = [
+    "CACHED_ANSWERS",
+    "JSON_KEYS",
+    "TRIAL_KEYS",
+    "SearchAnswer",
+    "search_anchoring",
+    "search_answer",
+    "trial_shapes",
+]
 
 CACHED_ANSWERS = 32  # answers a process keeps (a dashboard showing a few searches at a few targets)
+# The keys of `SearchAnswer.as_dict`, and of each of its trials: documented in docs/reference.md, kept stable.
+JSON_KEYS = ("search", "status", "settings", "trials", "front", "rests_on", "hypervolume", "predictor", "bands")
+TRIAL_KEYS = (
+    "number",
+    "status",
+    "config",
+    "predicted_loss",
+    "band",
+    "rests_on",
+    "measured_loss",
+    "training_flops",
+    "executed_flops_per_token",
+    "kv_bytes_per_token",
+    "decode_flops_per_token",
+    "failure_reason",
+)
 
 
 @dataclass(frozen=True)
@@ -64,11 +93,69 @@ class SearchAnswer:
         """Each trial's prediction at T ({} without an answer)."""
         return self.answer.predictions if self.answer is not None else {}
 
+    def as_dict(self) -> dict[str, Any]:
+        """The answer as strict JSON data (module docstring): the search's settings, every trial with its prediction
+        at T and what it rests on, the front at T (trial numbers, by cost), what the answer rests on, the
+        hypervolume at T against its reference point, the predictor and the bands."""
+        budget, answer = self.budget, self.answer
+        settings = {
+            "target_flops": self.target,
+            "objectives": [str(o) for o in self.objectives],
+            "layout": None if budget is None else _layout(budget),
+            "candidates": len(self.search.space.get("candidates") or []) if isinstance(self.search.space, dict) else 0,
+        }
+        return sanitise_json(
+            {
+                "search": self.name,
+                "status": str(self.search.status),
+                "settings": settings,
+                "trials": [self._trial(row) for row in self.rows],
+                "front": [row.number for row in self.front],
+                "rests_on": list(self.rests_on),
+                "hypervolume": {"value": self.hypervolume, "reference": list(self.reference)},
+                "predictor": None if answer is None else answer.backtest.describe(),
+                "bands": None if answer is None else answer.calibration.describe(),
+            }
+        )
+
+    def _trial(self, row: TrialRow) -> dict[str, Any]:
+        p = self.predictions.get(row.number)
+        cost = inference_cost_of(row)
+        seeds = len({g.seed for g in self.rungs if g.number == row.number})
+        rests = None
+        if p is not None:
+            rests = {"rungs": p.rungs, "seeds": seeds, "predictor": p.predictor, "basis": p.basis,
+                     "held_out_error": p.loo_error}  # fmt: skip
+        spent = None if row.training_flops is None else row.training_flops + (row.branch_flops or 0.0)
+        return {
+            "number": row.number,
+            "status": str(row.status),
+            "config": {k: v for k, v in row.config.items() if k not in ("arch", "optim")},
+            "predicted_loss": p.loss if p is not None else None,
+            "band": [p.low, p.high] if p is not None and p.low is not None and p.high is not None else None,
+            "rests_on": rests,
+            "measured_loss": row.val_loss,
+            "training_flops": spent,
+            "executed_flops_per_token": row.executed_flops_per_token,
+            "kv_bytes_per_token": None if cost is None else cost.kv_bytes_per_token,
+            "decode_flops_per_token": None if cost is None else cost.decode_flops_per_token,
+            "failure_reason": row.failure_reason,
+        }
+
     @property
     def at_target(self) -> list[TrialRow]:
         """Every row with its val_loss the predicted loss at T (inf without a prediction); the rows themselves for a
         search without rungs."""
         return at_target(self.rows, self.predictions) if self.predictions else list(self.rows)
+
+
+def _layout(budget: Budget) -> dict[str, Any]:
+    """The rungs a search's trials climb as it chose them (`Budget.chosen_layout`): what each rung trains, the
+    rungs' training budgets and why this layout."""
+    layout = budget.chosen_layout
+    budgets = [layout.lowest_flops * layout.eta**r for r in range(layout.rungs)]
+    return {"ladder": budget.ladder if layout.rungs > 1 or budget.rungs > 1 else "single", "rungs": layout.rungs,
+            "eta": layout.eta, "budgets": budgets, "why": layout.reason}  # fmt: skip
 
 
 def search_answer(store: Store, name: str, target: float | None = None) -> SearchAnswer:
@@ -125,7 +212,7 @@ def trial_shapes(space: SearchSpace, trials: Sequence[TrialRow]) -> dict[int, tu
         if str(row.status) != TrialStatus.COMPLETED or not row.config:
             continue
         try:
-            arch = to_configs(space, {k: v for k, v in row.config.items() if k in space.params})[0]
+            arch = to_configs(space, {k: v for k, v in row.config.items() if k in space.sampled})[0]
         except ValidationError:
             continue
         out[row.number] = (arch.n_layers, arch.d_model, arch.residual)

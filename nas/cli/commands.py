@@ -28,7 +28,9 @@ from .front_table import layout_lines, print_front
 from .hf import convert, evaluate, generate, write_hf_folder
 from .inputs import (
     STORAGE_HELP,
+    candidate_trials,
     checked_search_inputs,
+    checked_space,
     console,
     default_of,
     fail,
@@ -39,6 +41,7 @@ from .inputs import (
     validated_ray_dir,
     with_schedule_override,
 )
+from .plan_table import print_plan
 from .reports import export, list_searches, show, status
 
 
@@ -113,6 +116,14 @@ def search(
     ),
     workers: int = typer.Option(_settings("workers"), help="Trials run in parallel.", rich_help_panel=RUNNING),
     space: Path | None = typer.Option(None, help="Search-space YAML (default: the shipped residual_lm space)."),
+    candidates: Path | None = typer.Option(
+        None,
+        help="YAML listing your own configs (candidates: [{residual: nag, n_layers: 24, ...}, ...]): rank exactly "
+        "those for T (--trials: their number; the space's shared fields apply).",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print the plan (rungs, widths, runs, FLOPs, wall time here) and exit: nothing runs."
+    ),
     sampler: str = typer.Option(_settings("sampler"), help=" | ".join(SAMPLERS) + "."),
     seed: int = typer.Option(_settings("seed"), help="Seed of the sampler and of every trial."),
     retries: int = typer.Option(
@@ -271,10 +282,11 @@ def search(
     from ..search.launch import launch_search
     from ..store import SearchExists, StoreError
 
+    space_spec = checked_space(space, candidates)
     with refused_in_one_line():
         budget = Budget(
             trial_flops=trial_flops,
-            trials=trials,
+            trials=candidate_trials(space_spec, trials, search_flops),
             search_flops=search_flops,
             max_trial_seconds=max_trial_seconds,
             max_search_seconds=max_search_seconds,
@@ -308,12 +320,14 @@ def search(
             objectives=objectives,
         )
     space_spec, settings = checked_search_inputs(
-        name, space, budget, settings, data, tokenizer, schedule=schedule, cooldown=cooldown
+        name, space_spec, budget, settings, data, tokenizer, schedule=schedule, cooldown=cooldown
     )
-    if ray_address:
-        join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     for line in layout_lines(budget):
         console.print(line)
+    if dry_run:
+        return print_plan(console, space_spec, budget, settings)
+    if ray_address:
+        join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind
     store = open_store(storage)
     try:
         with _stopped_by_signal(store, name):

@@ -71,9 +71,40 @@ def refused_in_one_line():
         fail(str(err))
 
 
+def checked_space(space: Path | None, candidates: Path | None):
+    """The search's space: `--space` (or the shipped default), or with `--candidates` the space of a search of those
+    (a note printed for each candidate outside the space's ranges); else a one-line `fail`."""
+    from ..space import SpaceError, load_space
+    from ..space.candidates import CandidatesError, load_candidates, outside_the_space, with_candidates
+
+    try:
+        spec = load_space(space)
+        found = load_candidates(candidates, spec) if candidates is not None else ()
+    except (SpaceError, CandidatesError) as err:
+        fail(str(err))
+    if not found:
+        return spec
+    for note in outside_the_space(found, spec):
+        console.print(f"[yellow]note:[/] {note}")
+    return with_candidates(spec, found)
+
+
+def candidate_trials(space_spec, trials: int | None, search_flops: float | None) -> int | None:
+    """`--trials` as given, or for a candidates search the number of candidates (it trains each once)."""
+    if not space_spec.candidates:
+        return trials
+    n = len(space_spec.candidates)
+    if search_flops is not None or trials not in (None, n):
+        given = f"--trials {trials}" if trials is not None else f"--search-flops {search_flops:g}"
+        fail(
+            f"{given}: a candidates search trains each of its {n} candidates once; leave it out (or give --trials {n})"
+        )
+    return n
+
+
 def checked_search_inputs(
     name: str,
-    space: Path | None,
+    space_spec,
     budget,
     settings,
     data: str,
@@ -82,8 +113,8 @@ def checked_search_inputs(
     schedule: str | None = None,
     cooldown: float | None = None,
 ):
-    """(space spec, settings with the corpus) of a new search with `budget` (`Budget`) and `settings`
-    (`SearchSettings`), or a one-line `fail` naming the field.
+    """(space spec, settings with the corpus) of a new search of `space_spec` (`checked_space`) with `budget`
+    (`Budget`) and `settings` (`SearchSettings`), or a one-line `fail` naming the field.
 
     The cheap checks run first; the corpus is loaded last (tokenised once, then cached for the
     trials), the space's vocabulary is set from the tokenizer, then the budget is checked against
@@ -91,13 +122,8 @@ def checked_search_inputs(
     """
     from dataclasses import replace
 
-    from ..space import SpaceError, load_space
     from ..space.budget import BudgetError, check_budget_fits
 
-    try:
-        space_spec = load_space(space)
-    except SpaceError as err:
-        fail(str(err))
     space_spec = with_schedule(
         space_spec, {"schedule": schedule, "cooldown": cooldown}, budget.ladder if budget.rungs > 1 else None
     )

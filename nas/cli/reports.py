@@ -1,5 +1,6 @@
-"""The `nas` commands that read a search from the store: `list`, `status`, `show` and `export` (which writes
-files, never the store). Registered on the app by `nas.cli.commands`."""
+"""The `nas` commands that read a search from the store: `list`, `status`, `show` (a table, or with `--json` the
+answer as data: `nas.search_answer.SearchAnswer.as_dict`) and `export` (which writes files, never the store).
+Registered on the app by `nas.cli.commands`."""
 
 from __future__ import annotations
 
@@ -131,16 +132,26 @@ def show(
     pareto: bool = typer.Option(False, "--pareto", help="Only the Pareto front."),
     bpb: bool = typer.Option(False, "--bpb", help="Losses in bits per byte (comparable across tokenizers)."),
     wide: bool = typer.Option(False, "--wide", help="Every column: lr, heads, top replica, held-out error, basis."),
+    as_json: bool = typer.Option(
+        False, "--json", help="The answer as one JSON object (every trial, the front, what it rests on; nats)."
+    ),
     storage: str | None = typer.Option(None, help=STORAGE_HELP),
 ) -> None:
-    """Show a search's completed trials, or with --pareto its front and hypervolume."""
+    """Show a search's completed trials, or with --pareto its front and hypervolume, or with --json its answer as
+    data."""
+    import json
+
+    from ..search_answer import search_answer
     from ..store import StoreError
 
     store = open_store(storage)
     try:
-        store.get_search(name)
+        found = search_answer(store, name)
     except StoreError as err:
         fail(str(err))
+    if as_json:
+        typer.echo(json.dumps(found.as_dict(), indent=2))
+        return
     print_front(console, store, name, only_front=pareto, bpb=bpb, wide=wide)
 
 

@@ -75,7 +75,7 @@ def anchor_jobs(
     for number in chosen:
         if number in stored:
             continue
-        ticket = tickets.ticket(number, {k: v for k, v in by_number[number].config.items() if k in space.params})
+        ticket = tickets.ticket(number, {k: v for k, v in by_number[number].config.items() if k in space.sampled})
         todo.append(AnchorJob(number, layout.rungs, planner.request(ticket, width_probe=False)))
     return todo
 

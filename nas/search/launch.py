@@ -10,6 +10,8 @@ the trials (`tune_runner.py`), the store keeps every result.
 - Completed results are written by the driver the moment Tune hands them over (kept on local disk
   when the store stays unreachable past its retry window: `nas.search.spool`); `resume` writes what was
   kept, marks what the dead driver left running as `interrupted` and runs the trials still missing.
+- A candidates search (`nas.space.candidates`) proposes exactly its candidates: each one without a final trial is
+  enqueued in Optuna (`candidates_left`), one proposal each, an infeasible one included (it stays infeasible).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 
 from workers.status import FINAL, TrialStatus
 
-from ..space import SearchSpace, space_from_dict
+from ..space import CANDIDATE, SearchSpace, space_from_dict
 from ..space.budget import Budget, stored_budget
 from ..store import SearchStatus, Store
 from ..version import code_version
@@ -35,6 +37,7 @@ from .trainable import Worker
 
 __all__ = [
     "SearchReport",
+    "candidates_left",
     "create_search",
     "finished_trial_numbers",
     "launch_search",
@@ -63,18 +66,30 @@ def finished_trial_numbers(store: Store, name: str) -> set[int]:
     return {row.number for row in store.trials(name, statuses=FINAL - {TrialStatus.INFEASIBLE})}
 
 
-def _rounds(store: Store, name: str, requested: int, budget: Budget):
-    """(trials still missing, proposals left, the budget with the time left) for each run of Tune: one normally,
-    whose searcher stops proposing once enough trials that train are proposed; another only if some failed
-    to start. Proposals: `PROPOSALS_PER_TRIAL` x requested in all, infeasible ones included."""
+def candidates_left(store: Store, name: str, space: SearchSpace) -> list[int]:
+    """The candidates of a candidates search with no trial of a final status yet, in the file's order ([] for a
+    sampled space)."""
+    done = {row.config.get(CANDIDATE) for row in store.trials(name, statuses=FINAL)}
+    return [i for i in range(len(space.candidates)) if i not in done]
+
+
+def _rounds(store: Store, name: str, requested: int, budget: Budget, space: SearchSpace):
+    """(trials still missing, proposals left, the candidates to enqueue, the budget with the time left) for each run
+    of Tune: one normally, whose searcher stops proposing once enough trials that train are proposed; another only
+    if some failed to start. Proposals: `PROPOSALS_PER_TRIAL` x requested in all, infeasible ones included; in a
+    candidates search, one per candidate still missing."""
     start = time.monotonic()
     while True:
-        missing = requested - len(finished_trial_numbers(store, name))
-        room = PROPOSALS_PER_TRIAL * requested - len(store.trials(name))
+        enqueue = candidates_left(store, name, space)
+        if space.candidates:
+            missing = room = len(enqueue)
+        else:
+            missing = requested - len(finished_trial_numbers(store, name))
+            room = PROPOSALS_PER_TRIAL * requested - len(store.trials(name))
         left = None if budget.max_search_seconds is None else budget.max_search_seconds - (time.monotonic() - start)
         if missing <= 0 or room <= 0 or (left is not None and left <= 0):
             return
-        yield min(missing, room), room, budget.model_copy(update={"max_search_seconds": left})
+        yield min(missing, room), room, enqueue, budget.model_copy(update={"max_search_seconds": left})
 
 
 def launch_search(
@@ -144,18 +159,18 @@ def _run_remaining(
         settings = replace(settings, ray_address=ray_address)
     store.set_search_status(name, SearchStatus.RUNNING)
     try:
-        for missing, room, left in _rounds(store, name, row.requested_trials, budget):
+        for missing, room, enqueue, left in _rounds(store, name, row.requested_trials, budget, space):
             configure_ray_env()  # before Ray is imported, which happens only when a search really runs
             from .tune_runner import run_tuner
 
-            extra = {"proposals": room} | ({} if worker is None else {"worker": worker})
+            extra = {"proposals": room, "candidates": enqueue} | ({} if worker is None else {"worker": worker})
             run_tuner(store, name, space, left, settings, row.optuna_study_name, missing, show_progress, **extra)
             # Tune is done: an Optuna trial still RUNNING belongs to no trial (an ask retried after its
             # first commit had landed), and samplers should not wait on it.
             fail_stale_optuna_trials(optuna_storage(store.url), row.optuna_study_name)
         # A retry Tune never started (its time budget ran out) is not left pending for ever.
         store.mark_running_trials(name, TrialStatus.INTERRUPTED, INTERRUPTED_REASON)
-        if _done(store, name, row.requested_trials):
+        if _done(store, name, row.requested_trials, space):
             repeat_front(store, name, space, budget, settings)
             measure_anchors(store, name, space, budget, settings)
     except StoreOutage:
@@ -171,7 +186,7 @@ def _run_remaining(
         store.set_search_status(name, SearchStatus.INTERRUPTED)
         raise
     finished = len(finished_trial_numbers(store, name))
-    status = SearchStatus.COMPLETED if _done(store, name, row.requested_trials) else SearchStatus.INTERRUPTED
+    status = SearchStatus.COMPLETED if _done(store, name, row.requested_trials, space) else SearchStatus.INTERRUPTED
     if status == SearchStatus.COMPLETED and finished < row.requested_trials:
         log.warning(
             "search %s: %d of %d trials trained: %d proposals were infeasible (nas status %s says why)",
@@ -181,7 +196,9 @@ def _run_remaining(
     return SearchReport(name, row.requested_trials, finished, status)
 
 
-def _done(store: Store, name: str, requested: int) -> bool:
-    """Every requested trial trained, or every proposal the search may make made."""
+def _done(store: Store, name: str, requested: int, space: SearchSpace) -> bool:
+    """Every requested trial trained, or every proposal the search may make made (every candidate proposed)."""
+    if space.candidates:
+        return not candidates_left(store, name, space)
     proposed = store.trials(name, statuses=FINAL)
     return len(finished_trial_numbers(store, name)) >= requested or len(proposed) >= PROPOSALS_PER_TRIAL * requested

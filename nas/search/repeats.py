@@ -81,7 +81,7 @@ def repeat_jobs(
     todo = []
     for row in front:
         measurement = _measurement(budget, predictions[row.number].rungs)
-        ticket = tickets.ticket(row.number, {k: v for k, v in row.config.items() if k in space.params})
+        ticket = tickets.ticket(row.number, {k: v for k, v in row.config.items() if k in space.sampled})
         for k in range(1, settings.repeat_seeds + 1):
             if (row.number, settings.seed + k) not in stored:
                 planner = TrialPlanner(data, settings.seed + k, measurement)

@@ -5,7 +5,8 @@ can open it too. Its objectives, all minimised, are the search's (`SearchSetting
 `target_loss` (the loss predicted at the search's target budget; nas.answer.target) and
 `executed_flops_per_token`, and `kv_bytes_per_token` when the search chose `loss,flops,kv`.
 `DefineByRun` samples the knobs and computes each config's `TrialTicket` (its number, its typed configs, its
-counted costs, stored with the trial when it starts, and why it will not be trained, if so); infeasible
+counted costs, stored with the trial when it starts, and why it will not be trained, if so); a candidates search
+samples which candidate, from the ones `enqueue_candidates` handed Optuna; infeasible
 configs (an invalid head split, a budget that cannot pay for one step) are marked with an Optuna
 constraint and never trained.
 """
@@ -23,14 +24,22 @@ from sqlalchemy.exc import SQLAlchemyError
 from search_spaces.residual_lm import config_error_message, flops_per_token
 from workers.trial.contract import TICKET_KEY, CountedCosts, TrialConfigs, TrialTicket
 
-from ..space import SearchSpace, suggest, to_configs
+from ..space import CANDIDATE, SearchSpace, suggest, to_configs
 from ..space.budget import Budget, trial_is_feasible
 from ..space.objectives import inference_cost
 from ..store import call_with_retries, retry_window, schema_lock
 from .optuna_adapter import CACHED_STORAGE_CALLS, missing_calls
 from .settings import SAMPLERS
 
-__all__ = ["SAMPLERS", "DefineByRun", "fail_stale_optuna_trials", "make_sampler", "new_study_name", "optuna_storage"]
+__all__ = [
+    "SAMPLERS",
+    "DefineByRun",
+    "enqueue_candidates",
+    "fail_stale_optuna_trials",
+    "make_sampler",
+    "new_study_name",
+    "optuna_storage",
+]
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -61,12 +70,14 @@ class DefineByRun:
         self.space, self.budget = space, budget
 
     def __call__(self, trial) -> dict:
-        """Sample the knobs (Ray's captor records them as the trial's config) and return the ticket beside them."""
+        """Sample the knobs (Ray's captor records them as the trial's config) and return the ticket beside them (and,
+        in a candidates search, the candidate's knobs, which its config then shows)."""
         params = suggest(self.space, trial)
         ot_trial = getattr(trial, "ot_trial", trial)  # Ray wraps the Optuna trial in a captor
         ticket = self.ticket(ot_trial.number, params)
         ot_trial.set_constraint("infeasible", 1.0 if ticket.infeasible_reason else 0.0)
-        return {TICKET_KEY: ticket}
+        knobs = self.space.candidates[params[CANDIDATE]] if self.space.candidates else {}
+        return {**knobs, TICKET_KEY: ticket}
 
     def ticket(self, number: int, params: dict) -> TrialTicket:
         """What the search computes about sampled `params`: their typed configs, their counted costs (FLOPs per
@@ -148,6 +159,19 @@ def fail_stale_optuna_trials(storage: optuna.storages.RDBStorage, study_name: st
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL)
     return len(stale)
+
+
+def enqueue_candidates(storage: optuna.storages.RDBStorage, study_name: str, indices: list[int]) -> int:
+    """Hand Optuna the candidates `indices` of a candidates search to propose next, in that order
+    (`Study.enqueue_trial`: the define-by-run's `suggest` then returns each one's index); one already waiting from an
+    earlier run is not enqueued twice. How many were enqueued."""
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    queued = {t.user_attrs.get(CANDIDATE) for t in waiting}
+    todo = [i for i in indices if i not in queued]
+    for index in todo:
+        study.enqueue_trial({CANDIDATE: index}, user_attrs={CANDIDATE: index})
+    return len(todo)
 
 
 def new_study_name(search_name: str) -> str:

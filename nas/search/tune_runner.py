@@ -13,6 +13,7 @@ import logging
 import math
 import signal
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from .ray_env import init_ray, ray_results_dir, trial_resources
 from .rung_gate import StoreRungGate
 from .settings import SearchSettings, data_config
 from .spool import Spool, StartedTrial, spooled_finish, spooled_start_and_finish, store_unreachable
-from .study import DefineByRun, make_sampler, optuna_storage
+from .study import DefineByRun, enqueue_candidates, make_sampler, optuna_storage
 from .trainable import RUNG_DONE, TrialPlanner, Worker, metric_keys, outcome_of, progress_of, tune_trial
 
 log = logging.getLogger(__name__)
@@ -292,9 +293,11 @@ def run_tuner(
     show_progress: bool = True,
     worker: Worker = run_request,
     proposals: int | None = None,
+    candidates: Sequence[int] = (),
 ) -> Counts:
     """Run `n_trials` more trials of search `name` that train, within `proposals` proposals in all (infeasible
-    ones included; `n_trials` by default), and return the counts.
+    ones included; `n_trials` by default), and return the counts. In a candidates search, `candidates` are the ones
+    to propose, in order (`nas.search.study.enqueue_candidates`).
 
     `worker(request, report, on_rung_done)` carries out each trial's request in its process
     (`workers.trial.execute.run_request`); benchmarks swap in one that does no work.
@@ -317,6 +320,8 @@ def run_tuner(
         storage=optuna_storage(store.url),
         trained=n_trials,
     )
+    if candidates:
+        enqueue_candidates(optuna_storage(store.url), study_name, list(candidates))
     planner = trial_planner(store, name, budget, settings, study_name)
     trainable = tune.with_resources(
         tune.with_parameters(tune_trial, planner=planner, worker=worker), trial_resources(settings)

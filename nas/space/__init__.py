@@ -1,11 +1,13 @@
 """What a search is asked: its space (the spec in `spec.py`, read from YAML by `loading.py`, sampled by
-`sampling.py`) and its compute budget (`budget.py`: how each trial is measured, and the feasibility checks),
-with one-line error messages for both (`messages.py`), and what it minimises (`objectives.py`: the objectives,
-and each config's counted inference costs)."""
+`sampling.py`; or the user's own candidates, `candidates.py`) and its compute budget (`budget.py`: how each trial
+is measured, and the feasibility checks), with one-line error messages for both (`messages.py`), and what it
+minimises (`objectives.py`: the objectives, and each config's counted inference costs)."""
 
 from .loading import default_space_path, load_space, space_from_dict
 from .sampling import is_valid, suggest, to_configs, to_optuna_distributions
 from .spec import (
+    CANDIDATE,
+    CANDIDATE_KNOBS,
     CONFIG_MODELS,
     KNOWN_FIELDS,
     SCHEDULE_FIELDS,
@@ -20,6 +22,8 @@ from .spec import (
 )
 
 __all__ = [
+    "CANDIDATE",
+    "CANDIDATE_KNOBS",
     "CONFIG_MODELS",
     "KNOWN_FIELDS",
     "SCHEDULE_FIELDS",

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from .spec import SearchSpace, SpaceError, space_error_message
 
-__all__ = ["default_space_path", "load_space", "space_from_dict"]
+__all__ = ["default_space_path", "load_space", "read_yaml", "space_from_dict"]
 
 
 def default_space_path() -> Path:
@@ -40,6 +40,15 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
     """Read and validate a space file (None = the shipped default). Raises SpaceError (one line)."""
     file = Path(path) if path is not None else default_space_path()
     source = str(path) if path is not None else "search_spaces/residual_lm/space.yaml"
+    raw = read_yaml(file, source)
+    if not isinstance(raw, dict):
+        raise SpaceError(f"{source}: must be a mapping with keys family, fixed, params (got {type(raw).__name__})")
+    return space_from_dict(raw, source)
+
+
+def read_yaml(file: Path, source: str):
+    """The YAML document in `file` (plain types, each key once); SpaceError naming `source` (and the line and column
+    of a syntax error) otherwise."""
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -55,9 +64,7 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
         context = getattr(err, "context", None)
         detail = f"{context}: {problem}" if context else problem
         raise SpaceError(f"{where}: invalid YAML: {' '.join(str(detail).split())}") from None
-    if not isinstance(raw, dict):
-        raise SpaceError(f"{source}: must be a mapping with keys family, fixed, params (got {type(raw).__name__})")
-    return space_from_dict(raw, source)
+    return raw
 
 
 def space_from_dict(raw: dict, source: str = "space") -> SearchSpace:

@@ -7,7 +7,8 @@ GPSampler only models the intersection of the trials' spaces and TPE multivariat
 same parameters every time. `to_configs` turns the sampled values into the three typed configs;
 combinations the configs reject (d_model not divisible by n_heads, odd head_dim) raise
 `pydantic.ValidationError`, and `is_valid` gives that reason as one line so the search can record
-the trial as infeasible.
+the trial as infeasible. A candidates search samples `CANDIDATE` alone (each candidate is enqueued, so Optuna hands
+them out in turn) and its configs are that candidate's (`nas.space.spec.candidate_values`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from search_spaces.residual_lm import ArchConfig, config_error_message
 from workers.training.config import OptimConfig, RunConfig
 
 from .messages import raise_errors
-from .spec import CONFIG_MODELS, KNOWN_FIELDS, FloatParam, IntParam, SearchSpace
+from .spec import CANDIDATE, CANDIDATE_KNOBS, FloatParam, IntParam, SearchSpace, build_configs, candidate_values
 
 __all__ = ["is_valid", "suggest", "to_configs", "to_optuna_distributions"]
 
@@ -33,6 +34,8 @@ def suggest(space: SearchSpace, trial: optuna.Trial) -> dict[str, Any]:
     mod_rate is 0) are sampled anyway: the space is then the same on every trial, which GPSampler
     requires and TPE multivariate exploits.
     """
+    if space.candidates:
+        return {CANDIDATE: trial.suggest_categorical(CANDIDATE, list(range(len(space.candidates))))}
     out: dict[str, Any] = {}
     for name, p in space.params.items():
         if isinstance(p, IntParam):
@@ -45,8 +48,17 @@ def suggest(space: SearchSpace, trial: optuna.Trial) -> dict[str, Any]:
 
 
 def to_optuna_distributions(space: SearchSpace) -> dict[str, optuna.distributions.BaseDistribution]:
-    """The same space as Optuna distributions (for `study.ask(fixed_distributions)`, `add_trial`, ...)."""
+    """The knobs the space varies as Optuna distributions (for `add_trial`, importances, knob effects); for a
+    candidates search, each knob its candidates give more than one value of, over those values."""
     out: dict[str, optuna.distributions.BaseDistribution] = {}
+    if space.candidates:
+        configs = [to_configs(space, {CANDIDATE: i}) for i in range(len(space.candidates))]
+        for name in CANDIDATE_KNOBS:
+            owner = 0 if name in ArchConfig.model_fields else 1
+            values = list(dict.fromkeys(getattr(c[owner], name) for c in configs))
+            if len(values) > 1:
+                out[name] = optuna.distributions.CategoricalDistribution(values)
+        return out
     for name, p in space.params.items():
         if isinstance(p, IntParam):
             out[name] = optuna.distributions.IntDistribution(p.low, p.high, log=p.log, step=p.step)
@@ -60,21 +72,19 @@ def to_optuna_distributions(space: SearchSpace) -> dict[str, optuna.distribution
 def to_configs(space: SearchSpace, params: dict[str, Any]) -> tuple[ArchConfig, OptimConfig, RunConfig]:
     """Fixed values + sampled `params` -> (ArchConfig, OptimConfig, RunConfig).
 
-    `params` must give exactly the searched knobs. Raises `pydantic.ValidationError` for missing or
-    unknown knobs, or for values/combinations the configs reject (d_model not divisible by n_heads...).
+    `params` must give exactly the sampled knobs (`SearchSpace.sampled`). Raises `pydantic.ValidationError` for
+    missing or unknown knobs, or for values/combinations the configs reject (d_model not divisible by n_heads...).
     """
     errors = [
-        ((name,), f"not a searched knob of this space (searched: {', '.join(space.params)})", value)
+        ((name,), f"not a searched knob of this space (searched: {', '.join(space.sampled)})", value)
         for name, value in params.items()
-        if name not in space.params
+        if name not in space.sampled
     ]
-    errors += [((name,), "searched but missing", None) for name in space.params if name not in params]
+    errors += [((name,), "searched but missing", None) for name in space.sampled if name not in params]
     raise_errors(errors, "params")
-    values = {**space.fixed, **params}
-    by_owner: dict[str, dict] = {owner: {} for owner in CONFIG_MODELS}
-    for name, value in values.items():
-        by_owner[KNOWN_FIELDS[name]][name] = value
-    return (ArchConfig(**by_owner["arch"]), OptimConfig(**by_owner["optim"]), RunConfig(**by_owner["run"]))
+    if space.candidates:
+        return build_configs(candidate_values(space, int(params[CANDIDATE])))
+    return build_configs({**space.fixed, **params})
 
 
 def is_valid(space: SearchSpace, params: dict[str, Any]) -> str | None:

@@ -15,6 +15,12 @@ choice and fixed value must be one that field accepts; at least one combination 
 architecture (`cheapest_of`, answered by the family itself). `space_error_message` turns any
 problem into ONE line naming the field path (`params.ancre_tau.low: must be > 0 for a log scale
 (got 0.0)`).
+
+A candidates search (`nas search --candidates`, `nas.space.candidates`) searches no ranges: its space lists
+`candidates`, each some of the `CANDIDATE_KNOBS`, and samples one knob, `CANDIDATE`: which candidate a trial trains
+(Optuna is handed each one, enqueued). A candidate's knobs over the fields every trial shares (`fixed`, less the
+candidate knobs: a knob a candidate leaves out takes its config's default, never the space's) make its configs
+(`candidate_values`).
 """
 
 from __future__ import annotations
@@ -24,13 +30,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from search_spaces.residual_lm import ArchConfig, cheapest_config
+from search_spaces.residual_lm import ArchConfig, cheapest_config, flops_per_token
 from search_spaces.residual_lm.cheapest import NoValidConfig
 from workers.training.config import OptimConfig, RunConfig
 
 from .messages import pretty_message, raise_errors
 
 __all__ = [
+    "CANDIDATE",
+    "CANDIDATE_KNOBS",
     "CONFIG_MODELS",
     "KNOWN_FIELDS",
     "SCHEDULE_FIELDS",
@@ -40,7 +48,11 @@ __all__ = [
     "Param",
     "SearchSpace",
     "SpaceError",
+    "build_configs",
+    "candidate_values",
+    "check_knob",
     "describe",
+    "shared_fields",
     "cheapest_of",
     "space_error_message",
 ]
@@ -63,6 +75,22 @@ def _known_fields() -> dict[str, str]:
 KNOWN_FIELDS: dict[str, str] = _known_fields()
 #: The target run's learning-rate schedule: one for the whole search, so a space may fix it, never search it.
 SCHEDULE_FIELDS = ("schedule", "cooldown")
+#: The knobs a candidate of a candidates search may give: the architecture and the optimiser's own.
+CANDIDATE_KNOBS = (
+    "residual",
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "mlp_ratio",
+    "ancre_tau",
+    "mod_rate",
+    "mod_every",
+    "mod_granularity",
+    "lr",
+    "warmup",
+    "weight_decay",
+)
+CANDIDATE = "candidate"  # what a candidates search samples: the index of the candidate a trial trains
 
 _KINDS = ("int", "float", "categorical")
 _ENTRY_FORMS = "{int: {low, high, step?, log?}}, {float: {low, high, log?}} or {categorical: [choices]}"
@@ -228,12 +256,36 @@ def _check_value(name: str, value: Any, loc: tuple, errors: list) -> Any:
         return value
 
 
+def check_knob(name: str, value: Any) -> Any:
+    """`value` coerced by the type of the field `name`; ValueError with the field's one-line reason otherwise."""
+    try:
+        return _field_adapter(name).validate_python(value)
+    except ValidationError as err:
+        raise ValueError(pretty_message(err.errors()[0])) from None
+
+
+def build_configs(values: dict[str, Any]) -> tuple[ArchConfig, OptimConfig, RunConfig]:
+    """Field values -> (ArchConfig, OptimConfig, RunConfig), each value to the config that owns it; a field left out
+    takes its config's default. Raises pydantic's ValidationError for a value or a combination the configs reject."""
+    by_owner: dict[str, dict] = {owner: {} for owner in CONFIG_MODELS}
+    for name, value in values.items():
+        by_owner[KNOWN_FIELDS[name]][name] = value
+    return ArchConfig(**by_owner["arch"]), OptimConfig(**by_owner["optim"]), RunConfig(**by_owner["run"])
+
+
 class SearchSpace(_Frozen):
-    """A validated search space: the family, knobs held fixed, and knobs searched (in sampling order)."""
+    """A validated search space: the family, knobs held fixed, and knobs searched (in sampling order); or, for a
+    candidates search, the `candidates` instead of searched knobs (module docstring)."""
 
     family: Literal["residual_lm"] = "residual_lm"
     fixed: dict[str, Any] = Field(default_factory=dict)
-    params: dict[str, Param]
+    params: dict[str, Param] = Field(default_factory=dict)
+    candidates: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def sampled(self) -> tuple[str, ...]:
+        """The names Optuna samples for a trial: the searched knobs, or `CANDIDATE`."""
+        return (CANDIDATE,) if self.candidates else tuple(self.params)
 
     @field_validator("fixed", mode="before")
     @classmethod
@@ -315,6 +367,11 @@ class SearchSpace(_Frozen):
 
     @model_validator(mode="after")
     def _check_space(self) -> SearchSpace:
+        if self.candidates:
+            self._check_candidates()
+            return self
+        if not self.params:
+            raise_errors([(("params",), "must search at least one knob (or list candidates)", None)])
         errors = [
             (("params", name), f"{name} is also in fixed: a knob is either fixed or searched", None)
             for name in self.params
@@ -337,6 +394,21 @@ class SearchSpace(_Frozen):
             raise_errors([(("params",), f"no valid architecture in the space (e.g. {reason})", None)])
         return self
 
+    def _check_candidates(self) -> None:
+        errors: list = [(("params",), "a candidates search searches no ranges: give params or candidates", None)]
+        errors = errors if self.params else []
+        for index, knobs in enumerate(self.candidates):
+            errors += [
+                (("candidates", index, name), f"not a candidate's knob ({', '.join(CANDIDATE_KNOBS)})", None)
+                for name in knobs
+                if name not in CANDIDATE_KNOBS
+            ]
+            try:
+                build_configs(candidate_values(self, index))
+            except ValidationError as err:
+                errors.append((("candidates", index), pretty_message(err.errors()[0]), knobs))
+        raise_errors(errors)
+
     def schedule_fields(self) -> dict[str, Any]:
         """The learning-rate schedule every run of the search follows: the fixed `schedule` and `cooldown`,
         else OptimConfig's defaults."""
@@ -350,7 +422,19 @@ class SearchSpace(_Frozen):
                 params[name] = {"categorical": list(p.choices)}
             else:
                 params[name] = {p.kind: p.model_dump(exclude={"kind"}, exclude_defaults=True)}
-        return {"family": self.family, "fixed": dict(self.fixed), "params": params}
+        spec = {"family": self.family, "fixed": dict(self.fixed), "params": params}
+        return spec | ({"candidates": [dict(c) for c in self.candidates]} if self.candidates else {})
+
+
+def shared_fields(space: SearchSpace) -> dict[str, Any]:
+    """The fixed fields every candidate of a candidates search shares: `fixed`, less the candidate knobs."""
+    return {k: v for k, v in space.fixed.items() if k not in CANDIDATE_KNOBS}
+
+
+def candidate_values(space: SearchSpace, index: int) -> dict[str, Any]:
+    """Candidate `index`'s field values: its knobs over the fields every trial shares (a knob it leaves out takes
+    its config's default)."""
+    return {**shared_fields(space), **space.candidates[index]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,6 +451,9 @@ def _candidates(p: IntParam | FloatParam | CategoricalParam) -> list:
 
 
 def _cheapest(space: SearchSpace) -> ArchConfig:
+    if space.candidates:
+        archs = [build_configs(candidate_values(space, i))[0] for i in range(len(space.candidates))]
+        return min(archs, key=lambda arch: flops_per_token(arch).executed)
     fixed = {k: v for k, v in space.fixed.items() if KNOWN_FIELDS[k] == "arch"}
     candidates = {k: _candidates(p) for k, p in space.params.items() if KNOWN_FIELDS[k] == "arch"}
     return cheapest_config(fixed, candidates)

@@ -26,7 +26,7 @@ FIELD_OF = {"early_stop": (SearchSettings, "early_stopping"), "data": (DataConfi
 FROM_THE_SPACE = {"schedule": (OptimConfig, "schedule"), "cooldown": (OptimConfig, "cooldown")}
 # Options whose None means "the field's default, laid out by cost" (given, the ladder is kept as asked).
 NOT_GIVEN = {"rungs": (Budget, "rungs"), "eta": (Budget, "eta")}
-CLI_ONLY = {"name", "space", "storage", "progress"}  # nothing a config holds
+CLI_ONLY = {"name", "space", "candidates", "dry_run", "storage", "progress"}  # nothing a config holds
 PARSED = {"objectives": parse_objectives}  # options given as text the field parses ("loss,flops")
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from helpers import measured_rung
 from nas.cli.front_table import COMPACT_COLUMNS, WIDE_COLUMNS, front_report
-from nas.search_answer import search_answer
+from nas.search_answer import JSON_KEYS, TRIAL_KEYS, search_answer
 from nas.space.budget import Budget
 from nas.store import Store, default_url
 from workers.trial.contract import CountedCosts
@@ -73,3 +73,20 @@ def test_the_answer_is_computed_once_per_write_and_shared_by_show_and_the_dashbo
         second = search_answer(store, "s")
         assert second is not first and second.predictions[0].rungs == 3 and first.predictions[0].rungs == 2
         assert search_answer(store, "s", target=2 * BUDGET.target).target == 2 * BUDGET.target
+
+
+def test_show_json_holds_the_numbers_the_table_prints(tmp_path):
+    """`nas show --json` is the same answer as the table: the front in its order, each loss at T and band."""
+    with seeded(tmp_path, 6) as store:
+        found = search_answer(store, "s")
+    table, _ = front_report(found)
+    cells = {c.header: list(c._cells) for c in table.columns}
+    data = found.as_dict()
+    assert set(data) == set(JSON_KEYS) and all(set(t) == set(TRIAL_KEYS) for t in data["trials"])
+    assert data["front"] == [int(n) for n in cells["trial"]]
+    trials = {t["number"]: t for t in data["trials"]}
+    for number, loss, band in zip(cells["trial"], cells["loss at T"], cells["80% band"], strict=True):
+        t = trials[int(number)]
+        assert f"{t['predicted_loss']:.4f}" == loss and f"{t['band'][0]:.4f}-{t['band'][1]:.4f}" == band
+    assert data["hypervolume"]["value"] == found.hypervolume and data["rests_on"] == list(found.rests_on)
+    assert data["settings"]["target_flops"] == BUDGET.target and data["settings"]["layout"]["budgets"] == [1e10, 2e10]

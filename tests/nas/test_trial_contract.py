@@ -41,6 +41,7 @@ def test_a_config_holds_the_knobs_and_one_ticket():
     space = load_space(TINY_SPACE)
     budget = Budget(trial_flops=2e9, rungs=2, eta=2, min_tokens_per_param=None)
     study = optuna.create_study(directions=["minimize", "minimize"])
+    study.enqueue_trial({"n_layers": 2, "d_model": 32, "residual": "nag", "mod_rate": 0.25, "lr": 2e-3})  # valid
     trial = study.ask()
     returned = DefineByRun(space, budget)(trial)
     assert set(returned) == {TICKET_KEY}  # the define-by-run adds no loose key to the config

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -327,6 +328,24 @@ def _train_step(
         state.train_loss = value if math.isnan(state.train_loss) else 0.9 * state.train_loss + 0.1 * value
     state.step_seconds += time.perf_counter() - start
     return value
+
+
+def measured_step_seconds(
+    cfg: ArchConfig, batch_size: int, optim: OptimConfig = OptimConfig(), steps: int = 3
+) -> float:
+    """Seconds of one training step of `cfg` on `batch_size` random sequences (forward, backward, clip and update as
+    the trainer runs them; the median of `steps` after one untimed step), on the CPU with torch's threads as they
+    are set: what a plan of a run's wall time is read from."""
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    opt = build_optimizer(model, optim)
+    tokens = torch.randint(cfg.vocab_size, (batch_size, cfg.seq_len + 1))
+    batch, state, times = (tokens[:, :-1], tokens[:, 1:]), TrainState(), []
+    for _ in range(steps + 2):
+        start = time.perf_counter()
+        _train_step(model, opt, batch, optim.lr, optim, "fp32", torch.device("cpu"), state)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])
 
 
 def _record_progress(
