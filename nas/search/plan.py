@@ -11,9 +11,10 @@ take on this machine, with nothing trained and nothing stored.
   to climb (`climbing`: 7 of 12 at eta 2, more than n / eta); on a replica ladder each rung is a run, and the
   first `NOISE_REPEATS` stops
   measure their rung again; on a budget ladder a trial is one run (its cooldown branches, a `cooldown` share of
-  each lower rung's budget, are not counted). The front's repeats add `repeat_seeds` runs of each trial at the top
-  rung; the anchors (`Budget.anchor_plan`) add their runs, each a replica at the anchor budget. A candidates search
-  lists each candidate, as if it climbed every rung.
+  each lower rung's budget, are not counted). The front's repeats add `repeat_seeds` runs of each of its members at
+  the top rung, for the front's expected size among the trials there (`expected_front_size`); the anchors
+  (`Budget.anchor_plan`) add their runs, each a replica at the anchor budget. A candidates search lists each
+  candidate, as if it climbed every rung.
 - **The compute**: each run's training FLOPs summed, and as a multiple of T.
 - **The wall time**: each run's steps times the seconds of a training step measured here on the narrowest and the
   widest config at one thread (a trial's share: one CPU each, `nas.search.ray_env`), interpolated in log FLOPs per
@@ -51,6 +52,7 @@ __all__ = [
     "RungPlan",
     "SearchPlan",
     "climbing",
+    "expected_front_size",
     "plan_search",
 ]
 
@@ -181,7 +183,8 @@ def _totals(
     seconds divided among the workers, with Ray's start and each trial's."""
     trained = [runs for runs in ladders if runs]
     layout = budget.chosen_layout
-    repeats = settings.repeat_seeds * reaching[-1] if budget.rungs > 1 else 0.0
+    front = expected_front_size(round(reaching[-1]), len(settings.objectives))
+    repeats = settings.repeat_seeds * front if budget.rungs > 1 else 0.0
     again = NOISE_REPEATS if budget.ladder == "replica" and layout.rungs > 1 and trained else 0
     totals = []
     for value in (lambda r: r.flops, seconds):
@@ -189,6 +192,20 @@ def _totals(
         totals.append(sum(n * v for n, v in zip(reaching, mean, strict=True)) + again * mean[0] + repeats * sum(mean))
     runs = (sum(reaching) if budget.ladder == "replica" else reaching[0]) + again + repeats * layout.rungs
     return runs, totals[0], RAY_START_S + (totals[1] + TRIAL_START_S * reaching[0]) / settings.workers
+
+
+def expected_front_size(n: int, objectives: int) -> float:
+    """The expected number of Pareto-optimal points among `n` points whose `objectives` coordinates are independent
+    and continuous: A(n, 1) = 1, A(n, d) = sum_{k<=n} A(k, d - 1) / k (the harmonic number H_n for two objectives).
+    What the front's repeats are planned for: the front is not known before the search."""
+    counts = [1.0] * (n + 1)
+    for _ in range(1, objectives):
+        total, nxt = 0.0, [0.0]
+        for k in range(1, n + 1):
+            total += counts[k] / k
+            nxt.append(total)
+        counts = nxt
+    return counts[n] if n > 0 else 0.0
 
 
 def climbing(n: float, eta: float) -> float:

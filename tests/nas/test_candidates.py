@@ -131,13 +131,21 @@ def _dry(tmp_path: Path, *extra: str):
 
 @pytest.mark.slow
 def test_a_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
-    text = _dry(tmp_path, "--trials", "8")
+    def harmonic(n: int) -> float:  # the expected front of n random points on two objectives
+        return sum(1 / k for k in range(1, n + 1))
+
+    text = _dry(tmp_path, "--trials", "8", "--rungs", "2", "--eta", "2")  # the ladder as asked
     assert "replica ladder" in text and "8 trials" in text and "dry run: nothing trained, nothing stored" in text
     flops = float(re.search(r"([0-9.e+]+) training FLOPs in all", text).group(1))
     climbing = sum(-(-k // 2) / k for k in range(1, 9))  # the k-th of 8 climbs if among the best ceil(k / 2) so far
     assert climbing == pytest.approx(4.84, abs=0.01)
-    expected = 8 * 2e9 + climbing * 4e9 + 2 * 2e9 + climbing * (2e9 + 4e9)  # rungs, the noise's repeats, the front's
+    # rungs, the noise's repeats, the front's (of the 5 expected at the top, H_5 on two objectives)
+    expected = 8 * 2e9 + climbing * 4e9 + 2 * 2e9 + harmonic(5) * (2e9 + 4e9)
     assert flops == pytest.approx(expected, rel=0.01)
+    by_cost = _dry(tmp_path, "--trials", "8")  # a replica ladder that saves nothing: every config once at the top
+    assert "layout: every config once at the top rung" in by_cost
+    flops = float(re.search(r"([0-9.e+]+) training FLOPs in all", by_cost).group(1))
+    assert flops == pytest.approx(8 * 4e9 + harmonic(8) * 4e9, rel=0.01)
     file = tmp_path / "c.yaml"
     file.write_text(yaml.safe_dump({"candidates": SIX}))
     each = _dry(tmp_path, "--candidates", str(file))
