@@ -41,6 +41,7 @@ ROOMS = {
         "workers.data",
         "workers.status",
         "workers.strict_json",
+        "workers.lazy",
     ),
 }
 

@@ -2,16 +2,21 @@
 (`data/`), pretraining at full scale (`pretrain/`) and the Hugging Face release (`release/`). `status` is the one
 vocabulary of trial statuses and `strict_json` keeps result records strict JSON."""
 
-from .data.batches import TrainBatches, validation_batches
-from .data.config import DataConfig
-from .data.corpus import TokenizedCorpus, load_corpus
-from .data.documents import byte_tokens, read_shipped_texts, shipped_corpus_path
-from .training.config import OptimConfig, RunConfig
-from .training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
-from .training.train import train
-from .trial.result import TrialResult, WidthCertificate
-from .trial.run import run_trial
-from .trial.width_probe import width_certificate
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .data.batches import TrainBatches, validation_batches
+    from .data.config import DataConfig
+    from .data.corpus import TokenizedCorpus, load_corpus
+    from .data.documents import byte_tokens, read_shipped_texts, shipped_corpus_path
+    from .training.config import OptimConfig, RunConfig
+    from .training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
+    from .training.train import train
+    from .trial.result import TrialResult, WidthCertificate
+    from .trial.run import run_trial
+    from .trial.width_probe import width_certificate
 
 __all__ = [
     "DataConfig",
@@ -34,3 +39,28 @@ __all__ = [
     "validation_batches",
     "width_certificate",
 ]
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "TrainBatches": ".data.batches",
+        "validation_batches": ".data.batches",
+        "DataConfig": ".data.config",
+        "TokenizedCorpus": ".data.corpus",
+        "load_corpus": ".data.corpus",
+        "byte_tokens": ".data.documents",
+        "read_shipped_texts": ".data.documents",
+        "shipped_corpus_path": ".data.documents",
+        "OptimConfig": ".training.config",
+        "RunConfig": ".training.config",
+        "InfeasibleBudget": ".training.plans",
+        "LadderConfig": ".training.plans",
+        "plan_budget": ".training.plans",
+        "plan_ladder": ".training.plans",
+        "train": ".training.train",
+        "TrialResult": ".trial.result",
+        "WidthCertificate": ".trial.result",
+        "run_trial": ".trial.run",
+        "width_certificate": ".trial.width_probe",
+    },
+)

@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
-from scipy.stats import kendalltau
 
 from search_spaces.residual_lm import ArchConfig, parameter_count
 
@@ -58,6 +57,8 @@ KINDS = ("family", "depth vs width", "MoD", "mixed")
 
 def kendall(a: Mapping[int, float], b: Mapping[int, float]) -> float | None:
     """Kendall tau-b over the keys both have (None below 3 of them, or without variation)."""
+    from scipy.stats import kendalltau  # scipy.stats takes longer to import than most commands take to answer
+
     keys = sorted(set(a) & set(b))
     if len(keys) < 3:
         return None

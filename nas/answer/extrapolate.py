@@ -57,7 +57,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from scipy.optimize import least_squares, minimize_scalar
 
 STUDY = "<study>"  # group label: parameters fitted over all multi-rung trials of the study
 NONE = "<none>"  # group label: nothing could be fitted; predictions are the last observed loss
@@ -335,6 +334,8 @@ def _profile(alpha: np.ndarray, xlog, loss, w, onehot, group, e_max: float) -> t
 def _fit_exponents(xlog, loss, w, onehot, group, e_max: float) -> tuple[np.ndarray, float]:
     """(alpha per group, E) minimising the profiled error: a grid over one shared exponent, a grid pass per
     group with the others held, then bounded Brent (one group) or L-BFGS-B (several) from the best point."""
+    from scipy.optimize import least_squares, minimize_scalar  # on first fit: a search of one rung never fits
+
     k = int(group.max()) + 1
 
     def sse(alpha: np.ndarray) -> np.ndarray:
@@ -371,6 +372,7 @@ def _fit_exponents(xlog, loss, w, onehot, group, e_max: float) -> tuple[np.ndarr
 
 def _fit_exponent_at(e: float, xlog, loss, w, onehot) -> float:
     """The exponent minimising the error of these curves with E held at `e` (grid, then bounded Brent)."""
+    from scipy.optimize import minimize_scalar  # on first fit (`_fit_exponents`)
 
     def sse(alpha: np.ndarray) -> np.ndarray:
         y = np.exp(-np.outer(alpha, xlog))

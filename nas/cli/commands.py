@@ -19,8 +19,7 @@ from typer.exceptions import TyperException
 from workers.data.config import DataConfig
 from workers.training.config import OptimConfig
 
-from ..search.launch import PROPOSALS_PER_TRIAL
-from ..search.settings import SAMPLERS, SearchSettings
+from ..search.settings import PROPOSALS_PER_TRIAL, SAMPLERS, SearchSettings
 from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO, Budget
 from .dashboard_launch import dashboard_launch
 from .effects_table import effects
@@ -41,7 +40,6 @@ from .inputs import (
     validated_ray_dir,
     with_schedule_override,
 )
-from .plan_table import print_plan
 from .reports import export, list_searches, show, status
 
 
@@ -325,6 +323,8 @@ def search(
     for line in layout_lines(budget):
         console.print(line)
     if dry_run:
+        from .plan_table import print_plan  # torch and Optuna, for the plan alone: other commands start without them
+
         return print_plan(console, space_spec, budget, settings)
     if ray_address:
         join_ray_cluster(settings)  # before anything is written: a wrong address leaves no search behind

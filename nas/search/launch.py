@@ -30,7 +30,7 @@ from .anchors import measure_anchors
 from .interrupt import SearchInterrupted, StoreOutage
 from .ray_env import configure_ray_env
 from .repeats import repeat_front
-from .settings import SearchSettings
+from .settings import PROPOSALS_PER_TRIAL, SearchSettings
 from .spool import Spool
 from .study import fail_stale_optuna_trials, new_study_name, optuna_storage
 from .trainable import Worker
@@ -48,7 +48,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 INTERRUPTED_REASON = "the search driver stopped before this trial finished"
-PROPOSALS_PER_TRIAL = 10  # proposals (infeasible ones included) a search may make per requested trial
 
 
 @dataclass(frozen=True)

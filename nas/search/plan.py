@@ -35,7 +35,7 @@ from search_spaces.residual_lm import ArchConfig, flops_per_token
 from workers.training.config import OptimConfig, RunConfig
 from workers.training.plans import InfeasibleBudget, plan_budget
 from workers.training.train import measured_step_seconds
-from workers.trial.replica import plan_replica
+from workers.trial.replica_plan import plan_replica
 
 from ..answer.decisions import Architecture
 from ..answer.rung_decision import NOISE_REPEATS

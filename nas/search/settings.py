@@ -18,10 +18,11 @@ from workers.data.config import DataConfig
 
 from ..space.objectives import DEFAULT_OBJECTIVES, Objective, parse_objectives
 
-__all__ = ["SAMPLERS", "Sampler", "SearchSettings", "data_config"]
+__all__ = ["PROPOSALS_PER_TRIAL", "SAMPLERS", "Sampler", "SearchSettings", "data_config"]
 
 Sampler = Literal["tpe", "nsga2", "random", "gp"]
 SAMPLERS: tuple[str, ...] = get_args(Sampler)
+PROPOSALS_PER_TRIAL = 10  # proposals (infeasible ones included) a search may make per requested trial
 
 
 @dataclass(frozen=True, config=ConfigDict(extra="forbid"))

@@ -32,7 +32,7 @@ from workers.training.config import RunConfig
 from workers.training.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
 from workers.trial.contract import Measurement
 from workers.trial.narrowing import DEFAULT_MIN_WIDTH, KEEP_HEADS, Keep, Narrowing
-from workers.trial.replica import plan_replica, rung_budgets, target_path
+from workers.trial.replica_plan import plan_replica, rung_budgets, target_path
 
 from . import CategoricalParam, SearchSpace, cheapest_of, describe
 from .layout import AnchorPlan, Layout, choose_layout, plan_anchors
