@@ -161,3 +161,25 @@ def test_check_fails_on_a_doc_pointing_at_a_missing_target_or_result(index, resu
     assert len(problems) == 2
     assert "`make gamma`" in problems[0] and "results/zeta.json" in problems[1]
     assert index.stale_doc_references(index.DOCS, index.MAKEFILE, index.RESULTS) == []  # the real docs
+
+
+def test_the_readmes_answer_table_is_read_from_the_fidelity_results_and_checked(index, tmp_path, capsys):
+    """The root README's table of how far to trust the answer holds the headline of results/fidelity.json, and
+    --check fails, naming the file, once a figure there changes."""
+    committed = json.loads((ROOT / "benchmarks" / "results" / "fidelity.json").read_text())
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "fidelity.json").write_text(json.dumps(committed))
+    readme, root = tmp_path / "bench.md", tmp_path / "README.md"
+    readme.write_text(README_TEXT)
+    root.write_text("# resnas\n\n<!-- answer:start -->\n<!-- answer:end -->\n")
+    args = ["--results", str(results), "--readme", str(readme), "--root-readme", str(root), "--docs"]
+    assert index.main(["--write", *args]) == 0
+    table = root.read_text()
+    first = next(iter(committed["summary"]["headline"].values()))
+    assert f"| answer tau (table order / mean of 5 orders) | {first['kendall_tau']:.2f} / " in table
+    assert index.main(["--check", *args]) == 0, capsys.readouterr().err
+    first["kendall_tau"] = -0.99
+    (results / "fidelity.json").write_text(json.dumps(committed))
+    assert index.main(["--check", *args]) == 1
+    assert "README.md: the answer table is out of date" in capsys.readouterr().err
