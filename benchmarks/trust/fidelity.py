@@ -344,10 +344,9 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPri
     """Every figure of one corpus: its truth, the replica ladder at each layout as a search runs it (its anchors
     included) beside its baselines, the search as it ran before (the head count kept, 2 rungs at eta 2, no
     anchors), the budget ladder as a search runs it where the corpus has one, and the figures apart from size."""
-    tables = [read_table(runs), read_table(replica_runs)]
-    anchor_table = read_table(corpus.anchor_runs) if corpus.anchor_runs.exists() else []
-    rows, replica, *rest = graded_rows(*tables, *([anchor_table] if anchor_table else []))
-    anchors = rest[0] if rest else []
+    rows, replica = graded_rows(read_table(runs), read_table(replica_runs))
+    # the anchors of the graded configs, where built: a partial anchor table leaves no config out of the grading
+    anchors = graded_rows(replica, read_table(corpus.anchor_runs))[1] if corpus.anchor_runs.exists() else []
     truth = Truth.of(rows)
     built = {budget_key(r["budget_flops"]) for r in replica}
     search = {"anchor_rows": anchors, "anchors": DEFAULT_ANCHORS if anchors else 0, "prior": prior}

@@ -33,19 +33,25 @@ class AncreConnectivity(nn.Module):
         super().__init__()
         self.n_layers, self.tau = n_layers, tau
         self.logits = nn.Parameter(torch.zeros(n_layers * (n_layers + 1) // 2))
-        self.kept: tuple[tuple[int, int], Tensor] | None = None  # p without autograd, for the logits it came from
+        self.kept: tuple[Tensor, Tensor] | None = None  # (the logits, p) without autograd: p of those logits
 
     def ingoing(self) -> Tensor:
         """p_ij for i = 0..L-1 and every block j at once: (L, L) with [i, j - 1] = p_ij, zero where i >= j. One
         softmax: block j's row of logits holds its j logits and -inf (p = 0) for the states it cannot read.
-        Without autograd (evaluation, decoding) p is kept until the logits change (their version or storage):
-        a one-token decode step would otherwise spend about 20 us of its 1 ms at d 128 computing it again."""
+        Without autograd (evaluation, decoding) p is kept until the logits change (compared by value: an optimiser
+        may write them in place without bumping their version): a one-token decode step would otherwise spend about
+        20 us of its 1 ms at d 128 computing it again."""
         if torch.is_grad_enabled():
             return self._softmax()
         logits = self.logits
-        key = (logits._version, logits.data_ptr())
-        if self.kept is None or self.kept[0] != key:
-            self.kept = (key, self._softmax())
+        before = self.kept[0] if self.kept is not None else None
+        if (
+            before is None
+            or before.device != logits.device
+            or before.dtype != logits.dtype
+            or not torch.equal(before, logits)
+        ):
+            self.kept = (logits.detach().clone(), self._softmax())
         return self.kept[1]
 
     def _softmax(self) -> Tensor:

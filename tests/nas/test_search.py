@@ -129,7 +129,7 @@ def test_search_end_to_end_then_show_list_status(e2e, tmp_path):
     target = f"T = {e2e.target:.3g} training FLOPs"
     assert f"Pareto front at the target, {target}" in said and "hypervolume" in said
     assert "replica ladder; predictor: " in said
-    assert "layout: 3 rungs at eta 3, as asked (--rungs/--eta)" in said  # a ladder asked for is kept
+    assert f"layout: {e2e.rungs} rungs at eta {e2e.eta}, as asked (--rungs/--eta)" in said  # a ladder asked for is kept
     assert "replicas: head size kept, no narrower than 0.5 d_T" in " ".join(said.split())
     with Store(url) as store:
         rows = store.trials("e2e")
