@@ -344,7 +344,8 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPri
     """Every figure of one corpus: its truth, the replica ladder at each layout as a search runs it (its anchors
     included) beside its baselines, the search as it ran before (the head count kept, 2 rungs at eta 2, no
     anchors), the budget ladder as a search runs it where the corpus has one, and the figures apart from size."""
-    rows, replica = graded_rows(read_table(runs), read_table(replica_runs))
+    table = read_table(runs)
+    rows, replica = graded_rows(table, read_table(replica_runs))
     # the anchors of the graded configs, where built: a partial anchor table leaves no config out of the grading
     anchors = graded_rows(replica, read_table(corpus.anchor_runs))[1] if corpus.anchor_runs.exists() else []
     truth = Truth.of(rows)
@@ -410,7 +411,7 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPri
         "truth_per_config": truth.loss,
     }
     if corpus.keep_heads_runs is not None and corpus.keep_heads_runs.exists():
-        out["layouts_with_the_head_count_kept"] = layouts_compared(tables[0], read_table(corpus.keep_heads_runs), archs)
+        out["layouts_with_the_head_count_kept"] = layouts_compared(table, read_table(corpus.keep_heads_runs), archs)
         out["before"] = out["layouts_with_the_head_count_kept"]["{} rungs, eta {:g}".format(*BEFORE_LAYOUT)] | {
             "narrowing": "head count kept, no narrower than 8",
             "layout": "{} rungs, eta {:g}".format(*BEFORE_LAYOUT),

@@ -43,16 +43,15 @@ class AncreConnectivity(nn.Module):
         20 us of its 1 ms at d 128 computing it again."""
         if torch.is_grad_enabled():
             return self._softmax()
-        logits = self.logits
-        before = self.kept[0] if self.kept is not None else None
+        logits, kept = self.logits, self.kept
         if (
-            before is None
-            or before.device != logits.device
-            or before.dtype != logits.dtype
-            or not torch.equal(before, logits)
+            kept is None
+            or kept[0].device != logits.device
+            or kept[0].dtype != logits.dtype
+            or not torch.equal(kept[0], logits)
         ):
-            self.kept = (logits.detach().clone(), self._softmax())
-        return self.kept[1]
+            kept = self.kept = (logits.detach().clone(), self._softmax())
+        return kept[1]
 
     def _softmax(self) -> Tensor:
         n = self.n_layers
