@@ -136,13 +136,15 @@ ENTRIES: dict[str, Entry] = {
     ),
     "effects.json": Entry(
         question="Are the knob effects `nas effects` reports at T (family, MoD, depth vs width at matched cost) "
-        "those of the configs trained for real there (two corpora, as a search runs it)?",
+        "those of the configs trained for real there (three corpora, as a search runs it)?",
         command="make effects",
         figures=(
             Figure("signs right: plays", (*EFFECTS, "plays", "sign_agreement"), "{:.0%}"),
             Figure("code", (*EFFECTS, "code", "sign_agreement"), "{:.0%}"),
+            Figure("handbook", (*EFFECTS, "handbook", "sign_agreement"), "{:.0%}"),
             Figure("80% intervals hold truth: plays", (*EFFECTS, "plays", "interval_coverage"), "{:.0%}"),
             Figure("code", (*EFFECTS, "code", "interval_coverage"), "{:.0%}"),
+            Figure("handbook", (*EFFECTS, "handbook", "interval_coverage"), "{:.0%}"),
         ),
     ),
     "fidelity.json": Entry(
