@@ -133,13 +133,14 @@ def effects_page(url: str, summaries: Sequence) -> None:
         if not isinstance(budget, Budget) or not reads.rungs(url, name):
             st.info("no loss at T to read effects from: the search has no measured rungs, or no readable budget")
             return
-        result = search_effects_at(url, name, budget.target, at_equal)
+        result = search_effects_at(url, name, budget.ladder.target_flops, at_equal)
         if isinstance(result, str):
             st.info(f"no effects: {result}")
             return
         effects, rows, knobs = result
         st.caption(
-            f"{effects.trials} trials at T = {budget.target:.3g} FLOPs; 80% bootstrap intervals (trials resampled, "
+            f"{effects.trials} trials at T = {budget.ladder.target_flops:.3g} FLOPs; 80% bootstrap intervals "
+            "(trials resampled, "
             f"each prediction perturbed within its band); importance: {effects.evaluator}"
         )
         st.plotly_chart(effects_figure(effects), key="effects_plot")

@@ -147,7 +147,7 @@ def _rung_caption(url: str, names: Sequence[str], rung: int | None) -> str:
     if rung is reads.TOP_REACHED:
         return f"each trial's loss at the top rung it reached: trials promoted further trained longer; {where}"
     text = f"each trial's loss measured at rung {rung} (trials that never reached it are left out); {where}"
-    if any(isinstance(b, Budget) and b.ladder == "replica" for b in (reads.budget(url, n) for n in names)):
+    if any(isinstance(b, Budget) and b.ladder_kind == "replica" for b in (reads.budget(url, n) for n in names)):
         text += (
             ". On a replica ladder a rung's loss is that of the trial's replica (a narrower copy at the target's "
             "tokens per parameter), so raw losses rank the replicas, not the configs"
@@ -163,8 +163,8 @@ def _pick_target(budget: Budget) -> float:
     return st.select_slider(
         "target T (training FLOPs)",
         options=options,
-        value=budget.target,
-        format_func=lambda t: f"{t:.3g} ({t / budget.top_rung_flops:.3g}x top rung)",
+        value=budget.ladder.target_flops,
+        format_func=lambda t: f"{t:.3g} ({t / budget.ladder.top_flops:.3g}x top rung)",
         key="target_T",
         help=f"move T within the range make fidelity checked (up to {VALIDATED_TARGET_RATIO:g}x the top rung)",
     )
@@ -175,24 +175,28 @@ def target_page(url: str, summaries: Sequence) -> None:
     name = pick_search(summaries, "target_search")
     axis = pick_axis("target_axis")
     stored = reads.budget(url, name)
-    target = _pick_target(stored) if isinstance(stored, Budget) and stored.rungs > 1 else None
+    target = _pick_target(stored) if isinstance(stored, Budget) and stored.ladder.kind != "single" else None
 
     def render() -> None:
         budget = reads.budget(url, name)
         rung_rows = reads.rungs(url, name)
         if isinstance(budget, Budget) and target is not None:
             budget = budget.model_copy(update={"target_flops": target})
-        predictions = reads.predictions(url, name, budget.target) if rung_rows and isinstance(budget, Budget) else {}
+        predictions = (
+            reads.predictions(url, name, budget.ladder.target_flops) if rung_rows and isinstance(budget, Budget) else {}
+        )
         reason = no_target_reason(budget, rung_rows, predictions)
         if reason is not None:
             st.info(reason)
             return
-        found = reads.search_answer(url, name, budget.target)
-        rows, answer = list(found.rows), reads.answer(url, name, budget.target)
+        found = reads.search_answer(url, name, budget.ladder.target_flops)
+        rows, answer = list(found.rows), reads.answer(url, name, budget.ladder.target_flops)
         st.caption(ladder_caption(budget, answer.backtest, answer.calibration))
-        if target is not None and isinstance(stored, Budget) and target != stored.target:
+        if target is not None and isinstance(stored, Budget) and target != stored.ladder.target_flops:
             st.caption(moved_target_note(budget))
-        st.plotly_chart(target_front_figure(rows, predictions, budget.target, rung_rows, axis), key="target_front")
+        st.plotly_chart(
+            target_front_figure(rows, predictions, budget.ladder.target_flops, rung_rows, axis), key="target_front"
+        )
         unmeasured_caption(rows, axis)
         st.subheader("What the answer rests on")
         st.markdown("\n".join(f"- {line}" for line in found.rests_on))  # as nas show and the export say it

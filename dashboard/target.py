@@ -29,7 +29,8 @@ def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dic
         )
     if not any(p.group not in (NONE, "-") for p in predictions.values()) and not _top_rung_only(budget):
         return (
-            f"too few rungs to fit loss vs compute ({len(rung_rows)} rung measurements, ladder of {budget.rungs}): "
+            f"too few rungs to fit loss vs compute ({len(rung_rows)} rung measurements, ladder of "
+            f"{budget.ladder.layout.rungs}): "
             "extrapolating to the target needs trials measured at two or more rungs (`nas search --rungs 3`)"
         )
     return None
@@ -37,15 +38,16 @@ def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dic
 
 def _top_rung_only(budget: Budget) -> bool:
     """Whether the search trained every config once at its top rung (the layout chosen by cost)."""
-    measured = budget.measurement()
-    return budget.rungs > 1 and measured.ladder is not None and measured.ladder.rungs == 1
+    ladder = budget.ladder
+    return ladder.kind != "single" and ladder.layout.rungs == 1
 
 
 def ladder_caption(budget: Budget, check: Backtest | None = None, calibration: Calibration | None = None) -> str:
     """The target T, the ladder (its kind, its rungs' budgets and eta), the predictor and the bands in one line."""
-    measured = budget.measurement()
-    budgets = measured.replica_rungs or tuple(budget.trial_flops * budget.eta**r for r in range(budget.rungs))
-    what = "replicas at the target's tokens per parameter" if budget.ladder == "replica" else "the config itself"
+    ladder = budget.ladder
+    layout = ladder.layout
+    budgets = tuple(layout.lowest_flops * layout.eta**r for r in range(layout.rungs))
+    what = "replicas at the target's tokens per parameter" if ladder.is_replica else "the config itself"
     loss_at_t = (
         "each trial's loss: its top rung's, not carried to T (one rung: no curve to carry it), the top rung's "
         "measured bias taken out; the ranking is the answer"
@@ -54,9 +56,9 @@ def ladder_caption(budget: Budget, check: Backtest | None = None, calibration: C
         "shared), or all its rungs weighted by their reliability where the backtest favours that"
     )
     caption = (
-        f"target T = {budget.target:.3g} training FLOPs ({budget.target / budget.top_rung_flops:.3g} x the top rung) · "
-        f"{budget.ladder} ladder ({what}): {len(budgets)} rung{'s' if len(budgets) > 1 else ''}, eta = "
-        f"{budget.eta:g} ({', '.join(f'{b:.3g}' for b in budgets)} training FLOPs; {budget.chosen_layout.reason}) · "
+        f"target T = {ladder.target_flops:.3g} training FLOPs ({ladder.target_ratio:.3g} x the top rung) · "
+        f"{budget.ladder_kind} ladder ({what}): {len(budgets)} rung{'s' if len(budgets) > 1 else ''}, eta = "
+        f"{layout.eta:g} ({', '.join(f'{b:.3g}' for b in budgets)} training FLOPs; {layout.reason}) · "
         f"{loss_at_t}; error bars: the {BAND_LEVEL:.0%} band, calibrated on the backtest"
     )
     if check is not None:
@@ -71,18 +73,19 @@ def ladder_caption(budget: Budget, check: Backtest | None = None, calibration: C
 def target_options(budget: Budget, steps: int = 9) -> list[float]:
     """The targets a user may move T to: 2x to VALIDATED_TARGET_RATIO x the top rung (the range
     `make fidelity` checked), log-spaced, and the search's own T wherever it lies."""
-    top = budget.top_rung_flops
+    top = budget.ladder.top_flops
     grid = np.geomspace(2.0 * top, VALIDATED_TARGET_RATIO * top, steps)
-    return sorted({float(f"{t:.3g}") for t in grid} | {budget.target})
+    return sorted({float(f"{t:.3g}") for t in grid} | {budget.ladder.target_flops})
 
 
 def moved_target_note(budget: Budget) -> str:
     """What a moved T means: on a budget ladder, the same configs at more compute; on a replica ladder,
     each config scaled along the path its replicas measured."""
-    if budget.ladder == "replica":
+    target = budget.ladder.target_flops
+    if budget.ladder.is_replica:
         return (
-            f"T moved to {budget.target:.3g}: on a replica ladder each trial's curve runs along its target's tokens "
+            f"T moved to {target:.3g}: on a replica ladder each trial's curve runs along its target's tokens "
             "per parameter, so the loss at this T is that of the config with its width scaled to spend T at that "
             "ratio; the configs themselves were sized for the search's own T"
         )
-    return f"T moved to {budget.target:.3g}: each config's predicted loss when trained iso-FLOP with this budget"
+    return f"T moved to {target:.3g}: each config's predicted loss when trained iso-FLOP with this budget"

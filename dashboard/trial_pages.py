@@ -93,9 +93,9 @@ def _trial_rungs(url: str, name: str, row) -> None:
     if not mine:
         st.caption("no rung measured for this trial: no prediction at the target budget")
         return
-    predictions = reads.predictions(url, name, budget.target)
+    predictions = reads.predictions(url, name, budget.ladder.target_flops)
     p = predictions.get(row.number)
-    params = reads.fit_params(url, name, budget.target).get(row.number)
+    params = reads.fit_params(url, name, budget.ladder.target_flops).get(row.number)
     if p is None or params is None or p.group in (NONE, "-"):
         st.caption(
             f"measured at {len({r.rung for r in mine})} rung(s); "
@@ -103,11 +103,12 @@ def _trial_rungs(url: str, name: str, row) -> None:
         )
         return
     st.subheader("loss vs compute, out to the target")
-    st.plotly_chart(rung_curve_figure(mine, params, budget.target, p), key=f"rung_curve_{row.id}")
+    st.plotly_chart(rung_curve_figure(mine, params, budget.ladder.target_flops, p), key=f"rung_curve_{row.id}")
     loo = "-" if p.loo_error is None else f"{p.loo_error:+.4f}"
     st.caption(
-        f"predicted at T = {budget.target:.3g} training FLOPs: {p.loss:.4f} nats ({band_text(p)}) · "
-        f"{p.rungs} of {budget.rungs} rungs · {p.predictor}: {p.basis} · held-out error of its highest rung {loo}"
+        f"predicted at T = {budget.ladder.target_flops:.3g} training FLOPs: {p.loss:.4f} nats ({band_text(p)}) · "
+        f"{p.rungs} of {budget.ladder.layout.rungs} rungs · {p.predictor}: {p.basis} · held-out error of its highest "
+        f"rung {loo}"
     )
     st.dataframe(rung_frame(mine), hide_index=True, key=f"rung_table_{row.id}", column_config=COSTS)
     if any(r.d_model is not None for r in mine):

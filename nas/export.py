@@ -255,9 +255,9 @@ def _measured_as(found: SearchAnswer) -> dict | None:
         return None
     answer = found.answer
     return {
-        "layout": budget.chosen_layout.reason,
-        "rungs": budget.measurement().ladder.rungs if budget.measurement().ladder else 1,
-        "narrowing": budget.replica_narrowing.model_dump() if budget.ladder == "replica" else None,
+        "layout": budget.ladder.layout.reason,
+        "rungs": budget.ladder.trial_plan.rungs,
+        "narrowing": budget.narrowing.model_dump() if budget.ladder_kind == "replica" else None,
         "bias_prior": budget.bias_prior,
         "bias_taken_out": answer.discrepancy.describe() if answer is not None and answer.discrepancy else None,
         "anchors": budget.anchor_plan().reason,

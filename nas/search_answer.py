@@ -150,12 +150,12 @@ class SearchAnswer:
 
 
 def _layout(budget: Budget) -> dict[str, Any]:
-    """The rungs a search's trials climb as it chose them (`Budget.chosen_layout`): what each rung trains, the
+    """The rungs a search's trials climb as it chose them (`Budget.ladder`): what each rung trains, the
     rungs' training budgets and why this layout."""
-    layout = budget.chosen_layout
+    ladder = budget.ladder
+    layout = ladder.layout
     budgets = [layout.lowest_flops * layout.eta**r for r in range(layout.rungs)]
-    return {"ladder": budget.ladder if layout.rungs > 1 or budget.rungs > 1 else "single", "rungs": layout.rungs,
-            "eta": layout.eta, "budgets": budgets, "why": layout.reason}  # fmt: skip
+    return {"ladder": ladder.kind, "rungs": layout.rungs, "eta": layout.eta, "budgets": budgets, "why": layout.reason}
 
 
 def search_answer(store: Store, name: str, target: float | None = None) -> SearchAnswer:
@@ -187,7 +187,7 @@ def _computed(store: Store, name: str, target: float | None) -> SearchAnswer:
     except (BudgetError, KeyError, TypeError):
         budget = None
     if target is None and budget is not None:
-        target = budget.target
+        target = budget.ladder.target_flops
     anchoring = _anchoring(search, budget, rows) if budget is not None else None
     answer = (
         answer_at_target(rungs, target, anchoring) if rungs and target is not None and math.isfinite(target) else None
@@ -223,13 +223,13 @@ def search_anchoring(space: SearchSpace, budget: Budget, trials: Sequence[TrialR
     """How a search's answer takes the top rung's bias out: the measured prior (unless the search says none),
     moved by its anchors (None: neither, or a search without replica rungs)."""
     prior = measured_prior() if budget.bias_prior == "measured" else NO_PRIOR
-    if budget.ladder != "replica" or (prior == NO_PRIOR and budget.anchors < 2):
+    if budget.ladder_kind != "replica" or (prior == NO_PRIOR and budget.anchors < 2):
         return None
     shapes = trial_shapes(space, trials)
     return Anchoring(
         {n: (layers, width) for n, (layers, width, _) in shapes.items()},
         {n: family for n, (_, _, family) in shapes.items()},
-        budget.chosen_layout.top_flops,
+        budget.ladder.top_flops,
         prior,
     )
 

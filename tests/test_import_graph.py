@@ -38,6 +38,7 @@ ROOMS = {
         "workers.pretrain",
         "workers.trial",
         "workers.training",
+        "workers.ladder",
         "workers.data",
         "workers.status",
         "workers.strict_json",

@@ -1,4 +1,5 @@
-"""The workers: one proxy trial (`trial/`), the iso-FLOP trainer every run uses (`training/`), the data pipeline
+"""The workers: the replica ladder and budget plans (`ladder/`), one proxy trial (`trial/`), the iso-FLOP trainer
+every run uses (`training/`), the data pipeline
 (`data/`), pretraining at full scale (`pretrain/`) and the Hugging Face release (`release/`). `status` is the one
 vocabulary of trial statuses and `strict_json` keeps result records strict JSON."""
 
@@ -11,8 +12,8 @@ if TYPE_CHECKING:
     from .data.config import DataConfig
     from .data.corpus import TokenizedCorpus, load_corpus
     from .data.documents import byte_tokens, read_shipped_texts, shipped_corpus_path
+    from .ladder.plans import InfeasibleBudget, RungSpacing, plan_budget, plan_ladder
     from .training.config import OptimConfig, RunConfig
-    from .training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
     from .training.train import train
     from .trial.result import TrialResult, WidthCertificate
     from .trial.run import run_trial
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DataConfig",
     "InfeasibleBudget",
-    "LadderConfig",
     "OptimConfig",
     "RunConfig",
+    "RungSpacing",
     "TokenizedCorpus",
     "TrainBatches",
     "TrialResult",
@@ -53,10 +54,10 @@ __getattr__ = lazy_exports(
         "shipped_corpus_path": ".data.documents",
         "OptimConfig": ".training.config",
         "RunConfig": ".training.config",
-        "InfeasibleBudget": ".training.plans",
-        "LadderConfig": ".training.plans",
-        "plan_budget": ".training.plans",
-        "plan_ladder": ".training.plans",
+        "InfeasibleBudget": ".ladder.plans",
+        "RungSpacing": ".ladder.plans",
+        "plan_budget": ".ladder.plans",
+        "plan_ladder": ".ladder.plans",
         "train": ".training.train",
         "TrialResult": ".trial.result",
         "WidthCertificate": ".trial.result",

@@ -74,8 +74,8 @@ def run_one(job: tuple) -> dict:
     from search_spaces.residual_lm import flops_per_token
     from workers.data.config import DataConfig
     from workers.data.corpus import load_corpus
+    from workers.ladder.plans import plan_budget
     from workers.training.config import OptimConfig, RunConfig
-    from workers.training.plans import plan_budget
     from workers.trial.run import run_trial
 
     torch.set_num_threads(1)

@@ -53,7 +53,7 @@ RUN = dict(batch_size=8, eval_sequences=256, evals=1, report_every=1000)
 COLUMNS = ["config", "residual", "n_layers", "d_model", "mod_rate", "params", "executed_flops_per_token", "kind",
            "seed", "rung", "budget_flops", "tokens", "val_loss", "compute_flops", "wall_time_s", "status"]  # fmt: skip
 # Replica rungs (`workers.trial.replica`), narrowed as a search narrows by default, are built at T/10: the layout a
-# search chooses by default trains every config there once (`nas.space.layout`). The tables that narrowed at a
+# search chooses by default trains every config there once (`workers.ladder.layout`). The tables that narrowed at a
 # fixed head count (*_keep_heads) hold every share of KEEP_HEADS_SHARES, each its own run, so that the report can
 # replay there any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10), 2 at eta 2 or 3.
 REPLICA_TOP_SHARE = 0.1
@@ -63,7 +63,7 @@ KEEP_HEADS_SHARES = (1 / 90, 1 / 40, 1 / 30, 1 / 20, 1 / 10)
 # ANCHOR_SHARE x T, wider and nearer the target's shape than the top rung, so that a replay can pick any of them
 ANCHOR_SHARE = 1 / 3
 # The ladders replayed on the replica tables, each as a search runs it (its anchors included), and the layout a
-# search chooses by default (`Budget.chosen_layout`: must be among them)
+# search chooses by default (`Budget.ladder`: must be among them)
 TOP_RUNG_ONLY = "every config once at the top rung"
 LAYOUTS = {
     TOP_RUNG_ONLY: (1, 2.0),
@@ -71,7 +71,7 @@ LAYOUTS = {
     "2 rungs, eta 3": (2, 3.0),
     "2 rungs, eta 2": (2, 2.0),
 }
-_CHOSEN = Budget(trial_flops=1.0).chosen_layout
+_CHOSEN = Budget(trial_flops=1.0).ladder.layout
 DEFAULT_LAYOUT = TOP_RUNG_ONLY if _CHOSEN.rungs == 1 else f"{_CHOSEN.rungs} rungs, eta {_CHOSEN.eta:g}"
 DEFAULT_ANCHORS = Budget.model_fields["anchors"].default  # a search's: `nas search --anchors`
 # How the search ran before the head size was kept and the layout was chosen by cost: on the *_keep_heads tables
@@ -129,6 +129,7 @@ CORPORA = {
         HERE / "data" / "fidelity_handbook_runs.csv",
         HERE / "data" / "fidelity_handbook_replica_runs.csv",
         HERE / "data" / "fidelity_handbook_anchor_runs.csv",
+        HERE / "data" / "fidelity_handbook_replica_runs_keep_heads.csv",
     ),
 }
 
@@ -142,6 +143,7 @@ class Job:
     budget: float  # the top rung's, or the truth's (a replica job's target)
     rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
     corpus: str = "plays"
+    keep_heads: bool = False  # a replica job of the *_keep_heads tables: every share of KEEP_HEADS_SHARES
 
     @property
     def cost(self) -> float:
@@ -223,15 +225,15 @@ def run_job(job: Job) -> list[dict]:
 
     from search_spaces.residual_lm import ArchConfig
     from workers.data.corpus import load_corpus
+    from workers.ladder.plans import RungSpacing
     from workers.training.config import OptimConfig, RunConfig
-    from workers.training.plans import LadderConfig
     from workers.trial.run import run_trial
 
     torch.set_num_threads(1)
     cfg = ArchConfig(**job.arch)
     if job.kind in ("replica", "anchor"):
         return run_replica_job(job, cfg)
-    ladder = LadderConfig(rungs=RUNGS if job.kind == "ladder" else 1, eta=ETA)
+    ladder = RungSpacing(rungs=RUNGS if job.kind == "ladder" else 1, eta=ETA)
     result = run_trial(
         cfg,
         job.budget,
@@ -240,7 +242,7 @@ def run_job(job: Job) -> list[dict]:
         optim=OptimConfig(lr=3e-3, **job.rule),
         run=RunConfig(**RUN),
         width_probe=False,
-        ladder=ladder,
+        spacing=ladder,
     )
     base = job_fields(job, cfg, str(result.status)) | dict(
         wall_time_s=result.wall_time_s, compute_flops=result.training_flops + result.branch_flops
@@ -273,13 +275,15 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
     """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`), narrowed
     as a search does by default; an anchor job: the one replica at ANCHOR_SHARE x T."""
     from workers.data.corpus import load_corpus
+    from workers.ladder.narrowing import KEEP_HEADS, Narrowing
     from workers.training.config import OptimConfig, RunConfig
     from workers.trial.contract import TrialRequest
-    from workers.trial.narrowing import Narrowing
     from workers.trial.replica import run_replica_trial
 
-    flops = replica_rung_flops(job.budget) if job.kind == "replica" else [ANCHOR_SHARE * job.budget]
-    measurement = replica_measurement(job.budget, flops, Narrowing())  # as a search narrows by default
+    shares = KEEP_HEADS_SHARES if job.keep_heads else REPLICA_SHARES
+    flops = replica_rung_flops(job.budget, shares) if job.kind == "replica" else [ANCHOR_SHARE * job.budget]
+    narrowing = KEEP_HEADS if job.keep_heads else Narrowing()  # else as a search narrows by default
+    measurement = replica_measurement(job.budget, flops, narrowing)
     optim, run = OptimConfig(lr=3e-3, **job.rule), RunConfig(**RUN)
     request = TrialRequest.of(cfg, measurement, optim=optim, run=run, seed=job.seed, width_probe=False)
     result = run_replica_trial(request, load_corpus(CORPORA[job.corpus].data()))
@@ -288,9 +292,9 @@ def run_replica_job(job: Job, cfg) -> list[dict]:
 
 def replica_measurement(target: float, rung_flops, narrowing):
     """Replica rungs of `rung_flops` (lowest first) on the path to `target`, narrowed as `narrowing` says."""
-    from workers.trial.contract import Measurement
+    from workers.ladder.trial_plan import LadderPlan
 
-    return Measurement(rung_flops[-1], None, tuple(rung_flops), target, narrowing)
+    return LadderPlan(rung_flops[-1], None, tuple(rung_flops), target, narrowing)
 
 
 def replica_rows(base: dict, records: Sequence) -> list[dict]:
@@ -545,7 +549,7 @@ def report(corpora: Sequence[tuple[Corpus, Path, Path]], out: Path, dashboard_su
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("build", "build-replicas", "build-anchors", "report"))
+    parser.add_argument("command", choices=("build", "build-replicas", "build-keep-heads", "build-anchors", "report"))
     parser.add_argument("--corpus", choices=sorted(CORPORA), default="plays", help="build: the corpus and its tables")
     parser.add_argument("--runs", type=Path, help="build: the budget ladder and truth table (default: the corpus's)")
     parser.add_argument("--replica-runs", type=Path, help="build: the replica table (default: the corpus's)")
@@ -572,6 +576,16 @@ def main() -> None:
     if args.command == "build":
         kinds = tuple(args.kinds.split(","))
         build(runs, jobs(args.smoke, horizon_rule(args.space), kinds, seeds, corpus=corpus.name), args.processes)
+    elif args.command == "build-keep-heads":  # every share of KEEP_HEADS_SHARES, the head count kept
+        todo = [
+            dataclasses.replace(j, keep_heads=True)
+            for j in jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, corpus.name)
+        ]
+        build(
+            corpus.keep_heads_runs or HERE / "data" / f"fidelity_{corpus.name}_replica_runs_keep_heads.csv",
+            todo,
+            args.processes,
+        )
     elif args.command in ("build-replicas", "build-anchors"):
         kind = args.command.removeprefix("build-").removesuffix("s")
         chosen = seeds if kind == "replica" else seeds[:1]  # an anchor is one run

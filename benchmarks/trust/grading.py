@@ -39,7 +39,7 @@ from nas.answer.decisions import kendall
 from nas.answer.discrepancy import NO_PRIOR, Anchoring, BiasPrior, aspect, choose_anchors
 from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
 from nas.answer.pareto import FrontPoint, hypervolume, pareto_rows
-from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, Ladder
+from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, PromotionRule
 from nas.answer.target import Answer, answer_at_target, front_at_target
 from nas.search.rung_gate import StoreRungGate
 from nas.store import RungRow, Store
@@ -268,7 +268,7 @@ class SearchReplay:
     target: float
     replica: bool = True
     cooldown: float = 0.2
-    noise_rule: bool = True  # `Ladder.noise_rule`: off replays plain MO-ASHA
+    noise_rule: bool = True  # `PromotionRule.noise_rule`: off replays plain MO-ASHA
     anchor_rows: Sequence[dict] = ()  # every config's anchor run (one seed): the table a search's anchors come from
     anchors: int = 0  # how many the search trains
     prior: BiasPrior = NO_PRIOR  # the top rung's bias the answer takes out (`nas search --bias-prior`)
@@ -281,7 +281,9 @@ class SearchReplay:
         self.store.create_search(
             "replay", requested_trials=1, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
         )
-        ladder = Ladder(self.target, self.eta, len(self.budgets), remeasure=self.replica, noise_rule=self.noise_rule)
+        ladder = PromotionRule(
+            self.target, self.eta, len(self.budgets), remeasure=self.replica, noise_rule=self.noise_rule
+        )
         self.decide = StoreRungGate(self.store.url, "replay", ladder)
         self._by = {(r["config"], r["seed"], budget_key(r["budget_flops"])): r for r in self.rows}
         self._shape = {r["config"]: (r["n_layers"], r["d_model"]) for r in self.rows}

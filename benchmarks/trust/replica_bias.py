@@ -10,7 +10,7 @@ every config of `benchmarks.trust.fidelity` again with another `Narrowing` (seed
 
 - a width floor at half the target's width, the head count kept;
 - the same floor with heads of the target's size, fewer of them (attention scaled as at the target): what a search
-  now does by default (`workers.trial.narrowing`), so `make fidelity`'s replica tables hold it with both seeds.
+  now does by default (`workers.ladder.narrowing`), so `make fidelity`'s replica tables hold it with both seeds.
 
 A learning-rate sweep (`LR_SWEEP`: 1.5e-3, 3e-3, 6e-3 around the runs' 3e-3) trains the two matched-cost shapes
 8x32 and 2x64 of every family at the top rung twice: as its replica, and at the target's own width for the same
@@ -46,7 +46,7 @@ from benchmarks.trust.architecture import (
 )
 from benchmarks.trust.grading import Truth, graded_rows, losses_at
 from nas.answer.extrapolate import RungPoint, seed_noise
-from workers.trial.narrowing import KEEP_HEADS, Narrowing
+from workers.ladder.narrowing import KEEP_HEADS, Narrowing
 
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/: its data/ and results/
 RUNS_CSV = HERE / "data" / "replica_bias_runs.csv"

@@ -4,7 +4,7 @@
 
 Both ladders give a trial the rungs C, eta C, eta^2 C (the search's defaults: 3 rungs, eta 3) and the
 target T = 10 x the top rung (the search's default). The budget ladder trains the config itself once,
-to the top rung, with a cooldown branch at each rung below (`workers.training.plans`); the replica ladder
+to the top rung, with a cooldown branch at each rung below (`workers.ladder.plans`); the replica ladder
 trains one replica per rung (`workers.trial.replica`), each its own run, with `min_width` the narrowest width
 it may use (the default `DEFAULT_MIN_WIDTH`, and wider floors: a rung whose on-path width is below the
 floor trains the floor width for fewer tokens, off the path). Every trial runs in this process on one
@@ -45,14 +45,15 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
     from search_spaces.residual_lm import ArchConfig
     from workers.data.config import DataConfig
     from workers.data.corpus import load_corpus
-    from workers.training.plans import LadderConfig
-    from workers.trial.contract import Measurement, TrialRequest
-    from workers.trial.narrowing import KEEP_HEADS
+    from workers.ladder.narrowing import KEEP_HEADS
+    from workers.ladder.plans import RungSpacing
+    from workers.ladder.trial_plan import LadderPlan
+    from workers.trial.contract import TrialRequest
     from workers.trial.replica import run_replica_trial, rung_budgets
     from workers.trial.run import run_trial
 
     cfg, corpus = ArchConfig(**arch, **FIXED), load_corpus(DataConfig())
-    ladder = LadderConfig(rungs=RUNGS, eta=ETA)
+    ladder = RungSpacing(rungs=RUNGS, eta=ETA)
     budgets = rung_budgets(trial_flops, ladder)
     target = TARGET_RATIO * budgets[-1]
     variants = ["budget", *(f"replica_min_width_{w}" for w in min_widths)]
@@ -61,11 +62,11 @@ def run_variants(arch: dict, trial_flops: float, min_widths: list[int], rotation
     for name in variants:
         start = time.perf_counter()
         if name == "budget":
-            result = run_trial(cfg, budgets[-1], corpus, ladder=ladder)
+            result = run_trial(cfg, budgets[-1], corpus, spacing=ladder)
         else:
             floor = int(name.rsplit("_", 1)[1])
             narrowing = KEEP_HEADS.model_copy(update={"min_width": floor})  # the floors this benchmark measured
-            measurement = Measurement(budgets[-1], None, tuple(budgets), target, narrowing)
+            measurement = LadderPlan(budgets[-1], None, tuple(budgets), target, narrowing)
             result = run_replica_trial(TrialRequest.of(cfg, measurement), corpus)
         wall = time.perf_counter() - start
         out[name] = {

@@ -5,16 +5,16 @@ its verdict is one of three (`workers.trial.contract.Verdict`):
 
 1. **climb** if, among ALL n trials that have reported at rung r so far (i included), i is in the best ceil(n / eta)
    by the order of `nas.answer.promotion.rank`: non-dominated sorting on (predicted loss at the target T, executed
-   FLOPs per token[, KV bytes per token]: the search's objectives, `Ladder.objectives`), then crowding distance.
+   FLOPs per token[, KV bytes per token]: the search's objectives, `PromotionRule.objectives`), then crowding distance.
    Each trial's loss at T is predicted from the study's rungs up to r (`nas.answer.target.answer_at_target`), so
    that trials which climbed higher are not favoured by their extra rungs; running peers are compared on the FLOPs
    stored when they started.
 2. Otherwise, if i is tied with that cut within twice the study's seed noise carried to T (a coin flip, PASHA,
-   arXiv 2207.06940): on a replica ladder (`Ladder.remeasure`: each rung its own run) it first **measure_again**s
+   arXiv 2207.06940): on a replica ladder (`PromotionRule.remeasure`: each rung its own run) it first **measure_again**s
    the rung with a second seed (`REMEASURE_SEED_OFFSET`) and climbs if its seed mean is still tied; a budget
    ladder (one run branched at each rung) cannot measure a rung again, so its ties climb. On a replica ladder the
    first trials to fall below the cut also measure again until the study has `NOISE_REPEATS` repeated rungs, so
-   that the noise is measured, not assumed. With `Ladder.noise_rule` off this step is skipped (plain MO-ASHA).
+   that the noise is measured, not assumed. With `PromotionRule.noise_rule` off this step is skipped (plain MO-ASHA).
 3. Otherwise it **stop**s. So does every trial at its top rung, or with a non-finite predicted loss. A stop carries
    the trial's prediction and band from every stored rung: the loss Optuna is told, on the scale every told loss
    shares.
@@ -46,21 +46,21 @@ from ..store import RungRow
 from .promotion import Candidate, promotable, tied_with_cut
 from .target import Answer, answer_at_target
 
-__all__ = ["NOISE_REPEATS", "REMEASURE_SEED_OFFSET", "Ladder", "decide_rung", "repeated_rungs"]
+__all__ = ["NOISE_REPEATS", "REMEASURE_SEED_OFFSET", "PromotionRule", "decide_rung", "repeated_rungs"]
 
 NOISE_REPEATS = 2  # repeated rungs the study needs before its seed noise is trusted for ties
 
 
 @dataclass(frozen=True)
-class Ladder:
-    """The rungs a search's trials climb: `n_rungs` of them at ratio `eta`, answered for `target_flops`;
+class PromotionRule:
+    """How a search's trials climb its rungs: `rungs` of them at ratio `eta`, answered for `target_flops`;
     `remeasure`: a rung can be measured again with another seed (replica rungs, each its own run);
     `noise_rule`: ties within twice the seed noise climb or are measured again (off: plain MO-ASHA);
     `objectives`: what the search minimises (`nas.space.objectives`)."""
 
     target_flops: float
     eta: float
-    n_rungs: int
+    rungs: int
     remeasure: bool = False
     noise_rule: bool = True
     objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES
@@ -75,28 +75,30 @@ def repeated_rungs(rows: Sequence[RungRow]) -> int:
     return sum(len(s) >= 2 for s in seeds.values())
 
 
-def decide_rung(ladder: Ladder, rows: Sequence[RungRow], number: int, rung: int, flops_per_token: float) -> RungVerdict:
+def decide_rung(
+    rule: PromotionRule, rows: Sequence[RungRow], number: int, rung: int, flops_per_token: float
+) -> RungVerdict:
     """The verdict for trial `number` at the end of `rung` (module docstring), from every stored rung row `rows`
     (its own included); `flops_per_token`: the trial's executed forward FLOPs per token."""
     earlier = [r for r in rows if r.rung <= rung]
-    ranked = answer_at_target(earlier, ladder.target_flops)
+    ranked = answer_at_target(earlier, rule.target_flops)
     predicted = ranked.predictions[number].loss
 
     def stop() -> RungVerdict:
-        final = ranked if len(earlier) == len(rows) else answer_at_target(rows, ladder.target_flops)
+        final = ranked if len(earlier) == len(rows) else answer_at_target(rows, rule.target_flops)
         p = final.predictions[number]
         return RungVerdict.stop(p.loss, (p.low, p.high) if p.low is not None and p.high is not None else None)
 
-    if rung >= ladder.n_rungs - 1 or not math.isfinite(predicted):
+    if rung >= rule.rungs - 1 or not math.isfinite(predicted):
         return stop()
-    candidates = _candidates(ladder, earlier, rung, ranked, number, flops_per_token)
-    if number in promotable(candidates, ladder.eta):
+    candidates = _candidates(rule, earlier, rung, ranked, number, flops_per_token)
+    if number in promotable(candidates, rule.eta):
         return RungVerdict.climb(predicted)
-    if not ladder.noise_rule:
+    if not rule.noise_rule:
         return stop()
     measured_twice = len({r.seed for r in earlier if r.number == number and r.rung == rung}) >= 2
-    again = ladder.remeasure and not measured_twice
-    if tied_with_cut(number, candidates, ladder.eta):  # within the noise of the cut: a coin flip
+    again = rule.remeasure and not measured_twice
+    if tied_with_cut(number, candidates, rule.eta):  # within the noise of the cut: a coin flip
         return RungVerdict.measure_again(predicted) if again else RungVerdict.climb(predicted)
     if again and repeated_rungs(earlier) < NOISE_REPEATS:
         return RungVerdict.measure_again(predicted)  # the study's noise is not measured yet
@@ -104,7 +106,7 @@ def decide_rung(ladder: Ladder, rows: Sequence[RungRow], number: int, rung: int,
 
 
 def _candidates(
-    ladder: Ladder, rows: Sequence[RungRow], rung: int, answer: Answer, number: int, flops_per_token: float
+    rule: PromotionRule, rows: Sequence[RungRow], rung: int, answer: Answer, number: int, flops_per_token: float
 ) -> list[Candidate]:
     """The trials at `rung`: predicted loss at T, FLOPs per token (and KV bytes per token when the search
     minimises them; stored when each trial started) and the margin of twice the study's seed noise carried to
@@ -114,9 +116,9 @@ def _candidates(
     out = []
     for n, row in at_rung.items():
         p = answer.predictions[n]
-        slope = (row.budget_flops / ladder.target_flops) ** answer.exponents.get(p.group, 0.0)
+        slope = (row.budget_flops / rule.target_flops) ** answer.exponents.get(p.group, 0.0)
         margin = 2.0 * noise * slope if noise is not None else 0.0
         flops = flops_per_token if n == number else (row.executed_flops_per_token or math.inf)
-        kv = (row.kv_bytes_per_token or math.inf) if Objective.KV in ladder.objectives else None
+        kv = (row.kv_bytes_per_token or math.inf) if Objective.KV in rule.objectives else None
         out.append(Candidate(n, p.loss, flops, margin if math.isfinite(p.loss) else 0.0, kv))
     return out

@@ -17,6 +17,7 @@ from typer.core import TyperGroup
 from typer.exceptions import TyperException
 
 from workers.data.config import DataConfig
+from workers.ladder.narrowing import Narrowing
 from workers.training.config import OptimConfig
 
 from ..search.settings import PROPOSALS_PER_TRIAL, SAMPLERS, SearchSettings
@@ -197,7 +198,7 @@ def search(
         rich_help_panel=BUDGET,
     ),
     ladder: str = typer.Option(
-        _budget("ladder"),
+        _budget("ladder_kind"),
         help="What a rung trains: 'replica' (a narrower copy at the target's tokens per parameter) "
         "or 'budget' (the config itself, one run branched at each rung).",
         rich_help_panel=LADDER,
@@ -215,19 +216,19 @@ def search(
         rich_help_panel=LADDER,
     ),
     min_replica_width: int = typer.Option(
-        _budget("min_replica_width"),
+        default_of(Narrowing, "min_width"),
         help="Narrowest replica width: a rung whose on-path replica would be narrower trains this width "
         "for fewer tokens per parameter (off the path). Narrow models run slowly per FLOP.",
         rich_help_panel=LADDER,
     ),
     narrowing: str = typer.Option(
-        _budget("narrowing"),
+        default_of(Narrowing, "keep"),
         help="What a replica keeps as it narrows: head_size (fewer heads of the target's size) or heads (the head "
         "count, the head size shrinking).",
         rich_help_panel=LADDER,
     ),
     min_replica_share: float = typer.Option(
-        _budget("min_replica_share"),
+        default_of(Narrowing, "min_share"),
         help="Narrowest replica as a share of the target's width.",
         rich_help_panel=LADDER,
     ),
@@ -292,10 +293,8 @@ def search(
             **({"eta": eta} if eta is not None else {}),
             layout="as_given" if rungs is not None or eta is not None else "by_cost",
             target_flops=target_flops,
-            ladder=ladder,
-            min_replica_width=min_replica_width,
-            narrowing=narrowing,
-            min_replica_share=min_replica_share,
+            ladder_kind=ladder,
+            narrowing={"min_width": min_replica_width, "min_share": min_replica_share, "keep": narrowing},
             bias_prior=bias_prior,
             anchors=anchors,
             anchor_flops=anchor_flops,

@@ -48,10 +48,10 @@ def load_effects(store, name: str, at_equal: str = "flops", target_flops: float 
     if at_equal not in AT_EQUAL_CHOICES:
         raise ValueError(f"--at-equal must be one of {', '.join(AT_EQUAL_CHOICES)}, not {at_equal!r}")
     search = store.get_search(name)
-    budget = stored_budget(search.budget)
-    target = budget.target if target_flops is None else target_flops
-    if not math.isfinite(target) or target <= budget.top_rung_flops:
-        top = budget.top_rung_flops
+    ladder = stored_budget(search.budget).ladder
+    target = ladder.target_flops if target_flops is None else target_flops
+    if not math.isfinite(target) or target <= ladder.top_flops:
+        top = ladder.top_flops
         raise ValueError(f"--target-flops must be above the search's top rung {top:.3g}, not {target:g}")
     found = search_answer(store, name, target)
     if found.answer is None:

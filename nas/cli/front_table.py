@@ -86,15 +86,15 @@ def _bpb_per_nat(rows) -> dict[int, float]:
 
 def layout_lines(budget: Budget) -> list[str]:
     """Where the search spends its compute, in a line or two: the layout it chose and why, its anchors."""
-    lines = [f"layout: {budget.chosen_layout.reason}" if budget.rungs > 1 else "layout: one budget, no ladder"]
-    measured = budget.measurement()
-    if budget.ladder == "replica" and budget.rungs > 1 and measured.ladder is not None and measured.ladder.rungs == 1:
+    ladder = budget.ladder
+    lines = [f"layout: {ladder.layout.reason}" if ladder.kind != "single" else "layout: one budget, no ladder"]
+    if ladder.is_replica and ladder.layout.rungs == 1:
         lines.append("one rung per trial: its loss at T is its top rung's, not carried to T (no curve to carry it); "
                      "the ranking is the answer")  # fmt: skip
-    if budget.ladder == "replica" and budget.rungs > 1:
+    if ladder.is_replica:
         bias = "the prior measured on the fidelity corpora" if budget.bias_prior == "measured" else "none"
         lines.append(
-            f"replicas: {budget.replica_narrowing.describe()}; the top rung's bias taken out: {bias}; "
+            f"replicas: {ladder.narrowing.describe()}; the top rung's bias taken out: {bias}; "
             f"anchors: {budget.anchor_plan().reason}"
         )
     return lines
@@ -120,7 +120,7 @@ def front_report(
     if found.budget is not None:
         lines += layout_lines(found.budget)
     if answer is not None and found.predictions:
-        lines.append(f"{found.budget.ladder if found.budget else 'unknown'} ladder; {answer.backtest.describe()}")
+        lines.append(f"{found.budget.ladder_kind if found.budget else 'unknown'} ladder; {answer.backtest.describe()}")
         lines.append(answer.calibration.describe())
     if found.budget is not None and found.budget.beyond_validated:
         lines.append(f"[yellow]warning:[/] {found.budget.beyond_validated}")

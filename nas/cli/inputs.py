@@ -124,9 +124,7 @@ def checked_search_inputs(
 
     from ..space.budget import BudgetError, check_budget_fits
 
-    space_spec = with_schedule(
-        space_spec, {"schedule": schedule, "cooldown": cooldown}, budget.ladder if budget.rungs > 1 else None
-    )
+    space_spec = with_schedule(space_spec, {"schedule": schedule, "cooldown": cooldown}, budget.ladder.kind)
     if budget.beyond_validated:
         console.print(f"[yellow]warning:[/] {budget.beyond_validated}")
     if not name.strip():
@@ -166,7 +164,7 @@ def validated_data(source: str, tokenizer: str = "bytes") -> tuple[dict, dict]:
     return config.model_dump(exclude_defaults=True), corpus.summary()
 
 
-def with_schedule(space_spec, options: dict, ladder: str | None):
+def with_schedule(space_spec, options: dict, ladder_kind: str):
     """The space with the search's learning-rate schedule fixed: the options given (not None) over the space's
     own, over OptimConfig's defaults; stored with the search so that every run of it follows the same."""
     from workers.training.config import OptimConfig
@@ -181,7 +179,7 @@ def with_schedule(space_spec, options: dict, ladder: str | None):
         fail(options_message(err))
     fixed = {**space_spec.schedule_fields(), **space_spec.fixed, **given}
     spec = space_from_dict({**space_spec.spec(), "fixed": fixed})
-    if ladder == "budget" and spec.fixed["schedule"] != "wsd":
+    if ladder_kind == "budget" and spec.fixed["schedule"] != "wsd":
         fail(
             f"--schedule {spec.fixed['schedule']}: a budget ladder branches each rung's cooldown off one "
             "warmup-stable-decay run; use --schedule wsd, or --ladder replica"

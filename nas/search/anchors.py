@@ -1,7 +1,7 @@
 """Anchors: a few trials measured once more above the top rung, so that the answer can take out the top rung's bias.
 
 After the search's trials and their repeats, the budget's `anchor_plan` says how many anchors it affords and at
-what budget (`nas.space.layout.plan_anchors`); `nas.answer.discrepancy.choose_anchors` picks them among the
+what budget (`workers.ladder.layout.plan_anchors`); `nas.answer.discrepancy.choose_anchors` picks them among the
 completed trials for leverage on the bias's slope in ln(depth / width). Each is its replica at the anchor budget
 (a wider one, nearer the target's shape; the target itself at T), trained as a Ray task of one CPU and stored as a
 rung above the top one (`rung` = the layout's rung count), so that every reader of the store sees it and the
@@ -16,8 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from workers.status import TrialStatus
-from workers.training.plans import LadderConfig
-from workers.trial.contract import Measurement, TrialRequest
+from workers.trial.contract import TrialRequest
 
 from ..answer.discrepancy import aspect, choose_anchors
 from ..answer.target import answer_at_target
@@ -58,18 +57,17 @@ def anchor_jobs(
     if plan.count == 0:
         log.info("anchors: %s", plan.reason)
         return []
-    layout = budget.chosen_layout
+    ladder = budget.ladder
+    layout = ladder.layout
     rows = store.rungs(name)
     measured = [r for r in rows if not _above(r, layout.top_flops)]  # the choice ignores anchors already stored
-    predictions = answer_at_target(measured, budget.target).predictions
+    predictions = answer_at_target(measured, ladder.target_flops).predictions
     shapes = trial_shapes(space, trials)
     losses = {n: p.loss for n, p in predictions.items() if n in shapes and math.isfinite(p.loss)}
     chosen = choose_anchors({n: aspect(*shapes[n][:2]) for n in losses}, losses, plan.count)
     stored = {r.number for r in rows if _above(r, layout.top_flops)}
-    measurement = Measurement(
-        plan.flops, LadderConfig(rungs=1, eta=budget.eta), (plan.flops,), budget.target, budget.replica_narrowing
-    )
-    planner, tickets = TrialPlanner(data_config(settings), settings.seed, measurement), DefineByRun(space, budget)
+    planner = TrialPlanner(data_config(settings), settings.seed, ladder.replicas_at((plan.flops,)))
+    tickets = DefineByRun(space, budget)
     by_number = {t.number: t for t in trials}
     todo = []
     for number in chosen:
@@ -91,7 +89,7 @@ def measure_anchors(store: Store, name: str, space: SearchSpace, budget: Budget,
 
     task = ray.remote(num_cpus=1)(measure_again)
     refs = {task.remote(j.request): j for j in todo}
-    flops = todo[0].request.measurement.budget_flops
+    flops = todo[0].request.ladder_plan.top_flops
     log.info("anchors: trials %s at %.3g training FLOPs each", ", ".join(str(j.number) for j in todo), flops)
     for ref, job in refs.items():
         try:

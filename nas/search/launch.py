@@ -139,13 +139,11 @@ def resume_search(
 
 
 def stored_space(raw: dict, budget: Budget) -> SearchSpace:
-    """The space a search was stored with. Its fixed values hold the search's learning-rate schedule; a search
-    stored before they did ran replica rungs and single budgets on a cosine, its budget ladder on wsd."""
-    fixed = raw.get("fixed") or {}
-    if "schedule" not in fixed:
-        legacy = "wsd" if budget.ladder == "budget" and budget.rungs > 1 else "cosine"
-        raw = {**raw, "fixed": {**fixed, "schedule": legacy}}
-    return space_from_dict(raw)
+    """The space a search was stored with, its stored format brought up to date
+    (`nas.store.migrations.upgrade_space`)."""
+    from ..store.migrations import upgrade_space
+
+    return space_from_dict(upgrade_space(raw, on_budget_ladder=budget.ladder.kind == "budget"))
 
 
 def _run_remaining(

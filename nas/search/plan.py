@@ -1,7 +1,7 @@
 """The plan of a search before it runs (`nas search --dry-run`): what it would train and about how long it would
 take on this machine, with nothing trained and nothing stored.
 
-- **The layout**: the ladder (replica or budget), the rungs the search lays out (`Budget.chosen_layout`: C_r =
+- **The layout**: the ladder (replica or budget), the rungs the search lays out (`Budget.ladder`: C_r =
   C eta^r, or a replica ladder's top rung alone where promotion would save nothing), the target T, and on a replica
   ladder the
   narrowest and widest replica each rung trains (`workers.trial.replica.plan_replica`), over the configs a search
@@ -32,16 +32,16 @@ import optuna
 import torch
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token
+from workers.ladder.layout import Layout
+from workers.ladder.plans import InfeasibleBudget, plan_budget
+from workers.ladder.replica import plan_replica
 from workers.training.config import OptimConfig, RunConfig
-from workers.training.plans import InfeasibleBudget, plan_budget
 from workers.training.train import measured_step_seconds
-from workers.trial.replica_plan import plan_replica
 
 from ..answer.decisions import Architecture
 from ..answer.rung_decision import NOISE_REPEATS
 from ..space import CANDIDATE, SearchSpace, suggest, to_configs
 from ..space.budget import Budget, trial_is_feasible
-from ..space.layout import Layout
 from .settings import SearchSettings
 
 __all__ = [
@@ -139,7 +139,8 @@ def plan_search(space: SearchSpace, budget: Budget, settings: SearchSettings) ->
     timing = _timing([r.arch for runs in ladders for r in runs], run.batch_size)
     trials = len(space.candidates) if space.candidates else budget.n_trials
     trained = sum(1 for runs in ladders if runs) if space.candidates else trials
-    layout = budget.chosen_layout
+    ladder = budget.ladder
+    layout = ladder.layout
     reaching = [float(trained)]  # the trials expected at each rung
     for _ in range(1, layout.rungs):
         reaching.append(climbing(reaching[-1], layout.eta))
@@ -154,7 +155,7 @@ def plan_search(space: SearchSpace, budget: Budget, settings: SearchSettings) ->
             runs, flops = runs + anchors.count, flops + anchors.cost
             seconds += anchors.count * each / settings.workers
     rungs = tuple(
-        RungPlan(r, c, reaching[r], _widths(ladders, r) if budget.ladder == "replica" else None)
+        RungPlan(r, c, reaching[r], _widths(ladders, r) if budget.ladder_kind == "replica" else None)
         for r, c in enumerate(_budgets(layout))
     )
     candidates = tuple(
@@ -171,8 +172,8 @@ def plan_search(space: SearchSpace, budget: Budget, settings: SearchSettings) ->
         for i, (arch, _, _) in enumerate(configs)
         if space.candidates
     )
-    return SearchPlan(budget.ladder, budget.target, trials, trained, settings.workers, rungs, runs, flops, seconds,
-                      timing.timed, candidates, layout.reason, anchors.count)  # fmt: skip
+    return SearchPlan(budget.ladder_kind, ladder.target_flops, trials, trained, settings.workers, rungs, runs, flops,
+                      seconds, timing.timed, candidates, layout.reason, anchors.count)  # fmt: skip
 
 
 def _totals(
@@ -182,15 +183,16 @@ def _totals(
     the planned configs of their run there; the noise's first repeated rungs and the front's repeats on top; the
     seconds divided among the workers, with Ray's start and each trial's."""
     trained = [runs for runs in ladders if runs]
-    layout = budget.chosen_layout
+    ladder = budget.ladder
+    layout = ladder.layout
     front = expected_front_size(round(reaching[-1]), len(settings.objectives))
-    repeats = settings.repeat_seeds * front if budget.rungs > 1 else 0.0
-    again = NOISE_REPEATS if budget.ladder == "replica" and layout.rungs > 1 and trained else 0
+    repeats = settings.repeat_seeds * front if ladder.kind != "single" else 0.0
+    again = NOISE_REPEATS if ladder.is_replica and layout.rungs > 1 and trained else 0
     totals = []
     for value in (lambda r: r.flops, seconds):
         mean = _mean_per_rung(trained, value, budget)
         totals.append(sum(n * v for n, v in zip(reaching, mean, strict=True)) + again * mean[0] + repeats * sum(mean))
-    runs = (sum(reaching) if budget.ladder == "replica" else reaching[0]) + again + repeats * layout.rungs
+    runs = (sum(reaching) if ladder.kind != "budget" else reaching[0]) + again + repeats * layout.rungs
     return runs, totals[0], RAY_START_S + (totals[1] + TRIAL_START_S * reaching[0]) / settings.workers
 
 
@@ -241,18 +243,19 @@ def _proposals(space: SearchSpace, budget: Budget, n: int) -> list[dict]:
 def _runs(arch: ArchConfig, budget: Budget, run: RunConfig) -> list[Run]:
     """The runs of `arch` climbing every rung: one per replica rung, or its one budget-ladder run (its top rung's
     steps, each lower rung's cooldown branch among them)."""
-    if budget.rungs < 2:
+    ladder = budget.ladder
+    if ladder.kind == "single":
         return [Run(0, budget.trial_flops, arch, plan_budget(arch, budget.trial_flops, run.batch_size).steps)]
     try:
-        if budget.ladder == "replica":
+        if ladder.is_replica:
             out = []
-            for r, flops in enumerate(_budgets(budget.chosen_layout)):
-                replica = plan_replica(arch, budget.target, r, flops, run.batch_size, budget.replica_narrowing)
+            for r, flops in enumerate(_budgets(ladder.layout)):
+                replica = plan_replica(arch, ladder.target_flops, r, flops, run.batch_size, ladder.narrowing)
                 out.append(Run(r, flops, replica.arch, replica.plan.steps))
             return out
         return [
             Run(r, flops, arch, plan_budget(arch, flops, run.batch_size).steps)
-            for r, flops in enumerate(_budgets(budget.chosen_layout))
+            for r, flops in enumerate(_budgets(ladder.layout))
         ]
     except InfeasibleBudget:
         return []
@@ -260,22 +263,22 @@ def _runs(arch: ArchConfig, budget: Budget, run: RunConfig) -> list[Run]:
 
 def _anchor_run(arch: ArchConfig, budget: Budget, flops: float, run: RunConfig) -> Run | None:
     """An anchor of `arch`: its replica at the anchor budget (None: infeasible)."""
+    ladder = budget.ladder
     try:
-        replica = plan_replica(arch, budget.target, budget.chosen_layout.rungs, flops, run.batch_size,
-                               budget.replica_narrowing)  # fmt: skip
+        replica = plan_replica(arch, ladder.target_flops, ladder.layout.rungs, flops, run.batch_size, ladder.narrowing)
     except InfeasibleBudget:
         return None
-    return Run(budget.chosen_layout.rungs, flops, replica.arch, replica.plan.steps)
+    return Run(ladder.layout.rungs, flops, replica.arch, replica.plan.steps)
 
 
 def _mean_per_rung(ladders: list[list[Run]], value, budget: Budget) -> list[float]:
     """Per rung, the mean over the configs of `value` of their run at that rung (a budget ladder's runs are nested:
     rung r's run is the part of the top run up to it, its cost the difference)."""
     out = []
-    for r in range(budget.chosen_layout.rungs):
+    for r in range(budget.ladder.layout.rungs):
         values = [value(run) for runs in ladders for run in runs if run.rung == r]
         out.append(sum(values) / len(values) if values else 0.0)
-    if budget.ladder == "budget" and budget.rungs > 1:
+    if budget.ladder.kind == "budget":
         out = [out[0], *(b - a for a, b in zip(out, out[1:], strict=False))]  # each rung adds its share of the run
     return out
 

@@ -15,9 +15,8 @@ import logging
 from dataclasses import dataclass
 
 from workers.status import TrialStatus
-from workers.training.plans import LadderConfig
 from workers.training.records import RungRecord
-from workers.trial.contract import Measurement, TrialRequest
+from workers.trial.contract import TrialRequest
 from workers.trial.execute import run_request
 
 from ..answer.target import front_at_target, predict_search
@@ -57,34 +56,26 @@ class RepeatJob:
         return self.request.seed
 
 
-def _measurement(budget: Budget, reached: int) -> Measurement:
-    """The trial's ladder up to the rung it reached: replicas (each rung its own run) or its budget ladder."""
-    full = budget.measurement()
-    ladder = LadderConfig(rungs=reached, eta=full.ladder.eta if full.ladder else budget.eta)
-    top = (full.replica_rungs[reached - 1] if full.replica_rungs
-           else budget.trial_flops * budget.eta ** (reached - 1))  # fmt: skip
-    return Measurement(top, ladder, full.replica_rungs[:reached], full.target_flops, full.narrowing)
-
-
 def repeat_jobs(
     store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings
 ) -> list[RepeatJob]:
     """The repeats the front at the target still lacks (`settings.repeat_seeds` more seeds per member)."""
-    if settings.repeat_seeds < 1 or budget.rungs < 2:
+    ladder = budget.ladder
+    if settings.repeat_seeds < 1 or ladder.kind == "single":
         return []
     rungs = store.rungs(name)
-    predictions = predict_search(rungs, budget.target)
+    predictions = predict_search(rungs, ladder.target_flops)
     key, also = front_costs(settings.objectives)
     front = front_at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions, key=key, also=also)
     stored = {(r.number, r.seed) for r in rungs}
     data, tickets = data_config(settings), DefineByRun(space, budget)
     todo = []
     for row in front:
-        measurement = _measurement(budget, predictions[row.number].rungs)
+        reached = ladder.trial_plan.up_to(predictions[row.number].rungs)
         ticket = tickets.ticket(row.number, {k: v for k, v in row.config.items() if k in space.sampled})
         for k in range(1, settings.repeat_seeds + 1):
             if (row.number, settings.seed + k) not in stored:
-                planner = TrialPlanner(data, settings.seed + k, measurement)
+                planner = TrialPlanner(data, settings.seed + k, reached)
                 todo.append(RepeatJob(row.number, planner.request(ticket, width_probe=False)))
     return todo
 

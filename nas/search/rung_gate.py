@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from workers.training.records import RungRecord
 from workers.trial.contract import RungVerdict, Verdict
 
-from ..answer.rung_decision import Ladder, decide_rung
+from ..answer.rung_decision import PromotionRule, decide_rung
 from ..store import Store, StoreError, call_with_retries, retry_window
 from .study import optuna_storage
 
@@ -35,7 +35,7 @@ class StoreRungGate:
 
     store_url: str
     search: str
-    ladder: Ladder
+    rule: PromotionRule
     optuna_study: str | None = None  # the study whose trials get the band as user attributes
 
     def __post_init__(self) -> None:
@@ -48,12 +48,12 @@ class StoreRungGate:
     def __call__(self, trial: int, flops_per_token: float, rung: RungRecord) -> RungVerdict:
         store = self._open()
         store.record_rung(self.search, trial, rung)
-        verdict = decide_rung(self.ladder, store.rungs(self.search), trial, rung.rung, flops_per_token)
+        verdict = decide_rung(self.rule, store.rungs(self.search), trial, rung.rung, flops_per_token)
         if verdict.verdict == Verdict.STOP and self.optuna_study is not None:
             band = list(verdict.band) if verdict.band else None
             self._set_optuna_attrs(
                 trial,
-                {"target_flops": self.ladder.target_flops, "rungs_climbed": rung.rung + 1, "target_loss_band": band},
+                {"target_flops": self.rule.target_flops, "rungs_climbed": rung.rung + 1, "target_loss_band": band},
             )
         return verdict
 

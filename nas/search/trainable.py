@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from workers.data.config import DataConfig
+from workers.ladder.trial_plan import LadderPlan
 from workers.status import TrialStatus
 from workers.training.records import CurvePoint
 from workers.training.train import Report
-from workers.trial.contract import Measurement, RungGate, TrialOutcome, TrialRequest, TrialTicket, split_config
+from workers.trial.contract import RungGate, TrialOutcome, TrialRequest, TrialTicket, split_config
 from workers.trial.execute import OnRungDone, not_trained, run_request
 
 from ..space.objectives import REPORT_KEYS, Objective, inference_cost
@@ -64,7 +65,7 @@ class TrialPlanner:
 
     data: DataConfig
     seed: int
-    measurement: Measurement
+    measurement: LadderPlan
     rung_gate: RungGate | None = None
 
     def request(self, ticket: TrialTicket, width_probe: bool = True) -> TrialRequest:

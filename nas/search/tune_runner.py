@@ -28,7 +28,7 @@ from workers.trial.contract import TrialOutcome, split_config
 from workers.trial.execute import not_trained, run_request
 from workers.trial.result import TrialResult
 
-from ..answer.rung_decision import Ladder
+from ..answer.rung_decision import PromotionRule
 from ..space import SearchSpace
 from ..space.budget import Budget
 from ..store import Store, StoreError
@@ -267,19 +267,17 @@ def trial_planner(store: Store, name: str, budget: Budget, settings: SearchSetti
     """What every trial of the search shares (bound to Tune's trainable with `with_parameters`): the corpus, the
     seed, how trials are measured, and the rung gate (none for a single-budget search, which stores
     no rungs and tells the measured loss)."""
-    gate = None
-    if budget.rungs > 1:
-        measurement = budget.measurement()  # the chosen layout's rungs: the top rung alone where a ladder saves nothing
-        rungs = measurement.ladder.rungs if measurement.ladder else budget.rungs
-        ladder = Ladder(
-            budget.target,
-            budget.eta,
-            rungs,
-            remeasure=budget.ladder == "replica",
+    ladder, gate = budget.ladder, None
+    if ladder.kind != "single":  # the chosen layout's rungs: the top rung alone where a ladder saves nothing
+        rule = PromotionRule(
+            ladder.target_flops,
+            ladder.layout.eta,
+            ladder.layout.rungs,
+            remeasure=ladder.is_replica,
             objectives=settings.objectives,
         )
-        gate = StoreRungGate(store.url, name, ladder, study_name)
-    return TrialPlanner(data_config(settings), settings.seed, budget.measurement(), gate)
+        gate = StoreRungGate(store.url, name, rule, study_name)
+    return TrialPlanner(data_config(settings), settings.seed, ladder.trial_plan, gate)
 
 
 def run_tuner(

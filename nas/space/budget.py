@@ -1,41 +1,41 @@
-"""Compute budgets of a search (docs/design.md §3.6): every trial gets the same training FLOPs.
+"""Compute budgets of a search (docs/design.md §3.6): what the user asks, one field per command-line option.
 
-`Budget` holds what the user gives on the command line: `--trial-flops` (C, the iso-FLOP budget every
-trial gets: the lowest rung of its budget ladder) and either `--trials` or `--search-flops`
-(C x trials; the number of trials is then floor(search / trial)), plus optional wall-clock caps.
-The ladder has `--rungs` budgets C, eta C, eta^2 C, ... (`--eta`; the defaults are the fields `rungs` and `eta`);
-promoted trials climb it. `--ladder` says what a rung trains: `replica` (default) a width-shrunk replica of the trial's
-architecture at the target's tokens per parameter (`workers.trial.replica`), `budget` the architecture itself
-on one warmup-stable-decay run (`workers.training.plans`). `--target-flops` T is the training compute the user
-plans to pretrain with, the budget the search answers for: its default is `VALIDATED_TARGET_RATIO` (10)
-x the top rung, the furthest `make fidelity` has checked a prediction (a search may ask for more and is
-told it is beyond that). Bad values raise `BudgetError` with one line naming the CLI option, e.g.
-`--trial-flops: must be > 0 (got -1.0)`.
+`Budget` holds what the user gives on the command line: `--trial-flops` (C, the iso-FLOP budget every trial gets:
+the lowest rung of its ladder) and either `--trials` or `--search-flops` (C x trials; the number of trials is then
+floor(search / trial)), the rungs asked (`--rungs`, `--eta`), what a rung trains (`--ladder`), how replicas
+narrow (`narrowing`, from `--narrowing`, `--min-replica-width`, `--min-replica-share`), the target T
+(`--target-flops`), anchors, the bias prior and the tokens-per-parameter range at T. What follows from it is
+resolved once by the ladder package: `Budget.ladder` is the `workers.ladder.SearchLadder` the trials climb (its
+kind, the rungs laid out by cost, T, the plan every trial receives). Bad values raise `BudgetError` with one line
+naming the CLI option, e.g. `--trial-flops: must be > 0 (got -1.0)`.
 
-`check_budget_fits` rejects, before anything runs, a trial budget below one training step of the
-cheapest architecture of the space, or a space whose cheapest architecture would see fewer tokens per
-parameter at T than `--min-tokens-per-param`; `trial_is_feasible` gives the reason one sampled
-architecture cannot afford a step or lies outside that range at T (the search records such a trial as
-infeasible without training it: the answer at T is where pretraining is plausible).
+`check_budget_fits` rejects, before anything runs, a trial budget below one training step of the cheapest
+architecture of the space, or a space whose cheapest architecture would see fewer tokens per parameter at T than
+`--min-tokens-per-param`; `trial_is_feasible` gives the reason one sampled architecture cannot afford a step or lies
+outside that range at T (the search records such a trial as infeasible without training it: the answer at T is
+where pretraining is plausible). A budget stored by an older resnas is read through
+`nas.store.migrations.upgrade_budget`.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
+from workers.ladder.layout import AnchorPlan
+from workers.ladder.narrowing import Narrowing
+from workers.ladder.plans import BudgetPlan, InfeasibleBudget, RungSpacing, plan_budget
+from workers.ladder.replica import plan_replica, target_path
+from workers.ladder.search_ladder import DEFAULT_TARGET_RATIO, SearchLadder, resolve_ladder
+from workers.ladder.trial_plan import LadderKind
 from workers.training.config import RunConfig
-from workers.training.plans import BudgetPlan, InfeasibleBudget, LadderConfig, plan_budget
-from workers.trial.contract import Measurement
-from workers.trial.narrowing import DEFAULT_MIN_WIDTH, KEEP_HEADS, Keep, Narrowing
-from workers.trial.replica_plan import plan_replica, rung_budgets, target_path
 
 from . import CategoricalParam, SearchSpace, cheapest_of, describe
-from .layout import AnchorPlan, Layout, choose_layout, plan_anchors
 from .messages import options_message
 
 __all__ = [
@@ -44,11 +44,12 @@ __all__ = [
     "VALIDATED_TARGET_RATIO",
     "Budget",
     "BudgetError",
+    "TokensPerParam",
     "budget_error_message",
     "check_budget_fits",
     "space_batch_size",
     "stored_budget",
-    "tokens_per_param_reason",
+    "tokens_per_param_at_target",
     "trial_is_feasible",
 ]
 
@@ -57,9 +58,7 @@ DEFAULT_TRIALS = 20  # when neither --trials nor --search-flops is given
 # is ~20; small models are best at more): its answer at T is not plausible, so a search does not spend a trial on
 # it. On `make fidelity`'s truths no config below it ranked in the better half (benchmarks/README.md).
 DEFAULT_MIN_TOKENS_PER_PARAM = 4.0
-VALIDATED_TARGET_RATIO = 10.0  # T / top rung checked by `make fidelity`; the default --target-flops
-LEGACY_TARGET_RATIO = 1000.0  # T / C of a search stored without a ladder kind and without --target-flops
-Ladder = Literal["replica", "budget"]
+VALIDATED_TARGET_RATIO = DEFAULT_TARGET_RATIO  # T / top rung checked by `make fidelity`; the default --target-flops
 LayoutRule = Literal["by_cost", "as_given"]
 BiasPriorChoice = Literal["measured", "none"]
 
@@ -76,17 +75,24 @@ def _num(x: float) -> str:
 
 def budget_error_message(err: ValidationError | BudgetError) -> str:
     """One line naming each offending CLI option: `--trial-flops: must be > 0 (got -1.0)`."""
-    return options_message(err) if isinstance(err, ValidationError) else str(err)
+    return options_message(err, Budget.OPTIONS) if isinstance(err, ValidationError) else str(err)
 
 
 class Budget(BaseModel):
-    """Per-trial training FLOPs, how many trials (or the whole search's FLOPs), optional time caps.
+    """What a user asks of a search's compute (module docstring); `ladder` is what follows from it.
 
     `Budget(...)` raises BudgetError (one line); `Budget.model_validate` raises pydantic's
     ValidationError, which `budget_error_message` turns into the same line.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # the command-line option of each field whose option is not its name with dashes
+    OPTIONS: ClassVar[dict[tuple[str, ...], str]] = {
+        ("ladder_kind",): "--ladder",
+        ("narrowing", "keep"): "--narrowing",
+        ("narrowing", "min_width"): "--min-replica-width",
+        ("narrowing", "min_share"): "--min-replica-share",
+    }
 
     trial_flops: float = Field(gt=0, allow_inf_nan=False, description="training FLOPs of every trial (C)")
     trials: int | None = Field(None, ge=1, description=f"number of trials (default {DEFAULT_TRIALS})")
@@ -103,20 +109,10 @@ class Budget(BaseModel):
     target_flops: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="training FLOPs of the planned pretraining run (T)"
     )
-    ladder: Ladder = Field("replica", description="what a rung trains: a replica on the target's path, or the config")
-    min_replica_width: int = Field(
-        DEFAULT_MIN_WIDTH, ge=2, le=65536, description="narrowest replica: a rung needing less trains it off the path"
+    ladder_kind: LadderKind = Field(
+        "replica", description="what a rung trains: a replica on the target's path, or the config"
     )
-    narrowing: Keep = Field(
-        Narrowing.model_fields["keep"].default, description="what a replica keeps: the head size or the head count"
-    )
-    min_replica_share: float = Field(
-        Narrowing.model_fields["min_share"].default,
-        ge=0.0,
-        le=1.0,
-        allow_inf_nan=False,
-        description="narrowest replica as a share of the target's width",
-    )
+    narrowing: Narrowing = Field(Narrowing(), description="how a replica narrows its target")
     anchors: int = Field(0, ge=0, le=64, description="anchors trained above the top rung (0 or 1: none)")
     anchor_share: float = Field(
         0.2, ge=0.0, le=10.0, allow_inf_nan=False, description="most the anchors may cost, as a share of the trials'"
@@ -167,77 +163,46 @@ class Budget(BaseModel):
             raise ValueError(
                 f"--max-tokens-per-param: {high:g} is below --min-tokens-per-param {low:g}: no config can be trained"
             )
-        if self.anchor_flops is not None and self.anchor_flops > self.target * (1 + 1e-9):
+        ladder = self.ladder
+        if self.anchor_flops is not None and self.anchor_flops > ladder.target_flops * (1 + 1e-9):
             raise ValueError(
-                f"--anchor-flops: {_num(self.anchor_flops)} is above the target {_num(self.target)}: an anchor is at "
-                "most the pretraining run itself"
+                f"--anchor-flops: {_num(self.anchor_flops)} is above the target {_num(ladder.target_flops)}: an "
+                "anchor is at most the pretraining run itself"
             )
-        if self.target <= self.top_rung_flops:
+        if ladder.target_flops <= ladder.top_flops:
             raise ValueError(
-                f"--target-flops: {_num(self.target)} must be above the top rung "
-                f"{_num(self.top_rung_flops)} (--trial-flops x --eta^(--rungs - 1)): the search predicts beyond it"
+                f"--target-flops: {_num(ladder.target_flops)} must be above the top rung "
+                f"{_num(ladder.top_flops)} (--trial-flops x --eta^(--rungs - 1)): the search predicts beyond it"
             )
         return self
 
     @property
-    def ladder_config(self) -> LadderConfig:
-        return LadderConfig(rungs=self.rungs, eta=self.eta)
-
-    @property
-    def chosen_layout(self) -> Layout:
-        """The rungs the search trains (`nas.space.layout.choose_layout`): the ladder asked for, or every config
-        once at its top rung where a replica ladder would save no compute."""
-        return choose_layout(
-            self.trial_flops, self.rungs, self.eta, self.ladder == "replica", given=self.layout == "as_given"
+    def ladder(self) -> SearchLadder:
+        """The ladder the trials climb, resolved from what was asked (`workers.ladder.search_ladder`)."""
+        return resolve_ladder(
+            self.trial_flops,
+            RungSpacing(rungs=self.rungs, eta=self.eta),
+            self.ladder_kind,
+            self.narrowing,
+            target_flops=self.target_flops,
+            as_asked=self.layout == "as_given",
         )
 
     def anchor_plan(self, trials: int | None = None) -> AnchorPlan:
         """The anchors the search trains after its `trials` (default: all of them) at the chosen layout."""
-        layout = self.chosen_layout
-        cost = (trials if trials is not None else self.n_trials) * layout.cost_per_config(self.ladder == "replica")
-        return plan_anchors(cost, layout.top_flops, self.target, self.anchors, self.anchor_share, self.anchor_flops)
-
-    def measurement(self) -> Measurement:
-        """How each trial of the search is measured: replica rungs on the target's path as the chosen layout lays
-        them out (`chosen_layout`: its rungs C eta^r, or the top rung alone), the config on a budget ladder up to the
-        top rung, or (one rung asked for) the config at the trial budget."""
-        if self.rungs < 2:
-            return Measurement(self.top_rung_flops, target_flops=self.target)
-        if self.ladder != "replica":
-            return Measurement(self.top_rung_flops, self.ladder_config, (), self.target, self.replica_narrowing)
-        layout = self.chosen_layout
-        ladder = LadderConfig(rungs=layout.rungs, eta=layout.eta)
-        replicas = tuple(rung_budgets(layout.lowest_flops, ladder))
-        return Measurement(layout.top_flops, ladder, replicas, self.target, self.replica_narrowing)
-
-    @property
-    def replica_narrowing(self) -> Narrowing:
-        """How replica rungs narrow the target (`workers.trial.narrowing`)."""
-        return Narrowing(min_width=self.min_replica_width, min_share=self.min_replica_share, keep=self.narrowing)
-
-    @property
-    def top_rung_flops(self) -> float:
-        """The budget of the top rung: trial_flops x eta^(rungs - 1)."""
-        return self.trial_flops * self.eta ** (self.rungs - 1)
-
-    @property
-    def target(self) -> float:
-        """`target_flops`, or VALIDATED_TARGET_RATIO x the top rung."""
-        return self.target_flops if self.target_flops is not None else VALIDATED_TARGET_RATIO * self.top_rung_flops
-
-    @property
-    def target_ratio(self) -> float:
-        """T over the top rung: how far the search extrapolates."""
-        return self.target / self.top_rung_flops
+        n = trials if trials is not None else self.n_trials
+        return self.ladder.anchor_plan(n, self.anchors, self.anchor_share, self.anchor_flops)
 
     @property
     def beyond_validated(self) -> str | None:
         """A one-line warning when T is further above the top rung than `make fidelity` has checked."""
-        if self.target_ratio <= VALIDATED_TARGET_RATIO * (1 + 1e-9):
+        ladder = self.ladder
+        if ladder.target_ratio <= VALIDATED_TARGET_RATIO * (1 + 1e-9):
             return None
         return (
-            f"--target-flops {_num(self.target)} is {self.target_ratio:.3g}x the top rung {_num(self.top_rung_flops)}: "
-            f"predictions were checked up to {VALIDATED_TARGET_RATIO:g}x (make fidelity); trust the ranking at T less"
+            f"--target-flops {_num(ladder.target_flops)} is {ladder.target_ratio:.3g}x the top rung "
+            f"{_num(ladder.top_flops)}: predictions were checked up to {VALIDATED_TARGET_RATIO:g}x (make fidelity); "
+            "trust the ranking at T less"
         )
 
     @property
@@ -256,18 +221,11 @@ class Budget(BaseModel):
 
 
 def stored_budget(raw: dict) -> Budget:
-    """The Budget a search was stored with. A search stored before budget ladders had a single budget; one
-    stored before replica rungs ran the budget ladder, and its default target was LEGACY_TARGET_RATIO x C."""
-    if "ladder" not in raw:
-        target = raw.get("target_flops") or LEGACY_TARGET_RATIO * raw["trial_flops"]
-        raw = {**raw, "ladder": "budget", "target_flops": target}
-    if "narrowing" not in raw:  # stored before the head size was kept: its replicas kept the head count
-        raw = {**raw, "narrowing": KEEP_HEADS.keep, "min_replica_share": KEEP_HEADS.min_share}
-    if "anchors" not in raw:  # stored before anchors, the layout rule and the bias prior: its answer as it was
-        raw = {**raw, "anchors": 0, "layout": "as_given", "bias_prior": "none"}
-    if "min_tokens_per_param" not in raw:  # stored before the bound: it trained every config it sampled
-        raw = {**raw, "min_tokens_per_param": None}
-    return Budget(**{"rungs": 1, **raw})
+    """The Budget a search was stored with, its stored format brought up to date
+    (`nas.store.migrations.upgrade_budget`)."""
+    from ..store.migrations import upgrade_budget
+
+    return Budget(**upgrade_budget(raw))
 
 
 def space_batch_size(space: SearchSpace) -> int:
@@ -292,7 +250,8 @@ def _step_cost(arch: ArchConfig, batch_size: int) -> str:
 
 
 def check_budget_fits(space: SearchSpace, budget: Budget, batch_size: int | None = None) -> BudgetPlan:
-    """Raise BudgetError if even the cheapest config of `space` cannot afford one training step.
+    """Raise BudgetError if even the cheapest config of `space` cannot afford one training step, or sees fewer
+    tokens per parameter at T than `--min-tokens-per-param`.
 
     `batch_size` defaults to the space's (`space_batch_size`). Returns the cheapest config's plan.
     """
@@ -305,43 +264,74 @@ def check_budget_fits(space: SearchSpace, budget: Budget, batch_size: int | None
             f"--trial-flops {_num(budget.trial_flops)} is below the cheapest config in the space "
             f"(needs >= {_step_cost(cheapest, batch)} for one training step of {describe(cheapest)})"
         ) from None
-    low = budget.min_tokens_per_param
-    if low is not None and (reason := tokens_per_param_reason(cheapest, budget, batch)) and "below" in reason:
+    seen = tokens_per_param_at_target(cheapest, budget, batch)
+    if seen is not None and seen.below:
         raise BudgetError(
-            f"--min-tokens-per-param {low:g}: even the cheapest config of the space ({describe(cheapest)}) sees "
-            f"{reason.split(' tokens')[0]} tokens per parameter at T = {_num(budget.target)}: lower the bound or "
-            "raise --target-flops"
+            f"--min-tokens-per-param {budget.min_tokens_per_param:g}: even the cheapest config of the space "
+            f"({describe(cheapest)}) sees {seen.ratio:.3g} tokens per parameter at T = {_num(seen.target_flops)}: "
+            "lower the bound or raise --target-flops"
         )
     return plan
 
 
-def tokens_per_param_reason(arch: ArchConfig, budget: Budget, batch_size: int) -> str | None:
-    """Why `arch` is outside the budget's tokens-per-parameter range at the target T, or None."""
+@dataclass(frozen=True)
+class TokensPerParam:
+    """The tokens per parameter a config sees at T (None: one step at T is beyond its budget), against the
+    budget's range [low, high] (either bound None: none)."""
+
+    ratio: float | None
+    target_flops: float
+    low: float | None
+    high: float | None
+
+    @property
+    def below(self) -> bool:
+        return self.ratio is not None and self.low is not None and self.ratio < self.low
+
+    @property
+    def above(self) -> bool:
+        return self.ratio is not None and self.high is not None and self.ratio > self.high
+
+    @property
+    def reason(self) -> str | None:
+        """Why the config is outside the range, or None."""
+        at = f"T = {_num(self.target_flops)}"
+        if self.ratio is None:
+            return f"one step at the target {_num(self.target_flops)} is beyond its budget"
+        if self.below:
+            return f"{self.ratio:.3g} tokens per parameter at {at}, below --min-tokens-per-param {self.low:g}"
+        if self.above:
+            return f"{self.ratio:.3g} tokens per parameter at {at}, above --max-tokens-per-param {self.high:g}"
+        return None
+
+
+def tokens_per_param_at_target(arch: ArchConfig, budget: Budget, batch_size: int) -> TokensPerParam | None:
+    """What `arch` sees at T against the budget's tokens-per-parameter range (None: the budget sets no range)."""
     low, high = budget.min_tokens_per_param, budget.max_tokens_per_param
     if low is None and high is None:
         return None
+    target = budget.ladder.target_flops
     try:
-        ratio = target_path(arch, budget.target, batch_size).tokens_per_param
+        ratio: float | None = target_path(arch, target, batch_size).tokens_per_param
     except InfeasibleBudget:
-        return f"one step at the target {_num(budget.target)} is beyond its budget"
-    if low is not None and ratio < low:
-        return f"{ratio:.3g} tokens per parameter at T = {_num(budget.target)}, below --min-tokens-per-param {low:g}"
-    if high is not None and ratio > high:
-        return f"{ratio:.3g} tokens per parameter at T = {_num(budget.target)}, above --max-tokens-per-param {high:g}"
-    return None
+        ratio = None
+    return TokensPerParam(ratio, target, low, high)
 
 
 def trial_is_feasible(arch: ArchConfig, budget: Budget | float, batch_size: int) -> str | None:
     """None if `arch` can afford at least one training step of the per-trial budget and (with a Budget) sees a
     number of tokens per parameter at T within its range, else why not. On a replica ladder the lowest rung
     trains a narrower replica: it is that replica which must afford a step."""
-    if isinstance(budget, Budget) and (reason := tokens_per_param_reason(arch, budget, batch_size)):
-        return reason
+    if isinstance(budget, Budget):
+        seen = tokens_per_param_at_target(arch, budget, batch_size)
+        if seen is not None and seen.reason is not None:
+            return seen.reason
     flops = budget.trial_flops if isinstance(budget, Budget) else float(budget)
-    if isinstance(budget, Budget) and budget.ladder == "replica" and budget.rungs > 1:
-        flops = budget.chosen_layout.lowest_flops  # the lowest rung the search trains
+    if isinstance(budget, Budget) and budget.ladder.is_replica:
+        ladder = budget.ladder
+        flops = ladder.layout.lowest_flops  # the lowest rung the search trains
         try:
-            plan_replica(arch, budget.target, 0, flops, batch_size, budget.replica_narrowing)
+            plan_replica(arch, ladder.target_flops, 0, flops, batch_size, ladder.narrowing)
         except InfeasibleBudget as err:
             return f"the lowest rung's replica cannot afford one step: {err}"
         return None

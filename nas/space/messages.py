@@ -9,6 +9,7 @@ prefixes the outer field path to each.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -67,19 +68,22 @@ def pretty_message(error: Any) -> str:
     return f"{msg} (got {value!r}){hint}"
 
 
-def _cli_option(field: str) -> str:
-    """The CLI option of a field: `trial_flops` -> `--trial-flops`."""
-    return "--" + field.replace("_", "-")
+def _cli_option(loc: tuple, names: Mapping[tuple[str, ...], str]) -> str:
+    """The CLI option of a field's location: `names[loc]`, else its first part with dashes (`trial_flops` ->
+    `--trial-flops`)."""
+    key = tuple(str(part) for part in loc)
+    return names.get(key) or names.get(key[:1]) or "--" + key[0].replace("_", "-")
 
 
-def options_message(err: ValidationError) -> str:
+def options_message(err: ValidationError, names: Mapping[tuple[str, ...], str] | None = None) -> str:
     """One line naming each offending CLI option, `; `-separated: `--trial-flops: must be > 0 (got -1.0)`.
 
-    An entry's first location is the field (its option); an entry without one (a model-level check)
-    is its message alone.
+    An entry's location is the field (its option; `names` maps a location to its option where that is not the
+    field's name with dashes); an entry without one (a model-level check) is its message alone.
     """
+    names = names or {}
     return "; ".join(
-        f"{_cli_option(str(e['loc'][0]))}: {pretty_message(e)}" if e["loc"] else pretty_message(e) for e in err.errors()
+        f"{_cli_option(e['loc'], names)}: {pretty_message(e)}" if e["loc"] else pretty_message(e) for e in err.errors()
     )
 
 

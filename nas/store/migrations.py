@@ -18,6 +18,10 @@ alters it in place; SQLite cannot alter a constraint, so the table is rebuilt (S
 procedure: foreign keys off for the transaction, new table, copy, drop, rename, indexes, then
 `foreign_key_check`).
 
+Stored formats: a search's budget is stored as the JSON of `nas.space.budget.Budget` when it was created;
+`upgrade_budget` brings a budget stored by an older resnas to the current fields, with the values that search ran
+with (`BUDGET_UPGRADES`, in order); `upgrade_space` does the same for its space.
+
 Several processes may open a fresh database at once. `ensure_schema` takes the database's write
 lock first (SQLite: `BEGIN IMMEDIATE`; PostgreSQL: `pg_advisory_xact_lock`), then re-reads the
 recorded version inside the lock, so exactly one process creates or upgrades the schema and the
@@ -166,6 +170,71 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "trials' counted inference costs: KV-cache bytes and decode FLOPs per token", _inference_costs),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
+
+LEGACY_TARGET_RATIO = 1000.0  # T / C of a budget stored without a ladder kind and without a target
+
+
+def _budget_ladder_kind(raw: dict) -> dict:
+    """A budget stored without a ladder kind ran the budget ladder (one rung unless it said otherwise), its default
+    target LEGACY_TARGET_RATIO x C."""
+    if "ladder" in raw or "ladder_kind" in raw:
+        return raw
+    target = raw.get("target_flops") or LEGACY_TARGET_RATIO * raw["trial_flops"]
+    return {**raw, "ladder": "budget", "target_flops": target}
+
+
+def _budget_narrowing(raw: dict) -> dict:
+    """A budget stored without a narrowing narrowed its replicas at a fixed head count, no narrower than its
+    `min_replica_width`; the narrowing's three fields are one object."""
+    if isinstance(raw.get("narrowing"), dict):
+        return raw
+    rest = {k: v for k, v in raw.items() if k not in ("narrowing", "min_replica_width", "min_replica_share")}
+    keep = raw.get("narrowing", "heads")
+    share = raw.get("min_replica_share", 0.0 if "narrowing" not in raw else 0.5)
+    return {**rest, "narrowing": {"min_width": raw.get("min_replica_width", 8), "min_share": share, "keep": keep}}
+
+
+def _budget_anchors(raw: dict) -> dict:
+    """A budget stored without anchors answered with its ladder as asked and no bias prior."""
+    return raw if "anchors" in raw else {**raw, "anchors": 0, "layout": "as_given", "bias_prior": "none"}
+
+
+def _budget_tokens_per_param(raw: dict) -> dict:
+    """A budget stored without a tokens-per-parameter bound trained every config it sampled."""
+    return raw if "min_tokens_per_param" in raw else {**raw, "min_tokens_per_param": None}
+
+
+def _budget_kind_field(raw: dict) -> dict:
+    """The ladder kind's field is `ladder_kind`."""
+    if "ladder" not in raw:
+        return raw
+    return {**{k: v for k, v in raw.items() if k != "ladder"}, "ladder_kind": raw["ladder"]}
+
+
+BUDGET_UPGRADES: tuple[Callable[[dict], dict], ...] = (
+    _budget_ladder_kind,
+    _budget_narrowing,
+    _budget_anchors,
+    _budget_tokens_per_param,
+    _budget_kind_field,
+)
+
+
+def upgrade_space(raw: dict, on_budget_ladder: bool) -> dict:
+    """A stored space's JSON in the current format: a space stored without a learning-rate schedule among its
+    fixed values ran its replica rungs and single budgets on a cosine, a budget ladder on wsd."""
+    fixed = raw.get("fixed") or {}
+    if "schedule" in fixed:
+        return raw
+    return {**raw, "fixed": {**fixed, "schedule": "wsd" if on_budget_ladder else "cosine"}}
+
+
+def upgrade_budget(raw: dict) -> dict:
+    """A stored budget's JSON in the current format (module docstring): each of BUDGET_UPGRADES in turn; a budget
+    stored without rungs had one."""
+    for upgrade in BUDGET_UPGRADES:
+        raw = upgrade(raw)
+    return {"rungs": 1, **raw}
 
 
 def recorded_version(connection: Connection) -> int:

@@ -10,7 +10,7 @@ import pytest
 from nas.answer.extrapolate import NONE
 from nas.answer.pareto import pareto_rows
 from nas.answer.promotion import Candidate, promotable
-from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, Ladder
+from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, PromotionRule
 from nas.answer.target import answer_at_target, at_target, predict_search
 from nas.search.rung_gate import StoreRungGate
 from nas.search.study import optuna_storage
@@ -56,7 +56,7 @@ def again(verdict: RungVerdict) -> bool:
 
 
 def test_the_decider_stores_each_rung_once_and_promotes_the_best_third_so_far(store):
-    decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 3))
+    decide = StoreRungGate(store.url, "s", PromotionRule(TARGET, 3, 3))
     trials = {0: (2.0, 1e5), 1: (2.5, 2e5), 2: (3.0, 3e5), 3: (1.5, 4e5), 4: (2.2, 5e4), 5: (3.5, 9e5)}
     decisions = {}
     for number, (loss, fpt) in trials.items():
@@ -73,7 +73,7 @@ def test_the_decider_stores_each_rung_once_and_promotes_the_best_third_so_far(st
 
 
 def test_the_top_rung_and_a_non_finite_loss_never_climb(store):
-    decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 2))
+    decide = StoreRungGate(store.url, "s", PromotionRule(TARGET, 3, 2))
     start(store, 0, "cascaded", 1e5)
     assert climbs(decide(0, 1e5, rung(0, 2.0)))
     top = decide(0, 1e5, rung(1, 1.9))
@@ -95,7 +95,7 @@ def test_the_final_decision_writes_the_band_into_the_optuna_trial_once_bands_are
     """A trial's last decision carries its band (None while fewer than 4 trials have a held-out rung), which
     lands in its (still running) Optuna trial."""
     study = optuna.create_study(study_name="s-study", storage=optuna_storage(store.url), directions=["minimize"] * 2)
-    decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 3), optuna_study="s-study")
+    decide = StoreRungGate(store.url, "s", PromotionRule(TARGET, 3, 3), optuna_study="s-study")
     for number in range(4):  # measured earlier at two rungs each: 4 held-out rungs calibrate the bands
         start(store, number, "cascaded", 1e5)
         for r in range(2):
@@ -121,13 +121,13 @@ def test_the_final_decision_writes_the_band_into_the_optuna_trial_once_bands_are
     start(store, closed.number, "cascaded", 1e5)
     with caplog.at_level(logging.WARNING, logger="nas.answer.target"):
         assert decide(closed.number, 1e5, rung(2, 1.6)).band is not None
-        lost = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 3), optuna_study="no-such-study")
+        lost = StoreRungGate(store.url, "s", PromotionRule(TARGET, 3, 3), optuna_study="no-such-study")
         assert lost(4, 1e5, rung(2, 1.6)).band is not None
     assert len([r for r in caplog.records if "band not written" in r.message]) == 2
 
 
 def test_a_band_is_none_while_uncalibrated(store):
-    decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 2))
+    decide = StoreRungGate(store.url, "s", PromotionRule(TARGET, 3, 2))
     start(store, 0, "cascaded", 1e5)
     assert climbs(decide(0, 1e5, rung(0, 2.0)))
     final = decide(0, 1e5, rung(1, 1.9))
@@ -138,7 +138,7 @@ def test_on_replica_rungs_the_first_stops_measure_the_noise_then_ties_are_measur
     """With remeasure (replica rungs): a trial that would stop while the study has fewer than NOISE_REPEATS
     repeated rungs measures its rung again first; once the noise is known, a trial within twice the noise of
     the cut measures again, then climbs if still tied; a clear loser stops at once."""
-    decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 3, remeasure=True))
+    decide = StoreRungGate(store.url, "s", PromotionRule(TARGET, 3, 3, remeasure=True))
 
     def report(number: int, loss: float, seed: int = 0):
         return decide(number, 1e5, replace(rung(0, loss, seed=seed), d_model=32))
@@ -162,7 +162,7 @@ def test_on_replica_rungs_the_first_stops_measure_the_noise_then_ties_are_measur
 
 
 def test_a_budget_ladder_promotes_ties_without_measuring_again(store):
-    decide = StoreRungGate(store.url, "s", Ladder(TARGET, 3, 3))
+    decide = StoreRungGate(store.url, "s", PromotionRule(TARGET, 3, 3))
     for n in range(5):
         start(store, n, "cascaded", 1e5)
     for n, seed, loss in [(1, 0, 2.30), (1, 1, 2.32), (2, 0, 2.40), (2, 1, 2.41)]:

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from nas.space import cheapest_of, load_space, space_from_dict
 from nas.space.budget import (
     DEFAULT_TRIALS,
-    LEGACY_TARGET_RATIO,
     VALIDATED_TARGET_RATIO,
     Budget,
     BudgetError,
@@ -19,12 +18,13 @@ from nas.space.budget import (
     check_budget_fits,
     space_batch_size,
     stored_budget,
-    tokens_per_param_reason,
+    tokens_per_param_at_target,
     trial_is_feasible,
 )
 from nas.space.sampling import to_configs
 from search_spaces.residual_lm import ArchConfig, flops_per_token
-from workers.training.plans import plan_budget
+from nas.store.migrations import LEGACY_TARGET_RATIO
+from workers.ladder.plans import plan_budget
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +58,10 @@ def space():
         ({"trial_flops": 2e12, "eta": 1.0}, "--eta: must be >= 1.5 (got 1.0)"),
         ({"trial_flops": 2e12, "target_flops": -1.0}, "--target-flops: must be > 0"),
         ({"trial_flops": 2e12, "target_flops": 4e12}, "--target-flops: 4e12 must be above the top rung 4e12"),
+        ({"trial_flops": 2e12, "narrowing": {"min_width": 1}}, "--min-replica-width: must be >= 2 (got 1)"),
+        ({"trial_flops": 2e12, "narrowing": {"min_share": 2}}, "--min-replica-share: must be <= 1 (got 2)"),
+        ({"trial_flops": 2e12, "narrowing": {"keep": "width"}}, "--narrowing: "),
+        ({"trial_flops": 2e12, "ladder_kind": "rope"}, "--ladder: "),
     ],
 )
 def test_bad_budgets_name_the_cli_option(kwargs, expected):
@@ -87,16 +91,16 @@ def test_number_of_trials():
 
 def test_ladder_and_target_defaults():
     b = Budget(trial_flops=2e12)
-    assert (b.rungs, b.eta, b.ladder_config.rungs, b.ladder_config.eta) == (2, 2.0, 2, 2.0)
-    assert b.top_rung_flops == pytest.approx(4e12)
-    assert b.target == pytest.approx(VALIDATED_TARGET_RATIO * 4e12) and b.ladder == "replica"
-    assert b.beyond_validated is None and b.target_ratio == pytest.approx(10.0)
-    assert Budget(trial_flops=2e12, rungs=1).top_rung_flops == 2e12
-    assert Budget(trial_flops=2e12, rungs=2, eta=2, target_flops=5e12).target == 5e12
+    assert (b.rungs, b.eta, b.ladder.asked.rungs, b.ladder.asked.eta) == (2, 2.0, 2, 2.0)
+    assert b.ladder.top_flops == pytest.approx(4e12)
+    assert b.ladder.target_flops == pytest.approx(VALIDATED_TARGET_RATIO * 4e12) and b.ladder_kind == "replica"
+    assert b.beyond_validated is None and b.ladder.target_ratio == pytest.approx(10.0)
+    assert Budget(trial_flops=2e12, rungs=1).ladder.top_flops == 2e12
+    assert Budget(trial_flops=2e12, rungs=2, eta=2, target_flops=5e12).ladder.target_flops == 5e12
     far = Budget(trial_flops=2e12, target_flops=2e15)
     assert far.beyond_validated.startswith("--target-flops 2e15 is 500x the top rung 4e12")
     old = stored_budget({"trial_flops": 2e12, "trials": 4})  # stored before budget ladders and replicas
-    assert old.rungs == 1 and old.ladder == "budget" and old.target == LEGACY_TARGET_RATIO * 2e12
+    assert old.rungs == 1 and old.ladder_kind == "budget" and old.ladder.target_flops == LEGACY_TARGET_RATIO * 2e12
     assert stored_budget(b.model_dump()) == b
 
 
@@ -143,7 +147,7 @@ def test_space_batch_size(space):
 def test_trial_is_feasible():
     big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
     assert trial_is_feasible(big, Budget(trial_flops=2e12, min_tokens_per_param=None), 16) is None
-    reason = trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget", min_tokens_per_param=None), 16)
+    reason = trial_is_feasible(big, Budget(trial_flops=1e10, ladder_kind="budget", min_tokens_per_param=None), 16)
     assert reason is not None and "one training step needs" in reason and "--trial-flops 1e10" in reason
     assert trial_is_feasible(big, 1e10, 16) == reason  # a plain number works too
 
@@ -155,29 +159,29 @@ def test_on_a_replica_ladder_the_lowest_rungs_replica_must_afford_a_step():
     big = ArchConfig(n_layers=8, d_model=192, n_heads=4, mlp_ratio=4.0, residual="nag")
     # one step of the config itself costs 3 F x 2048 tokens > 1e10; its narrowest replica (width 8) does not
     assert (
-        trial_is_feasible(big, Budget(trial_flops=1e10, ladder="budget", min_tokens_per_param=None, **LADDER3), 16)
+        trial_is_feasible(big, Budget(trial_flops=1e10, ladder_kind="budget", min_tokens_per_param=None, **LADDER3), 16)
         is not None
     )
-    narrow = dict(narrowing="heads", min_replica_share=0.0)  # replicas as narrow as width 8
+    narrow = dict(narrowing={"keep": "heads", "min_share": 0.0})  # replicas as narrow as width 8
     assert trial_is_feasible(big, Budget(trial_flops=1e10, min_tokens_per_param=None, **narrow, **LADDER3), 16) is None
     reason = trial_is_feasible(big, Budget(trial_flops=1e7, min_tokens_per_param=None, **LADDER3), 16)
     assert reason is not None and reason.startswith("the lowest rung's replica cannot afford one step")
     # a floor at the config's own width leaves the lowest rung the config itself: no cheaper than a budget ladder
-    floored = Budget(trial_flops=1e10, min_replica_width=192, min_tokens_per_param=None, **LADDER3)
-    assert trial_is_feasible(big, floored, 16) is not None and floored.min_replica_width == 192
+    floored = Budget(trial_flops=1e10, narrowing={"min_width": 192}, min_tokens_per_param=None, **LADDER3)
+    assert trial_is_feasible(big, floored, 16) is not None and floored.narrowing.min_width == 192
     with pytest.raises(BudgetError, match=r"^--min-replica-width: must be >= 2 \(got 1\)$"):
-        Budget(trial_flops=1e10, min_replica_width=1)
+        Budget(trial_flops=1e10, narrowing={"min_width": 1})
 
 
 def test_configs_outside_the_tokens_per_parameter_range_at_the_target_are_not_trained():
     """D_T / N_T from the iso-FLOP token count at T (whole batches) over a real build's parameter count."""
     from search_spaces.residual_lm import build_model, count_parameters
-    from workers.training.plans import plan_budget
+    from workers.ladder.plans import plan_budget
 
     budget = Budget(trial_flops=1e11, min_tokens_per_param=4.0, max_tokens_per_param=100.0)
     for d, layers in [(64, 2), (64, 8), (192, 8), (32, 1)]:
         arch = ArchConfig(vocab_size=256, seq_len=128, n_layers=layers, d_model=d, n_heads=2)
-        ratio = plan_budget(arch, budget.target, 16).tokens / count_parameters(build_model(arch))
+        ratio = plan_budget(arch, budget.ladder.target_flops, 16).tokens / count_parameters(build_model(arch))
         reason = trial_is_feasible(arch, budget, 16)
         if ratio < 4.0:
             assert reason is not None and "below --min-tokens-per-param 4" in reason and f"{ratio:.3g}" in reason
@@ -215,7 +219,8 @@ def test_the_demo_space_and_the_readme_say_what_make_demo_runs():
     def trained(n_layers: int, d_model: int, mlp_ratio: float, mod_rate: float) -> bool:
         knobs = dict(n_layers=n_layers, d_model=d_model, mlp_ratio=mlp_ratio, mod_rate=mod_rate, residual="nag")
         arch, _, _ = to_configs(space, {**any_value, **knobs})  # nag: the fewest tokens per parameter of the families
-        return tokens_per_param_reason(arch, budget, batch) is None
+        seen = tokens_per_param_at_target(arch, budget, batch)
+        return seen is None or seen.reason is None
 
     depths = range(space.params["n_layers"].low, space.params["n_layers"].high + 1)
     widths, ratios, rates = (space.params[k].choices for k in ("d_model", "mlp_ratio", "mod_rate"))
@@ -228,10 +233,10 @@ def test_the_demo_space_and_the_readme_say_what_make_demo_runs():
     readme = " ".join((ROOT / "README.md").read_text().split())
     default_rungs = Budget.model_fields["rungs"].default
     assert f"It trains {options['trials']} trials, {options['workers']} at a time" in readme
-    layout = budget.chosen_layout
+    layout = budget.ladder.layout
     assert f"each once at the top rung of the default ladder ({short(layout.top_flops)} training FLOPs: " in readme
     assert f"{default_rungs} replica rungs at eta {budget.eta:g} would cost as much" in readme and layout.rungs == 1
-    assert f"at the target T = {short(budget.target)} ({VALIDATED_TARGET_RATIO:g}x the top rung)" in readme
+    assert f"at the target T = {short(budget.ladder.target_flops)} ({VALIDATED_TARGET_RATIO:g}x the top rung)" in readme
 
 
 def test_the_default_space_header_counts_the_steps_of_its_largest_and_cheapest_configs(space):
@@ -256,27 +261,29 @@ def test_the_default_space_header_counts_the_steps_of_its_largest_and_cheapest_c
 
 
 def test_the_narrowing_is_a_stored_setting_and_a_search_stored_before_it_keeps_the_head_count():
-    from workers.trial.narrowing import KEEP_HEADS, Narrowing
+    from workers.ladder.narrowing import KEEP_HEADS, Narrowing
 
     budget = Budget(trial_flops=1e10, **LADDER3)
-    assert budget.replica_narrowing == Narrowing() and budget.replica_narrowing.keep == "head_size"
-    assert budget.measurement().narrowing == budget.replica_narrowing
+    assert budget.narrowing == Narrowing() and budget.narrowing.keep == "head_size"
+    assert budget.ladder.trial_plan.narrowing == budget.narrowing
     assert stored_budget(budget.model_dump()) == budget  # what a search stores is what it resumes with
-    heads = Budget(trial_flops=1e10, narrowing="heads", min_replica_share=0.0, **LADDER3)
-    assert stored_budget(heads.model_dump()).measurement().narrowing == KEEP_HEADS
-    legacy = {k: v for k, v in budget.model_dump().items() if k not in ("narrowing", "min_replica_share")}
-    assert stored_budget(legacy).replica_narrowing == KEEP_HEADS
+    heads = Budget(trial_flops=1e10, narrowing={"keep": "heads", "min_share": 0.0}, **LADDER3)
+    assert stored_budget(heads.model_dump()).ladder.trial_plan.narrowing == KEEP_HEADS
+    legacy = {k: v for k, v in budget.model_dump().items() if k != "narrowing"}
+    assert stored_budget(legacy).narrowing == KEEP_HEADS
+    flat = {**legacy, "ladder": "replica", "narrowing": "heads", "min_replica_width": 8, "min_replica_share": 0.0}
+    assert stored_budget({k: v for k, v in flat.items() if k != "ladder_kind"}).narrowing == KEEP_HEADS
     with pytest.raises(BudgetError, match=r"^--narrowing: "):
-        Budget(trial_flops=1e10, narrowing="width")
+        Budget(trial_flops=1e10, narrowing={"keep": "width"})
 
 
 def test_a_search_measures_on_the_layout_it_chose_and_a_ladder_asked_for_is_kept():
-    chosen = Budget(trial_flops=1e10).measurement()  # 2 replica rungs at eta 2 save nothing: the top rung alone
-    assert chosen.replica_rungs == (2e10,) and chosen.ladder is not None and chosen.ladder.rungs == 1
-    assert chosen.budget_flops == 2e10 == Budget(trial_flops=1e10).top_rung_flops
-    asked = Budget(trial_flops=1e10, layout="as_given").measurement()
-    assert asked.replica_rungs == (1e10, 2e10) and asked.ladder is not None and asked.ladder.rungs == 2
-    saving = Budget(trial_flops=1e10, rungs=3, eta=3.0).measurement()  # 3 x C against 9 x C: promotion pays
-    assert saving.replica_rungs == pytest.approx((1e10, 3e10, 9e10))
-    assert Budget(trial_flops=1e10, ladder="budget").measurement().ladder.rungs == 2  # one run passes every rung
-    assert "no less" in Budget(trial_flops=1e10).chosen_layout.reason
+    chosen = Budget(trial_flops=1e10).ladder.trial_plan  # 2 replica rungs at eta 2 save nothing: the top rung alone
+    assert chosen.replica_flops == (2e10,) and chosen.spacing is not None and chosen.rungs == 1
+    assert chosen.top_flops == 2e10 == Budget(trial_flops=1e10).ladder.top_flops
+    asked = Budget(trial_flops=1e10, layout="as_given").ladder.trial_plan
+    assert asked.replica_flops == (1e10, 2e10) and asked.spacing is not None and asked.rungs == 2
+    saving = Budget(trial_flops=1e10, rungs=3, eta=3.0).ladder.trial_plan  # 3 x C against 9 x C: promotion pays
+    assert saving.replica_flops == pytest.approx((1e10, 3e10, 9e10))
+    assert Budget(trial_flops=1e10, ladder_kind="budget").ladder.trial_plan.rungs == 2  # one run passes every rung
+    assert "no less" in Budget(trial_flops=1e10).ladder.layout.reason

@@ -17,8 +17,6 @@ def test_the_command_line_imports_none_of_the_heavy_packages_until_it_needs_them
     assert not any(_imported_by("import nas.cli.commands").values())
     # a package's typed configs alone do not pull in what the package runs
     assert not any(
-        _imported_by(
-            "from workers.data import DataConfig\nfrom workers.trial.replica_plan import plan_replica"
-        ).values()
+        _imported_by("from workers.data import DataConfig\nfrom workers.ladder.replica import plan_replica").values()
     )
     assert _imported_by("from workers import run_trial")["torch"]  # and its parts are there on first use

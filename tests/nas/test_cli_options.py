@@ -17,11 +17,19 @@ from nas.search.settings import SearchSettings
 from nas.space.budget import Budget
 from nas.space.objectives import parse_objectives
 from workers.data.config import DataConfig
+from workers.ladder.narrowing import Narrowing
 from workers.training.config import OptimConfig
 
 MODELS = (Budget, SearchSettings, DataConfig)
 # Options named differently from the field they set.
-FIELD_OF = {"early_stop": (SearchSettings, "early_stopping"), "data": (DataConfig, "source")}
+FIELD_OF = {
+    "early_stop": (SearchSettings, "early_stopping"),
+    "data": (DataConfig, "source"),
+    "ladder": (Budget, "ladder_kind"),
+    "narrowing": (Narrowing, "keep"),
+    "min_replica_width": (Narrowing, "min_width"),
+    "min_replica_share": (Narrowing, "min_share"),
+}
 # Options whose None means "what the search space says, else the field's default".
 FROM_THE_SPACE = {"schedule": (OptimConfig, "schedule"), "cooldown": (OptimConfig, "cooldown")}
 # Options whose None means "the field's default, laid out by cost" (given, the ladder is kept as asked).

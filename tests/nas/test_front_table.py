@@ -65,14 +65,14 @@ def test_the_answer_is_computed_once_per_write_and_shared_by_show_and_the_dashbo
     with seeded(tmp_path, 6) as store:
         first = search_answer(store, "s")
         assert search_answer(store, "s") is first  # nothing written since: the same answer, not a refit
-        at_t = search_answer(store, "s", BUDGET.target)
-        assert reads.search_answer(store.url, "s", BUDGET.target) is at_t  # the dashboard reads the same one
+        at_t = search_answer(store, "s", BUDGET.ladder.target_flops)
+        assert reads.search_answer(store.url, "s", BUDGET.ladder.target_flops) is at_t  # the dashboard reads the same one
         table, lines = front_report(first)
         assert lines[-len(first.rests_on) :] == list(first.rests_on)  # nas show prints the shared answer's basis
         store.record_rung("s", 0, measured_rung(2, 1.5, 4e10))  # a write: the next read answers anew
         second = search_answer(store, "s")
         assert second is not first and second.predictions[0].rungs == 3 and first.predictions[0].rungs == 2
-        assert search_answer(store, "s", target=2 * BUDGET.target).target == 2 * BUDGET.target
+        assert search_answer(store, "s", target=2 * BUDGET.ladder.target_flops).target == 2 * BUDGET.ladder.target_flops
 
 
 def test_show_json_holds_the_numbers_the_table_prints(tmp_path):
@@ -89,4 +89,4 @@ def test_show_json_holds_the_numbers_the_table_prints(tmp_path):
         t = trials[int(number)]
         assert f"{t['predicted_loss']:.4f}" == loss and f"{t['band'][0]:.4f}-{t['band'][1]:.4f}" == band
     assert data["hypervolume"]["value"] == found.hypervolume and data["rests_on"] == list(found.rests_on)
-    assert data["settings"]["target_flops"] == BUDGET.target and data["settings"]["layout"]["budgets"] == [1e10, 2e10]
+    assert data["settings"]["target_flops"] == BUDGET.ladder.target_flops and data["settings"]["layout"]["budgets"] == [1e10, 2e10]

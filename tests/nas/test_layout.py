@@ -2,7 +2,7 @@
 
 import pytest
 
-from nas.space.layout import MIN_SAVING, choose_layout, plan_anchors
+from workers.ladder.layout import MIN_SAVING, choose_layout, plan_anchors
 
 
 def test_a_replica_ladder_that_saves_nothing_trains_every_config_once_at_its_top_rung():

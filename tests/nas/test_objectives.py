@@ -188,7 +188,7 @@ def test_a_real_search_minimises_kv_bytes_as_its_third_objective(tmp_path):
 
 def test_a_rung_decision_promotes_on_kv_bytes_only_when_the_search_minimises_them():
     """Four trials at rung 0 of two, equal FLOPs: the routed one (third by loss) climbs only with kv."""
-    from nas.answer.rung_decision import Ladder, decide_rung
+    from nas.answer.rung_decision import PromotionRule, decide_rung
     from nas.store import RungRow
 
     routed_kv = kv_cache_bytes(ROUTED, ROUTED.seq_len) / ROUTED.seq_len
@@ -199,5 +199,5 @@ def test_a_rung_decision_promotes_on_kv_bytes_only_when_the_search_minimises_the
         for n, (loss, kv) in enumerate(zip(losses, caches, strict=True))
     ]
     for objectives, climbs in ((DEFAULT_OBJECTIVES, False), (KV, True)):
-        ladder = Ladder(1e11, 2.0, 2, noise_rule=False, objectives=objectives)
+        ladder = PromotionRule(1e11, 2.0, 2, noise_rule=False, objectives=objectives)
         assert (decide_rung(ladder, rows, 2, 0, 1e6).verdict == Verdict.CLIMB) is climbs

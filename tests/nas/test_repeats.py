@@ -35,12 +35,12 @@ def test_a_repeat_runs_the_searchs_schedule(tmp_path):
     assert jobs and all(
         (j.request.optim.schedule, j.request.optim.cooldown, j.seed) == ("cosine", 0.3, 1) for j in jobs
     )
-    assert all(j.request.measurement.ladder.rungs == 2 for j in jobs)
+    assert all(j.request.ladder_plan.rungs == 2 for j in jobs)
 
 
 def test_a_search_stored_before_the_schedule_resumes_on_the_one_its_trials_ran():
     older = {**SPACE, "fixed": {k: v for k, v in SPACE["fixed"].items() if k not in ("schedule", "cooldown")}}
-    replica, ladder = Budget(trial_flops=1e9), Budget(trial_flops=1e9, ladder="budget")
+    replica, ladder = Budget(trial_flops=1e9), Budget(trial_flops=1e9, ladder_kind="budget")
     assert stored_space(older, replica).schedule_fields() == {"schedule": "cosine", "cooldown": 0.2}
     assert stored_space(older, ladder).schedule_fields()["schedule"] == "wsd"  # a budget ladder always was
     assert stored_space(SPACE, replica).schedule_fields() == {"schedule": "cosine", "cooldown": 0.3}

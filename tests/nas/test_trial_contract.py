@@ -17,13 +17,13 @@ from nas.space.budget import Budget
 from nas.store import Store
 from search_spaces.residual_lm import ArchConfig, flavour, tokens_for
 from workers.data.config import DataConfig
+from workers.ladder.plans import RungSpacing
 from workers.training.config import OptimConfig, RunConfig
-from workers.training.plans import LadderConfig
 from workers.training.records import RungRecord
 from workers.trial.contract import (
     TICKET_KEY,
     CountedCosts,
-    Measurement,
+    LadderPlan,
     RungVerdict,
     TrialOutcome,
     TrialRequest,
@@ -70,22 +70,24 @@ def test_an_invalid_config_gets_a_ticket_saying_why_and_infinite_flops():
 
 
 def test_a_budget_says_how_its_trials_are_measured():
-    replica = Budget(trial_flops=1e9, rungs=3, eta=2, min_tokens_per_param=None).measurement()
-    assert replica.replica_rungs == pytest.approx((1e9, 2e9, 4e9)) and replica.budget_flops == pytest.approx(4e9)
-    assert replica.ladder == LadderConfig(rungs=3, eta=2) and replica.target_flops == pytest.approx(4e10)
-    ladder = Budget(trial_flops=1e9, rungs=3, eta=2, ladder="budget", min_tokens_per_param=None).measurement()
-    assert ladder.replica_rungs == () and ladder.ladder == LadderConfig(rungs=3, eta=2)
-    single = Budget(trial_flops=1e9, rungs=1, min_tokens_per_param=None).measurement()
-    assert single.ladder is None and single.replica_rungs == () and single.budget_flops == 1e9
+    replica = Budget(trial_flops=1e9, rungs=3, eta=2, min_tokens_per_param=None).ladder.trial_plan
+    assert replica.replica_flops == pytest.approx((1e9, 2e9, 4e9)) and replica.top_flops == pytest.approx(4e9)
+    assert replica.spacing == RungSpacing(rungs=3, eta=2) and replica.target_flops == pytest.approx(4e10)
+    assert replica.is_replica and replica.reports_rungs and replica.rungs == 3
+    ladder = Budget(trial_flops=1e9, rungs=3, eta=2, ladder_kind="budget", min_tokens_per_param=None).ladder.trial_plan
+    assert ladder.replica_flops == () and ladder.spacing == RungSpacing(rungs=3, eta=2) and not ladder.is_replica
+    single = Budget(trial_flops=1e9, rungs=1, min_tokens_per_param=None).ladder.trial_plan
+    assert single.spacing is None and single.replica_flops == () and single.top_flops == 1e9
+    assert not single.reports_rungs and single.rungs == 1
     with pytest.raises(ValueError, match="target_flops"):
-        Measurement(1e9, replica_rungs=(1e9,))
+        LadderPlan(1e9, replica_flops=(1e9,))
 
 
 def test_the_planner_turns_a_ticket_into_a_typed_request():
     space = load_space(TINY_SPACE)
     knobs = {"n_layers": 2, "d_model": 32, "residual": "ancre", "mod_rate": 0.25, "lr": 2e-3}
     ticket = DefineByRun(space, Budget(trial_flops=2e9, min_tokens_per_param=None)).ticket(7, knobs)
-    request = TrialPlanner(DataConfig(), 3, Measurement(1e9)).request(ticket)
+    request = TrialPlanner(DataConfig(), 3, LadderPlan(1e9)).request(ticket)
     assert isinstance(request, TrialRequest) and isinstance(request.arch, ArchConfig)
     assert (request.arch.residual, request.arch.d_model, request.optim.lr, request.run.batch_size) == (
         "ancre",
@@ -96,7 +98,7 @@ def test_the_planner_turns_a_ticket_into_a_typed_request():
     assert request.seed == 3 and request.ticket.number == 7 and request.rung_gate is None
     invalid = DefineByRun(space, Budget(trial_flops=2e9, min_tokens_per_param=None)).ticket(8, {**knobs, "d_model": 33})
     with pytest.raises(ValueError, match="trial 8 has no valid config"):
-        TrialPlanner(DataConfig(), 3, Measurement(1e9)).request(invalid)
+        TrialPlanner(DataConfig(), 3, LadderPlan(1e9)).request(invalid)
 
 
 class RecordingGate:
@@ -117,10 +119,10 @@ def test_a_trial_tells_its_gate_every_rung_and_tells_the_search_its_last_predict
     run = RunConfig(batch_size=4, eval_sequences=4, evals=1, report_every=100)
     top = 36 * run.batch_size * cfg.seq_len / tokens_for(cfg, 1.0)  # 36 steps at the top rung
     gate = RecordingGate(stop_at)
-    measurement = Measurement(top, LadderConfig(rungs=3, eta=3.0))
+    plan = LadderPlan(top, RungSpacing(rungs=3, eta=3.0))
     ticket = TrialTicket(5, CountedCosts(123.0))
     request = TrialRequest(
-        ticket, cfg, OptimConfig(lr=3e-3), run, DataConfig(cache_dir=str(tmp_path)), 0, measurement, gate, False
+        ticket, cfg, OptimConfig(lr=3e-3), run, DataConfig(cache_dir=str(tmp_path)), 0, plan, gate, False
     )
     climbed: list[int] = []
     outcome = run_request(request, on_rung_done=climbed.append)

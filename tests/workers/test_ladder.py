@@ -10,15 +10,15 @@ import torch
 from search_spaces.residual_lm import flavour, tokens_for
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
+from workers.ladder.plans import InfeasibleBudget, RungSpacing, plan_budget, plan_ladder
 from workers.training.config import OptimConfig, RunConfig
-from workers.training.plans import InfeasibleBudget, LadderConfig, plan_budget, plan_ladder
 from workers.training.schedules import wsd_learning_rate
 from workers.training.train import train
 
 train_module = importlib.import_module("workers.training.train")  # the package exports a function of that name
 RUN = RunConfig(batch_size=4, eval_sequences=8, evals=2, report_every=5)
 OPTIM = OptimConfig(lr=3e-3, warmup=0.2, min_lr_ratio=0.1, cooldown=0.25)
-LADDER = LadderConfig(rungs=3, eta=3.0)
+LADDER = RungSpacing(rungs=3, eta=3.0)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +65,9 @@ def test_a_rungs_branch_equals_a_run_that_stops_at_that_rung(corpus, family):
     equal fractions of its own schedule, never the middle of a longer one."""
     cfg = tiny(residual=family, mod_rate=0.25 if family == "nag" else 0.0)
     top = top_budget(cfg, 36)
-    full = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LADDER)
+    full = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=3, spacing=LADDER)
     assert [r.rung for r in full.state.rungs] == [0, 1, 2]
-    shorter = train(cfg, top / 3, corpus, optim=OPTIM, run=RUN, seed=3, ladder=LadderConfig(rungs=2, eta=3.0))
+    shorter = train(cfg, top / 3, corpus, optim=OPTIM, run=RUN, seed=3, spacing=RungSpacing(rungs=2, eta=3.0))
     assert full.state.rungs[1].val_loss == shorter.state.rungs[1].val_loss == shorter.state.val_loss
     assert full.state.rungs[1].tokens == shorter.state.tokens_seen
     assert full.state.rungs[1].training_flops == pytest.approx(shorter.state.training_flops, rel=1e-12)
@@ -80,14 +80,14 @@ def test_a_rungs_branch_equals_a_run_that_stops_at_that_rung(corpus, family):
 def test_cooldown_branches_leave_the_main_run_bit_exact(corpus, monkeypatch):
     cfg = tiny(residual="ancre", mod_rate=0.25)
     top = top_budget(cfg, 45)
-    with_branches = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=5, ladder=LADDER)
+    with_branches = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=5, spacing=LADDER)
 
     def no_branch(model, opt, batches, val, optim, run, device, state, schedule, rung, seed):
         state.rungs.append(train_module._rung_record(rung, 1.0, state, state.training_flops, seed))  # measures nothing
         return model, state
 
     monkeypatch.setattr(train_module, "_measure_rung_on_a_branch", no_branch)
-    without = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=5, ladder=LADDER)
+    without = train(cfg, top, corpus, optim=OPTIM, run=RUN, seed=5, spacing=LADDER)
     assert without.state.branch_flops == 0 and with_branches.state.branch_flops > 0
     for (name, a), (_, b) in zip(
         with_branches.model.state_dict().items(), without.model.state_dict().items(), strict=True
@@ -106,7 +106,7 @@ def test_on_rung_ends_the_run_at_a_rung_as_its_cooled_branch(corpus):
         return result.rung < 1
 
     top = top_budget(cfg, 45)
-    out = train(cfg, top, corpus, optim=OPTIM, run=RUN, ladder=LADDER, on_rung=promote_once)
+    out = train(cfg, top, corpus, optim=OPTIM, run=RUN, spacing=LADDER, on_rung=promote_once)
     rung1 = plan_ladder(cfg, top, LADDER, RUN.batch_size)[1]
     assert seen == [0, 1] and out.status == "completed"
     assert out.state.val_loss == out.state.rungs[1].val_loss and math.isfinite(out.state.val_loss)
@@ -119,5 +119,5 @@ def test_on_rung_ends_the_run_at_a_rung_as_its_cooled_branch(corpus):
 def test_a_ladder_run_that_diverges_ends_as_diverged(corpus):
     cfg = tiny(residual="cascaded")
     absurd = OPTIM.model_copy(update={"lr": 1e6, "grad_clip": 1e9})
-    out = train(cfg, top_budget(cfg, 45), corpus, optim=absurd, run=RUN, ladder=LADDER)
+    out = train(cfg, top_budget(cfg, 45), corpus, optim=absurd, run=RUN, spacing=LADDER)
     assert out.status == "diverged" and "non-finite" in out.failure_reason

@@ -9,9 +9,10 @@ from search_spaces.residual_lm import ArchConfig, build_model, count_parameters,
 from search_spaces.residual_lm.parametrization import attention_scale
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
+from workers.ladder.narrowing import KEEP_HEADS
+from workers.ladder.trial_plan import LadderPlan
 from workers.training.config import OptimConfig, RunConfig
-from workers.trial.contract import REMEASURE_SEED_OFFSET, Measurement, TrialRequest, Verdict
-from workers.trial.narrowing import KEEP_HEADS
+from workers.trial.contract import REMEASURE_SEED_OFFSET, TrialRequest, Verdict
 from workers.trial.replica import (
     Narrowing,
     plan_replica,
@@ -29,7 +30,7 @@ T = 4e10
 
 def replicas(target: ArchConfig, target_flops: float, rung_flops, seed: int = 0, optim=OptimConfig()) -> TrialRequest:
     """A request for `target` measured on replica rungs of `rung_flops` (lowest first) on its path to `target_flops`."""
-    measurement = Measurement(rung_flops[-1], None, tuple(rung_flops), target_flops)
+    measurement = LadderPlan(rung_flops[-1], None, tuple(rung_flops), target_flops)
     return TrialRequest.of(target, measurement, optim=optim, run=RUN, seed=seed, width_probe=False)
 
 
@@ -115,7 +116,6 @@ def test_keeping_the_head_count_widths_are_multiples_of_twice_the_heads_and_a_co
 def test_by_default_a_replica_keeps_the_head_size_no_narrower_than_half_the_target_scaled_as_at_the_target():
     four = TARGET.model_copy(update={"n_heads": 4, "d_model": 96})
     assert replica_widths(four) == replica_widths(four, Narrowing(min_share=0.5, keep="head_size")) == [48, 72, 96]
-    assert replica_widths(four, 8) == [48, 72, 96]  # a narrowest width alone keeps the default's other rules
     narrow = replica_arch(four, 48)
     assert (narrow.n_heads, narrow.head_dim, narrow.d_model) == (2, 24, 48)
     assert attention_scale(narrow) == pytest.approx(attention_scale(four))

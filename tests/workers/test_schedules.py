@@ -8,10 +8,11 @@ import pytest
 from search_spaces.residual_lm import ArchConfig, flavour
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
+from workers.ladder.plans import RungSpacing
+from workers.ladder.trial_plan import LadderPlan
 from workers.training.config import OptimConfig, RunConfig
-from workers.training.plans import LadderConfig
 from workers.training.train import train
-from workers.trial.contract import Measurement, TrialRequest
+from workers.trial.contract import TrialRequest
 from workers.trial.replica import plan_replica, run_replica_trial
 from workers.trial.run import run_trial
 
@@ -74,7 +75,7 @@ def test_a_plain_wsd_run_is_a_ladder_of_one_rung_bit_for_bit(corpus):
     """The benchmark's truth runs are ladders of one rung: a search's plain runs must be exactly them."""
     cfg = tiny(residual="ancre", mod_rate=0.25)
     plain = train(cfg, 2e9, corpus, run=RUN, seed=4)
-    one_rung = train(cfg, 2e9, corpus, run=RUN, seed=4, ladder=LadderConfig(rungs=1, eta=3.0))
+    one_rung = train(cfg, 2e9, corpus, run=RUN, seed=4, spacing=RungSpacing(rungs=1, eta=3.0))
     assert plain.state.val_loss == one_rung.state.val_loss
     assert [p.lr for p in plain.state.curve] == [p.lr for p in one_rung.state.curve]
 
@@ -84,7 +85,7 @@ def test_cosine_on_request_step_by_step_and_never_on_a_budget_ladder(corpus):
     out = train(tiny(), 3e9, corpus, optim=optim, run=RUN)
     assert applied(out.state.curve) == pytest.approx(expected_cosine(out.plan.steps, optim), rel=1e-12)
     failed = run_trial(
-        tiny(), 9e9, corpus, optim=optim, run=RUN, ladder=LadderConfig(rungs=2, eta=3.0), width_probe=False
+        tiny(), 9e9, corpus, optim=optim, run=RUN, spacing=RungSpacing(rungs=2, eta=3.0), width_probe=False
     )
     assert failed.status == "failed" and "schedule 'wsd'" in failed.failure_reason
 
@@ -103,7 +104,7 @@ def test_every_replica_rung_follows_the_target_runs_schedule(corpus, schedule):
             curves.append([])
         curves[-1].append(point)
 
-    measurement = Measurement(budgets[-1], None, tuple(budgets), 6e10)
+    measurement = LadderPlan(budgets[-1], None, tuple(budgets), 6e10)
     request = TrialRequest.of(target, measurement, optim=optim, run=RUN, width_probe=False)
     result = run_replica_trial(request, corpus, report=report)
     assert result.status == "completed" and len(curves) == len(budgets)

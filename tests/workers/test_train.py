@@ -7,8 +7,8 @@ import pytest
 from search_spaces.residual_lm import flavour, flops_per_token
 from workers.data.config import DataConfig
 from workers.data.corpus import load_corpus
+from workers.ladder.plans import InfeasibleBudget, plan_budget
 from workers.training.config import OptimConfig, RunConfig
-from workers.training.plans import InfeasibleBudget, plan_budget
 from workers.training.schedules import cosine_learning_rate
 from workers.training.train import train
 

@@ -51,10 +51,10 @@ from search_spaces.residual_lm.ancre import AncreConnectivity
 from ..data.batches import bits_per_byte, validation_tokens_per_byte
 from ..data.config import DataConfig
 from ..data.corpus import TokenizedCorpus, load_corpus
+from ..ladder.plans import InfeasibleBudget, plan_budget
 from ..status import TrialStatus
 from ..strict_json import sanitise_json
 from ..training.config import RunConfig
-from ..training.plans import InfeasibleBudget, plan_budget
 from ..training.train import Report, train
 from .data_parallel import DataParallelError, Parallel
 from .export_format import ExportedConfig

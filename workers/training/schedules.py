@@ -7,7 +7,7 @@ per family (docs/design.md §5, "One schedule").
 
 - `wsd` (Hägele et al., arXiv 2405.18392): a linear warm-up over `warmup` x the steps of the run (of its
   lowest rung, on a ladder), then lr, then a linear decay to lr x min_lr_ratio over the last `cooldown`
-  share of the run's steps. On a budget ladder (rungs C_0 < ... < C_k, `workers.training.plans.plan_ladder`) the
+  share of the run's steps. On a budget ladder (rungs C_0 < ... < C_k, `workers.ladder.plans.plan_ladder`) the
   main run decays at the top rung, and each lower rung's loss is measured on a branch that decays the
   same way over its own last `cooldown` share (`workers.training.train`), so every rung's loss is at the same
   point of its own schedule. A single run is a ladder of one rung.
@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from .plans import Rung
+from ..ladder.plans import Rung
 
 __all__ = ["SCHEDULES", "Schedule", "ScheduleKind", "cosine_learning_rate", "wsd_learning_rate"]
 

@@ -34,10 +34,10 @@ from search_spaces.residual_lm.parametrization import tensor_rules
 
 from ..data.batches import TrainBatches, validation_batches
 from ..data.corpus import TokenizedCorpus
+from ..ladder.plans import BudgetPlan, Rung, RungSpacing, plan_budget, plan_ladder
 from ..status import TrialStatus
 from .checkpoints import TrainState, load_checkpoint, save_checkpoint
 from .config import OptimConfig, Precision, RunConfig
-from .plans import BudgetPlan, LadderConfig, Rung, plan_budget, plan_ladder
 from .records import CurvePoint, RungRecord
 from .schedules import Schedule
 
@@ -134,7 +134,7 @@ def train(
     seed: int = 0,
     report: Report | None = None,
     model_hook: Callable[[ResidualLM], object] | None = None,
-    ladder: LadderConfig | None = None,
+    spacing: RungSpacing | None = None,
     on_rung: OnRung | None = None,
 ) -> TrainOutcome:
     """Train `cfg` on `corpus` for the iso-FLOP token budget of `budget_flops`. Raises InfeasibleBudget.
@@ -143,15 +143,15 @@ def train(
     before any checkpoint is loaded (pretraining uses it to load frozen ANCRe coefficients). Training
     and validation batches go to the device the model is on after the hook.
 
-    The learning rate follows `optim.schedule` (`workers.training.schedules`). With `ladder` the run is a budget
-    ladder (`workers.training.plans`, warmup-stable-decay only): `budget_flops` is the top rung, each lower rung
+    The learning rate follows `optim.schedule` (`workers.training.schedules`). With `spacing` the run is a budget
+    ladder (`workers.ladder.plans`, warmup-stable-decay only): `budget_flops` is the top rung, each lower rung
     is measured on a cooldown branch, and `on_rung(record)` is told every rung's `RungRecord` in order;
     returning False ends the run there (status completed, the rung's loss).
 
     The loop stays whole, in numbered steps, so that the order of a step's parts reads in one place.
     """
     # 1. Plan the budget and build everything under the seed.
-    rungs, plan, optim, schedule = _plan(cfg, budget_flops, corpus, optim, run, ladder)
+    rungs, plan, optim, schedule = _plan(cfg, budget_flops, corpus, optim, run, spacing)
     torch.manual_seed(seed)
     model = build_model(cfg).train()
     if model_hook is not None:
@@ -224,13 +224,13 @@ def _plan(
     corpus: TokenizedCorpus,
     optim: OptimConfig,
     run: RunConfig,
-    ladder: LadderConfig | None,
+    spacing: RungSpacing | None,
 ) -> tuple[list[Rung], BudgetPlan, OptimConfig, Schedule]:
     """The run's rungs (none without a ladder), its budget plan, the optimiser settings at its token
     horizon, and the learning-rate schedule it follows."""
     if cfg.vocab_size < corpus.vocab_size:
         raise ValueError(f"vocab_size={cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})")
-    rungs = plan_ladder(cfg, budget_flops, ladder, run.batch_size) if ladder else []
+    rungs = plan_ladder(cfg, budget_flops, spacing, run.batch_size) if spacing else []
     plan = rungs[-1].plan if rungs else plan_budget(cfg, budget_flops, run.batch_size)
     requested_lr, optim = optim.lr, optim.at_horizon(cfg.residual, plan.tokens)
     if optim.lr != requested_lr:

@@ -10,7 +10,6 @@ from ..lazy import lazy_exports
 if TYPE_CHECKING:
     from .contract import (
         CountedCosts,
-        Measurement,
         RungGate,
         RungVerdict,
         TrialConfigs,
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CountedCosts",
-    "Measurement",
     "RungGate",
     "RungVerdict",
     "TrialConfigs",
@@ -45,7 +43,6 @@ __getattr__ = lazy_exports(
     __name__,
     {
         "CountedCosts": ".contract",
-        "Measurement": ".contract",
         "RungGate": ".contract",
         "RungVerdict": ".contract",
         "TrialConfigs": ".contract",

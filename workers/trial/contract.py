@@ -8,7 +8,7 @@ The search (`nas`) asks and a trial (this package) answers; nothing else crosses
   trial one dict, its config: the space's knobs, plus this ticket under `TICKET_KEY`, the one key that is not a
   knob (`with_ticket`, `split_config`).
 - `TrialRequest`: what one trial is asked to do: the architecture, optimiser and run settings, the corpus, the
-  seed, how it is measured (`Measurement`) and the rung gate it reports to.
+  seed, how it is measured (`LadderPlan`) and the rung gate it reports to.
 - `RungGate`: what a trial calls at the end of every rung. It is told the rung's `RungRecord` and answers with a
   `RungVerdict`: `climb` to the next rung, `stop` here, or `measure_again` this rung with another seed
   (seed + `REMEASURE_SEED_OFFSET`); and what the search now predicts for the trial at the target. The search's
@@ -31,19 +31,16 @@ from typing import Any, Protocol
 from search_spaces.residual_lm import ArchConfig, flops_per_token
 
 from ..data.config import DataConfig
+from ..ladder.trial_plan import LadderPlan
 from ..status import TrialStatus
 from ..training.config import OptimConfig, RunConfig
-from ..training.plans import LadderConfig
 from ..training.records import RungRecord
-from .narrowing import DEFAULT_MIN_WIDTH, Narrowing
 from .result import TrialResult
 
 __all__ = [
-    "DEFAULT_MIN_WIDTH",
     "REMEASURE_SEED_OFFSET",
     "TICKET_KEY",
     "CountedCosts",
-    "Measurement",
     "RungGate",
     "RungVerdict",
     "TrialConfigs",
@@ -106,24 +103,6 @@ def split_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], TrialTicket
     return {k: v for k, v in config.items() if k != TICKET_KEY}, ticket
 
 
-@dataclass(frozen=True)
-class Measurement:
-    """How a trial is measured. Replica rungs (`replica_rungs`, their budgets lowest first): each rung its own
-    run of a copy narrowed as `narrowing` says, on the target's path to `target_flops` (`workers.trial.replica`).
-    Otherwise the config itself at `budget_flops` (the top rung's), on a budget `ladder` with a cooldown branch at
-    each rung, or at that single budget without one."""
-
-    budget_flops: float
-    ladder: LadderConfig | None = None
-    replica_rungs: tuple[float, ...] = ()
-    target_flops: float | None = None
-    narrowing: Narrowing = Narrowing()
-
-    def __post_init__(self) -> None:
-        if self.replica_rungs and self.target_flops is None:
-            raise ValueError("replica rungs need the target's training FLOPs (target_flops)")
-
-
 class Verdict(str, Enum):
     """What a trial does after a rung."""
 
@@ -167,7 +146,7 @@ class RungGate(Protocol):
 @dataclass(frozen=True)
 class TrialRequest:
     """What one trial is asked to do: train `arch` with `optim` and `run` on `data` from `seed`, measured as
-    `measurement` says, telling `rung_gate` every rung (None: no rung is reported, the last loss is told)."""
+    `ladder_plan` says, telling `rung_gate` every rung (None: no rung is reported, the last loss is told)."""
 
     ticket: TrialTicket
     arch: ArchConfig
@@ -175,7 +154,7 @@ class TrialRequest:
     run: RunConfig
     data: DataConfig
     seed: int
-    measurement: Measurement
+    ladder_plan: LadderPlan
     rung_gate: RungGate | None = None
     width_probe: bool = True  # measure the width certificate of the trained model
 
@@ -183,7 +162,7 @@ class TrialRequest:
     def of(
         cls,
         arch: ArchConfig,
-        measurement: Measurement,
+        ladder_plan: LadderPlan,
         *,
         optim: OptimConfig = OptimConfig(),
         run: RunConfig = RunConfig(),
@@ -193,7 +172,7 @@ class TrialRequest:
     ) -> TrialRequest:
         """A request outside a search: trial 0, its FLOPs counted from `arch`, no rung gate."""
         ticket = TrialTicket(0, CountedCosts(flops_per_token(arch).executed), TrialConfigs(arch, optim, run))
-        return cls(ticket, arch, optim, run, data, seed, measurement, None, width_probe)
+        return cls(ticket, arch, optim, run, data, seed, ladder_plan, None, width_probe)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 `run_request(request, report)` never raises (as `run_trial`): a crash comes back as a `TrialOutcome` whose
 result has the status and a one-line reason. It loads the corpus, then trains
 
-- replica rungs (`Measurement.replica_rungs`): each rung its own run of a narrower copy of the architecture on
+- replica rungs (`LadderPlan.replica_flops`): each rung its own run of a narrower copy of the architecture on
   the target's path (`workers.trial.replica.run_replica_trial`), a rung the gate asks for measured again with a
   second seed;
 - or the architecture itself on its budget ladder (or at its single budget: `workers.trial.run.run_trial`).
@@ -50,27 +50,27 @@ def run_request(
         return verdict.verdict
 
     result = _train(request, report, on_rung if gate is not None else None)
-    rungs_told = gate is not None and (request.measurement.ladder is not None or request.measurement.replica_rungs)
+    rungs_told = gate is not None and request.ladder_plan.reports_rungs
     predicted = last[0].predicted_loss if rungs_told and last else None
     return TrialOutcome(request.ticket.number, result, TrialOutcome.told(result, predicted))
 
 
 def _train(request: TrialRequest, report: Report | None, on_rung: OnRung | None) -> TrialResult:
     """Replica rungs, or the config itself on its ladder or at its budget (one run: no rung measured again)."""
-    m, corpus = request.measurement, load_corpus(request.data)
-    if m.replica_rungs:
+    m, corpus = request.ladder_plan, load_corpus(request.data)
+    if m.is_replica:
         return run_replica_trial(request, corpus, report, on_rung)
     climbs = None if on_rung is None else lambda rung: on_rung(rung) == Verdict.CLIMB
     return run_trial(
         request.arch,
-        m.budget_flops,
+        m.top_flops,
         corpus,
         request.seed,
         report,
         optim=request.optim,
         run=request.run,
         width_probe=request.width_probe,
-        ladder=m.ladder,
+        spacing=m.spacing,
         on_rung=climbs,
     )
 

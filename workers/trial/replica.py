@@ -1,4 +1,4 @@
-"""Replica rungs, run: each rung of a replica ladder trains its replica (`workers.trial.replica_plan`: the width, the
+"""Replica rungs, run: each rung of a replica ladder trains its replica (`workers.ladder.replica`: the width, the
 tokens and the maths of the target's path) as its own run, until the rung gate says stop or the top rung is
 reached; the trial's result describes the target.
 """
@@ -13,13 +13,13 @@ from search_spaces.residual_lm import ArchConfig, flops_per_token
 
 from ..data.batches import bits_per_byte, validation_tokens_per_byte
 from ..data.corpus import TokenizedCorpus
+from ..ladder.narrowing import Narrowing
+from ..ladder.plans import InfeasibleBudget
+from ..ladder.replica import Replica, TargetPath, plan_replica, replica_arch, replica_widths, rung_budgets, target_path
 from ..status import TrialStatus
-from ..training.plans import InfeasibleBudget
 from ..training.records import RungRecord
 from ..training.train import Report
 from .contract import REMEASURE_SEED_OFFSET, TrialRequest, Verdict
-from .narrowing import Narrowing
-from .replica_plan import Replica, TargetPath, plan_replica, replica_arch, replica_widths, rung_budgets, target_path
 from .result import TrialResult
 from .run import one_line, run_trial
 
@@ -45,7 +45,7 @@ def run_replica_trial(
     report: Report | None = None,
     on_rung: OnReplicaRung | None = None,
 ) -> TrialResult:
-    """Train the replica of each of `request.measurement`'s replica rungs in turn (the request's `arch` is the
+    """Train the replica of each of `request.ladder_plan`'s replica rungs in turn (the request's `arch` is the
     target), each its own run (`run_trial`) in this process, until `on_rung(rung record)` says `stop` or the top
     rung is done (`on_rung` is told every rung, the top one too, as on a budget ladder); never raises. When
     `on_rung` says `measure_again`, the rung's replica is trained once more with seed + `REMEASURE_SEED_OFFSET`
@@ -56,17 +56,17 @@ def run_replica_trial(
     last rung's loss, the FLOPs and tokens of every replica run summed, and the rung records in `rungs`;
     the curve, diagnostics and width certificate are the last replica's.
     """
-    target, m, run = request.arch, request.measurement, request.run
+    target, m, run = request.arch, request.ladder_plan, request.run
     start = time.perf_counter()
     results: list[TrialResult] = []
     rungs: list[RungRecord] = []
     tokens_per_byte = validation_tokens_per_byte(corpus, target.seq_len, run.eval_sequences)
     try:
-        if not m.replica_rungs or m.target_flops is None:
-            raise ValueError("the request's measurement has no replica rungs")
+        if not m.replica_flops or m.target_flops is None:
+            raise ValueError("the request's ladder plan has no replica rungs")
         path = target_path(target, m.target_flops, run.batch_size)
         optim = request.optim.at_horizon(target.residual, path.tokens)
-        for index, flops in enumerate(m.replica_rungs):
+        for index, flops in enumerate(m.replica_flops):
             replica = plan_replica(target, m.target_flops, index, flops, run.batch_size, m.narrowing)
             verdict = Verdict.MEASURE_AGAIN
             for seed in (request.seed, request.seed + REMEASURE_SEED_OFFSET):

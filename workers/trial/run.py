@@ -23,9 +23,9 @@ from search_spaces.residual_lm import ArchConfig, flops_per_token, forward_flops
 from ..data.batches import bits_per_byte, validation_tokens_per_byte
 from ..data.config import DataConfig
 from ..data.corpus import TokenizedCorpus, load_corpus
+from ..ladder.plans import InfeasibleBudget, RungSpacing
 from ..status import TrialStatus
 from ..training.config import OptimConfig, RunConfig
-from ..training.plans import InfeasibleBudget, LadderConfig
 from ..training.train import OnRung, Report, TrainOutcome, train
 from .result import TrialResult
 from .width_probe import width_certificate
@@ -82,12 +82,12 @@ def run_trial(
     optim: OptimConfig = OptimConfig(),
     run: RunConfig = RunConfig(),
     width_probe: bool = True,
-    ladder: LadderConfig | None = None,
+    spacing: RungSpacing | None = None,
     on_rung: OnRung | None = None,
 ) -> TrialResult:
     """Train `cfg` under `budget_flops` training FLOPs on `data` (default: the shipped corpus).
 
-    With `ladder`, `budget_flops` is the top rung's budget and `on_rung` decides after each rung
+    With `spacing` (a budget ladder), `budget_flops` is the top rung's budget and `on_rung` decides after each rung
     whether the run goes on (`workers.training.train.train`); `val_loss` is then the last rung's loss.
     """
     start = time.perf_counter()
@@ -109,7 +109,7 @@ def run_trial(
             seed=seed,
             report=report,
             model_hook=lambda model: model.to(device),
-            ladder=ladder,
+            spacing=spacing,
             on_rung=on_rung,
         )
     except InfeasibleBudget as err:

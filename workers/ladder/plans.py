@@ -24,12 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, tokens_for, training_flops
 
-__all__ = ["BudgetPlan", "InfeasibleBudget", "LadderConfig", "Rung", "plan_budget", "plan_ladder"]
+__all__ = ["BudgetPlan", "InfeasibleBudget", "Rung", "RungSpacing", "plan_budget", "plan_ladder"]
 
 
-class LadderConfig(BaseModel):
-    """How many rungs, and their budget ratio (each rung's cooldown share is the schedule's:
-    `OptimConfig.cooldown`). No defaults: a search's are its `Budget`'s (`nas.space.budget`)."""
+class RungSpacing(BaseModel):
+    """How many rungs a ladder has, and the budget ratio between successive rungs (each rung's cooldown share is the
+    schedule's: `OptimConfig.cooldown`). No defaults: a search's are its `Budget`'s (`nas.space.budget`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -82,11 +82,11 @@ class Rung:
         return self.steps - round(cooldown * self.steps)
 
 
-def plan_ladder(cfg: ArchConfig, top_flops: float, ladder: LadderConfig, batch_size: int) -> list[Rung]:
+def plan_ladder(cfg: ArchConfig, top_flops: float, spacing: RungSpacing, batch_size: int) -> list[Rung]:
     """The rungs of a trial whose top rung spends `top_flops`; InfeasibleBudget if the lowest cannot
     pay for one step. (Rungs so small that two round to the same steps are both kept: measured twice.)"""
     return [
         Rung(index, flops, plan_budget(cfg, flops, batch_size))
-        for index in range(ladder.rungs)
-        for flops in [top_flops / ladder.eta ** (ladder.rungs - 1 - index)]
+        for index in range(spacing.rungs)
+        for flops in [top_flops / spacing.eta ** (spacing.rungs - 1 - index)]
     ]

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from search_spaces.residual_lm import ArchConfig
 
-__all__ = ["DEFAULT_MIN_WIDTH", "KEEP_HEADS", "Keep", "Narrowing"]
+__all__ = ["DEFAULT_MIN_WIDTH", "DEFAULT_NARROWING", "KEEP_HEADS", "Keep", "Narrowing"]
 
 DEFAULT_MIN_WIDTH = 8  # 2 heads of 4: the narrowest replica the default space's head counts allow
 Keep = Literal["heads", "head_size"]
@@ -35,11 +35,6 @@ class Narrowing(BaseModel):
     min_share: float = Field(0.5, ge=0.0, le=1.0, description="narrowest replica as a share of the target's width")
     keep: Keep = Field("head_size", description="what attention keeps: the head size or the head count")
 
-    @classmethod
-    def of(cls, narrowing: Narrowing | int) -> Narrowing:
-        """A Narrowing, or the default one with that narrowest width."""
-        return narrowing if isinstance(narrowing, Narrowing) else cls(min_width=int(narrowing))
-
     def floor(self, target: ArchConfig) -> int:
         """The narrowest width a replica of `target` may have."""
         return max(self.min_width, math.ceil(self.min_share * target.d_model))
@@ -51,4 +46,7 @@ class Narrowing(BaseModel):
         return f"{kept}, no narrower than {floor}"
 
 
-KEEP_HEADS = Narrowing(min_share=0.0, keep="heads")  # how replicas narrowed before the head size was kept
+DEFAULT_NARROWING = Narrowing()
+# The head count kept, no floor but the narrowest width: replicas stay on the target's path down to width 8 (the
+# `--narrowing heads --min-replica-share 0` of a search, the *_keep_heads tables of `make fidelity`).
+KEEP_HEADS = Narrowing(min_share=0.0, keep="heads")

@@ -12,7 +12,7 @@ that C_r buys. d_r is the valid width whose on-path cost 3 F(d) rho N(d) (the co
 width d at the target's ratio) is nearest C_r in log: the replica then sees the target's tokens per
 parameter up to the width grid's rounding, and costs exactly C_r (to whole batches).
 
-- How it narrows is a `Narrowing` (`workers.trial.narrowing`). By default it keeps the head size (heads of
+- How it narrows is a `Narrowing` (`workers.ladder.narrowing`). By default it keeps the head size (heads of
   the target's size, fewer of them, attention scaled as at the target), so that narrowing changes depth
   over width least, and is no narrower than half the target: valid widths are the multiples of the
   target's head size from that floor up to d_T. Keeping the head count instead (the head size shrinking:
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 from search_spaces.residual_lm import ArchConfig, parameter_count, training_flops
 
-from ..training.plans import BudgetPlan, LadderConfig, plan_budget
-from .narrowing import DEFAULT_MIN_WIDTH, Narrowing
+from .narrowing import DEFAULT_NARROWING, Narrowing
+from .plans import BudgetPlan, RungSpacing, plan_budget
 
 __all__ = ["Replica", "TargetPath", "plan_replica", "replica_arch", "replica_widths", "rung_budgets", "target_path"]
 
@@ -81,7 +81,7 @@ def target_path(target: ArchConfig, target_flops: float, batch_size: int) -> Tar
     return TargetPath(params, tokens, tokens / params)
 
 
-def replica_arch(target: ArchConfig, width: int, narrowing: Narrowing | int = DEFAULT_MIN_WIDTH) -> ArchConfig:
+def replica_arch(target: ArchConfig, width: int, narrowing: Narrowing = DEFAULT_NARROWING) -> ArchConfig:
     """The target at `width` under `completep`, its base shape the target's (or the target's own base); with
     heads of the target's size, `width / head size` of them."""
     if target.parametrization == "completep":
@@ -89,16 +89,15 @@ def replica_arch(target: ArchConfig, width: int, narrowing: Narrowing | int = DE
     else:
         base = {"base_width": target.d_model, "base_depth": target.n_layers}
     update = {"d_model": width, "parametrization": "completep", **base}
-    if Narrowing.of(narrowing).keep == "head_size" and width != target.d_model:  # at d_T: the target's heads
+    if narrowing.keep == "head_size" and width != target.d_model:  # at d_T: the target's heads
         base_head = target.base_head_dim or base["base_width"] // target.n_heads
         update |= {"n_heads": width // target.head_dim, "base_head_dim": base_head}
     return target.model_copy(update=update)
 
 
-def replica_widths(target: ArchConfig, narrowing: Narrowing | int = DEFAULT_MIN_WIDTH) -> list[int]:
+def replica_widths(target: ArchConfig, narrowing: Narrowing = DEFAULT_NARROWING) -> list[int]:
     """Valid replica widths, narrowest first, from the narrowing's floor up to d_T (and d_T): multiples of
     2 n_heads (even head size, for RoPE), or of the target's head size when the head size is kept."""
-    narrowing = Narrowing.of(narrowing)
     step = target.head_dim if narrowing.keep == "head_size" else 2 * target.n_heads
     first = max(step, math.ceil(narrowing.floor(target) / step) * step)
     return sorted({*range(first, target.d_model, step), target.d_model})
@@ -114,15 +113,15 @@ def plan_replica(
     rung: int,
     rung_flops: float,
     batch_size: int,
-    min_width: Narrowing | int = DEFAULT_MIN_WIDTH,
+    narrowing: Narrowing = DEFAULT_NARROWING,
 ) -> Replica:
-    """The replica rung `rung` trains with `rung_flops` (<= target_flops), narrowed as `min_width` says (a
-    `Narrowing`, or the narrowest width); InfeasibleBudget if its width cannot afford one step."""
+    """The replica rung `rung` trains with `rung_flops` (<= target_flops), narrowed as `narrowing` says;
+    InfeasibleBudget if its width cannot afford one step."""
     path = target_path(target, target_flops, batch_size)
-    widths = replica_widths(target, min_width)
+    widths = replica_widths(target, narrowing)
 
     def cost(i: int) -> float:
-        return _on_path_flops(replica_arch(target, widths[i], min_width), path.tokens_per_param)
+        return _on_path_flops(replica_arch(target, widths[i], narrowing), path.tokens_per_param)
 
     # The on-path cost grows with width (F and N never shrink): bisect for the first width costing >= C_r,
     # then take it or the one below, whichever is nearer in log (a few shape-only builds, not one per width).
@@ -133,10 +132,10 @@ def plan_replica(
     on_path = cost(0) <= rung_flops
     if on_path and low > 0 and abs(math.log(cost(low - 1) / rung_flops)) < abs(math.log(cost(low) / rung_flops)):
         low -= 1
-    arch = replica_arch(target, widths[low if on_path else 0], min_width)
+    arch = replica_arch(target, widths[low if on_path else 0], narrowing)
     return Replica(rung, rung_flops, arch, plan_budget(arch, rung_flops, batch_size), _parameters(arch), path, on_path)
 
 
-def rung_budgets(lowest_flops: float, ladder: LadderConfig) -> list[float]:
+def rung_budgets(lowest_flops: float, spacing: RungSpacing) -> list[float]:
     """C_r = C eta^r for r = 0 .. rungs - 1, C the lowest rung's (the trial budget)."""
-    return [lowest_flops * ladder.eta**r for r in range(ladder.rungs)]
+    return [lowest_flops * spacing.eta**r for r in range(spacing.rungs)]
