@@ -8,19 +8,25 @@ by an angle theta that depends on u only through the gate m:
     rotation   tan(theta) = alpha_l m,  v = sqrt(d) f_perp / ||f_perp||,  f_perp = f - mean(f) - (<f, u> / d) u
                u' = cos(theta) u + sin(theta) v,  s' = s + log1p(tan(theta)^2) / 2
 
-so ||x'|| / ||x|| = sec(theta) for x = exp(s) u: the log-norm lane grows by log sec(theta).
+so ||x'|| / ||x|| = sec(theta) for x = exp(s) u: the log-norm lane grows by log sec(theta). Where f
+has no part orthogonal to 1 and u (f_perp zero up to rounding, and always for d <= 2) there is no v:
+nothing is added to x, so x' = x, that is u' = u and s' = s.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 from torch import Tensor
 
-__all__ = ["NORM_EPS", "nag_gate", "rotate"]
+__all__ = ["NORM_EPS", "PARALLEL_TOL", "nag_gate", "rotate"]
 
 NORM_EPS = 1e-6  # floor of the clamped norms and of the gate mixture
+# f_perp is rounding noise when ||f_perp||^2 <= PARALLEL_TOL ||f||^2: fp32 leaves f = c u + b 1 with
+# ||f_perp||^2 / ||f||^2 up to ~4e-14 (d = 3..16384), so this keeps a 50x margin on ||f_perp|| / ||f||.
+PARALLEL_TOL = 1e-10
 
 
 def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
@@ -35,27 +41,33 @@ def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
 def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
     """Rotate u towards the part of f orthogonal to it by theta. Returns (u', s' - s).
 
-    u' = cos(theta) u + sin(theta) v with v = sqrt(d) f_perp / ||f_perp||, and s' - s =
-    log1p(tan(theta)^2) / 2, for u, f (..., d) and tan_theta (...,): u' = cos(theta) (u + tan v),
-    cos(theta) = 1 / sqrt(1 + tan^2).
+    For u, f (..., d) and tan_theta (...,), f_perp is f less its mean and its component along u,
+    the latter removed twice (Gram-Schmidt: the second pass takes out what rounding a left along u,
+    ||f|| / ||f_perp|| times its ulp when f is nearly parallel to u):
 
-    u is zero-mean with ||u||^2 = d, so 1 and u are orthogonal and, with m = mean(f) and
-    a = <f, u> / d, f_perp = f - m - a u has ||f_perp||^2 = ||f||^2 - d m^2 - d a^2. Then
-    u + tan v = (1 - k a) u + k (f - m) with k = tan sqrt(d) / ||f_perp||, so
+        y = f - mean(f) - a u,  a = <f, u> / d;   f_perp = y - c u,  c = <y, u> / d
+        w = u + k f_perp,  k = tan(theta) sqrt(d) / ||f_perp||;   u' = sqrt(d) w / ||w||,  s' - s = log1p(tan^2) / 2
 
-        u' = c_u u + c_f (f - m),   c_f = cos(theta) k,   c_u = cos(theta) - c_f a
+    For a zero-mean u with ||u||^2 = d, ||w||^2 = d (1 + tan^2) and u' = cos(theta) u + sin(theta) v.
+    ||f_perp|| and ||w|| are summed over the vectors themselves, so ||u'||^2 = d to rounding
+    however nearly parallel f is to u and whatever u's own drift; ||w|| is clamped below at sqrt(eps).
 
-    three row reductions and two passes over the rows, instead of materialising f_perp and v.
-    ||u'||^2 = d holds as the paper's maths has it (u and v orthonormal up to the factor sqrt(d)),
-    to rounding while ||f_perp|| is resolved; ||f_perp||^2 is clamped below at eps (f parallel to
-    u, or d <= 2, where no direction orthogonal to 1 and u exists).
+    If ||f_perp||^2 <= PARALLEL_TOL ||f||^2, with ||f||^2 taken as ||f_perp||^2 + d (mean(f)^2 + a^2),
+    or d <= 2, f_perp is rounding noise: tan is taken as 0, so u' = sqrt(d) u / ||u|| (u to
+    rounding), s' = s, and f and tan_theta get no gradient. Computed in the promoted dtype of the
+    inputs and fp32.
     """
     d = u.shape[-1]
+    compute = functools.reduce(torch.promote_types, (u.dtype, f.dtype, tan_theta.dtype, torch.float32))
+    u, f = u.to(compute), f.to(compute)
     mean = f.mean(-1, keepdim=True)
     along_u = (f * u).sum(-1, keepdim=True) / d
-    perp_sq = (f * f).sum(-1, keepdim=True) - d * (mean.square() + along_u.square())
-    tan = tan_theta.unsqueeze(-1)
-    cos = torch.rsqrt(1.0 + tan.square())
-    c_f = cos * tan * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))
-    u_next = torch.addcmul(u * (cos - c_f * along_u), c_f, f - mean)  # (..., d)
-    return u_next, 0.5 * torch.log1p(tan_theta.square())
+    y = torch.addcmul(f - mean, along_u, u, value=-1.0)
+    perp = torch.addcmul(y, (y * u).sum(-1, keepdim=True) / d, u, value=-1.0)  # f_perp (..., d)
+    perp_norm = torch.linalg.vector_norm(perp, dim=-1, keepdim=True)
+    f_sq = perp_norm.square() + d * (mean.square() + along_u.square())
+    turns = (perp_norm.square() > PARALLEL_TOL * f_sq) & (d > 2)
+    tan = torch.where(turns, tan_theta.to(compute).unsqueeze(-1), 0.0)
+    w = torch.addcmul(u, tan * math.sqrt(d) / torch.where(turns, perp_norm, 1.0), perp)  # (..., d)
+    w_norm = torch.linalg.vector_norm(w, dim=-1, keepdim=True).clamp_min(math.sqrt(NORM_EPS))
+    return w * (math.sqrt(d) / w_norm), 0.5 * torch.log1p(tan.squeeze(-1).square())

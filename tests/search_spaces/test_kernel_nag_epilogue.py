@@ -223,7 +223,7 @@ kernels = {
 for name, (fn, pointers) in kernels.items():
     names = fn.arg_names
     given = {**pointers, **sizes}
-    consts = {"EPS": op.NORM_EPS, **cfg}
+    consts = {"EPS": op.NORM_EPS, "TOL": op.PARALLEL_TOL, **cfg}
     signature = {k: given[k] if k in given else "constexpr" for k in names}
     aligned = {(i,): [["tt.divisibility", 16]] for i, k in enumerate(names) if k.endswith("_ptr") or k == "d"}
     kernel = triton.compile(ASTSource(fn, signature, consts, aligned), target=GPUTarget("cuda", 90, 32),

@@ -1,34 +1,38 @@
 """The NAG sublayer epilogue: gate, rotation and log-norm update fused into one row-wise op.
 
 Per row (u, f of length d, s a scalar, pre the C gate pre-activations w_c . u + b_c), with
-shared p = mix_weights (C,), beta > 0, alpha and eps = NORM_EPS, exactly the family's
-`nag_math.nag_gate` then `nag_math.rotate` (the reference, `nag_epilogue_reference`):
+shared p = mix_weights (C,), beta > 0, alpha, eps = NORM_EPS and tol = PARALLEL_TOL, exactly the
+family's `nag_math.nag_gate` then `nag_math.rotate` (the reference, `nag_epilogue_reference`):
 
     mix = sum_c p_c sigmoid(pre_c),  m = max(mix, eps)^beta,  tan = alpha m
-    mean = mean(f),  a = <f, u> / d,  P = ||f||^2 - d (mean^2 + a^2)   (= ||f_perp||^2)
-    k = tan sqrt(d) / sqrt(max(P, eps)),  moved = (1 - k a) u + k (f - mean)
-    cos = 1 / sqrt(1 + tan^2),  u' = cos moved,  s' = s + log1p(tan^2) / 2
+    a = <f, u> / d,  y = f - mean(f) - a u,  c = <y, u> / d,  f_perp = y - c u,  U = ||u||^2
+    P = ||f_perp||^2 = ||y||^2 - c (2 <y, u> - c U),  Q = <u, f_perp> = <y, u> - c U
+    turns = P > tol (P + d (mean(f)^2 + a^2)) and d > 2,  k = tan sqrt(d) / sqrt(P) if turns else 0
+    w = u + k f_perp = (1 - k c) u + k y,  W = ||w||^2 = U + k (2 Q + k P),  r = sqrt(d) / sqrt(max(W, eps))
+    u' = r w,  s' = s + log1p(tan^2) / 2 if turns else s
 
-Backward (g = dL/du', g_s = dL/ds'; f_perp = f - mean - a u; [.] is the clamp's pass mask):
+Backward (g = dL/du', g_s = dL/ds'; where the row does not turn, k = g_P = g_tan = 0):
 
-    g_moved = cos g
-    g_k = <g_moved, f_perp>,  g_P = -k g_k / (2 max(P, eps)) [P >= eps]
-    g_f = k (g_moved - mean(g_moved) - (<g_moved, u> / d) u) + 2 g_P f_perp
-    g_u = (1 - k a) g_moved - (k <g_moved, u> / d + 2 a g_P) f
-    g_tan = sqrt(d) g_k / sqrt(max(P, eps)) + g_s tan / (1 + tan^2) - tan cos^2 <g, u'>
+    g_w = r (g - [W >= eps] (<g, u'> / d) u'),  g_k = <g_w, f_perp>,  g_P = -k g_k / (2 P)
+    g_fp = k g_w + 2 g_P f_perp,  h2 = <g_fp, u> / d,  g_y = g_fp - h2 u,  h1 = <g_y, u> / d
+    g_f = g_y - mean(g_y) - h1 u,  g_u = g_w - c g_fp - h2 y - a g_y - h1 f
+    g_tan = sqrt(d) g_k / sqrt(P) + g_s tan / (1 + tan^2)
     g_alpha = sum_rows g_tan m,  g_m = alpha g_tan,  g_beta = sum_rows g_m m log(max(mix, eps))
     g_mix = g_m beta m / max(mix, eps) [mix >= eps]
     g_pre_c = g_mix p_c sigmoid'(pre_c),  g_p_c = sum_rows g_mix sigmoid(pre_c),  g_s passes through
+
+Every row sum above is a combination of sums over u, f, g (a first round) and over y, g y (a
+second, once a is known): <g, u'> = r (<g, u> + k <g, f_perp>), <g_w, f_perp> = r (<g, f_perp> -
+(<g, u'> / d) r (Q + k P)), <g_w, u>, sum(g_w), h2 and mean(g_y) alike. The forward and the backward
+each make these two rounds of row reductions; the second keeps P accurate to rounding when f is
+nearly parallel to u.
 
 The Triton kernels hold a block of whole rows in registers: the forward reads u, f, s, pre once
 and writes u', s'; the backward recomputes everything from the saved inputs (no d-sized
 intermediates are saved) and writes per-program partial sums for the three shared parameters,
 which torch adds up. The kernels compute in fp32 whatever the input dtype; outputs and grads take
-their input's dtype (u' that of u, s' that of s). The reference computes in the promoted dtype of
-its inputs (as eager PyTorch would) and casts u', s' the same way.
-
-d <= 2 is degenerate (no direction is orthogonal to both 1 and u): P is clamped at eps and both
-paths compute the same formulas on it.
+their input's dtype (u' that of u, s' that of s). The reference rotates in the promoted dtype of
+its inputs and fp32 and casts u', s' back the same way.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..nag_math import NORM_EPS
+from ..nag_math import NORM_EPS, PARALLEL_TOL
 from ..reference_ops import nag_epilogue_reference
 from . import backend, jit, tl, triton
 
@@ -129,6 +133,7 @@ class _NagEpilogue(torch.autograd.Function):
                 c,
                 math.sqrt(d),
                 EPS=NORM_EPS,
+                TOL=PARALLEL_TOL,
                 **cfg,
             )
         ctx.save_for_backward(u, f, pre, mix_weights, beta, alpha)
@@ -165,6 +170,7 @@ class _NagEpilogue(torch.autograd.Function):
                 c,
                 math.sqrt(d),
                 EPS=NORM_EPS,
+                TOL=PARALLEL_TOL,
                 **cfg,
             )
         return (
@@ -194,16 +200,21 @@ def _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C: tl.constexpr, EPS: t
 
 
 @jit
-def _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS: tl.constexpr):
-    """Per row: mean, a, P, 1/sqrt(max(P, eps)), k; moved (zero off the row); cos(theta)."""
+def _rotation(u, f, tan, mask, d, sqrt_d, EPS: tl.constexpr, TOL: tl.constexpr):
+    """Per row: a, y (zero off the row), c, U, P, Q, turns, k, W, r; two rounds of row sums."""
     mean = tl.sum(f, axis=1) / d
-    along_u = tl.sum(f * u, axis=1) / d
-    perp_sq = tl.sum(f * f, axis=1) - d * (mean * mean + along_u * along_u)
-    inv_perp = tl.rsqrt(tl.maximum(perp_sq, EPS))
-    k = tan * sqrt_d * inv_perp
-    moved = u * (1.0 - k * along_u)[:, None] + k[:, None] * (f - mean[:, None])
-    moved = tl.where(mask, moved, 0.0)
-    return mean, along_u, perp_sq, inv_perp, k, moved, tl.rsqrt(1.0 + tan * tan)
+    a = tl.sum(f * u, axis=1) / d
+    u_sq = tl.sum(u * u, axis=1)
+    y = tl.where(mask, f - mean[:, None] - a[:, None] * u, 0.0)
+    y_u = tl.sum(y * u, axis=1)
+    c = y_u / d
+    perp_sq = tl.sum(y * y, axis=1) - c * (2.0 * y_u - c * u_sq)
+    perp_u = y_u - c * u_sq
+    turns = (perp_sq > TOL * (perp_sq + d * (mean * mean + a * a))) & (d > 2)
+    k = tl.where(turns, tan * sqrt_d * tl.rsqrt(tl.where(turns, perp_sq, 1.0)), 0.0)
+    w_sq = u_sq + k * (2.0 * perp_u + k * perp_sq)
+    r = sqrt_d * tl.rsqrt(tl.maximum(w_sq, EPS))
+    return a, y, c, u_sq, perp_sq, perp_u, turns, k, w_sq, r
 
 
 @jit
@@ -229,6 +240,7 @@ def _forward_kernel(
     C,
     sqrt_d,
     EPS: tl.constexpr,
+    TOL: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_C: tl.constexpr,
@@ -245,12 +257,12 @@ def _forward_kernel(
 
     _, _, _, _, m = _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C, EPS)
     tan = alpha * m
-    _, _, _, _, _, moved, cos = _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS)
-    u_next = moved * cos[:, None]
+    _, y, c, _, _, _, turns, k, _, r = _rotation(u, f, tan, mask, d, sqrt_d, EPS, TOL)
+    u_next = r[:, None] * ((1.0 - k * c)[:, None] * u + k[:, None] * y)
     tl.store(u_out_ptr + offs, u_next.to(u_out_ptr.dtype.element_ty), mask=mask)
 
     s = tl.load(s_ptr + rows, mask=row_mask, other=0.0).to(tl.float32)
-    s_next = s + 0.5 * _log1p(tan * tan)
+    s_next = s + tl.where(turns, 0.5 * _log1p(tan * tan), 0.0)
     tl.store(s_out_ptr + rows, s_next.to(s_out_ptr.dtype.element_ty), mask=row_mask)
 
 
@@ -275,6 +287,7 @@ def _backward_kernel(
     C,
     sqrt_d,
     EPS: tl.constexpr,
+    TOL: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_C: tl.constexpr,
@@ -300,23 +313,34 @@ def _backward_kernel(
     # Recompute the forward.
     sig, w, mix, log_mix, m = _gate(pre_ptr, w_ptr, beta, rows, row_mask, C, BLOCK_C, EPS)
     tan = alpha * m
-    mean, a, perp_sq, inv_perp, k, moved, cos = _rotation(u, f, tan, row_mask, mask, d, sqrt_d, EPS)
+    a, y, c, u_sq, perp_sq, perp_u, turns, k, w_sq, r = _rotation(u, f, tan, mask, d, sqrt_d, EPS, TOL)
+    u_next = r[:, None] * ((1.0 - k * c)[:, None] * u + k[:, None] * y)
 
-    # Through u' = cos moved, then the rotation's row statistics.
-    g_cos = tl.sum(g * moved, axis=1)
-    g_moved = cos[:, None] * g
-    f_perp = tl.where(mask, f - mean[:, None] - a[:, None] * u, 0.0)
-    g_k = tl.sum(g_moved * f_perp, axis=1)
-    g_moved_u = tl.sum(g_moved * u, axis=1) / d
-    g_perp = tl.where(perp_sq >= EPS, -0.5 * k * g_k * inv_perp * inv_perp, 0.0)
-    g_f = k[:, None] * (g_moved - (tl.sum(g_moved, axis=1) / d)[:, None] - g_moved_u[:, None] * u)
-    g_f += (2.0 * g_perp)[:, None] * f_perp
-    g_u = (1.0 - k * a)[:, None] * g_moved - (k * g_moved_u + 2.0 * a * g_perp)[:, None] * f
+    # Through u' = r w and w = u + k f_perp; each row sum from the two rounds (no third).
+    u_sum, g_sum, g_dot_u = tl.sum(u, axis=1), tl.sum(g, axis=1), tl.sum(g * u, axis=1)
+    perp_sum = tl.sum(y, axis=1) - c * u_sum
+    g_perp = tl.sum(g * y, axis=1) - c * g_dot_u  # <g, f_perp>
+    proj = tl.where(w_sq >= EPS, r * (g_dot_u + k * g_perp) / d, 0.0)  # <g, u'> / d
+    g_w = r[:, None] * (g - proj[:, None] * u_next)
+    g_w_u = r * (g_dot_u - proj * r * (u_sq + k * perp_u))  # <g_w, u>
+    g_w_sum = r * (g_sum - proj * r * (u_sum + k * perp_sum))
+    g_k = r * (g_perp - proj * r * (perp_u + k * perp_sq))  # <g_w, f_perp>
+    inv_perp = tl.rsqrt(tl.where(turns, perp_sq, 1.0))
+    g_perp_sq = tl.where(turns, -0.5 * k * g_k * inv_perp * inv_perp, 0.0)
+
+    # Through f_perp = y - c u, then y = f - mean(f) - a u.
+    g_fp = k[:, None] * g_w + (2.0 * g_perp_sq)[:, None] * (y - c[:, None] * u)
+    h2 = (k * g_w_u + 2.0 * g_perp_sq * perp_u) / d  # <g_fp, u> / d
+    h1 = h2 * (d - u_sq) / d  # <g_y, u> / d
+    g_y = g_fp - h2[:, None] * u
+    g_y_mean = (k * g_w_sum + 2.0 * g_perp_sq * perp_sum - h2 * u_sum) / d
+    g_f = g_y - g_y_mean[:, None] - h1[:, None] * u
+    g_u = g_w - c[:, None] * g_fp - h2[:, None] * y - a[:, None] * g_y - h1[:, None] * f
     tl.store(gu_ptr + offs, g_u.to(gu_ptr.dtype.element_ty), mask=mask)
     tl.store(gf_ptr + offs, g_f.to(gf_ptr.dtype.element_ty), mask=mask)
 
     # Through tan = alpha m and m = max(mix, eps)^beta to the gate's inputs.
-    g_tan = sqrt_d * g_k * inv_perp + g_s * tan / (1.0 + tan * tan) - tan * cos * cos * cos * g_cos
+    g_tan = tl.where(turns, sqrt_d * g_k * inv_perp + g_s * tan / (1.0 + tan * tan), 0.0)
     g_m = alpha * g_tan
     g_mix = tl.where(mix >= EPS, g_m * beta * m * tl.exp(-log_mix), 0.0)
     c_cols = tl.arange(0, BLOCK_C)
