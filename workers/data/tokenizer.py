@@ -154,8 +154,9 @@ class HFTokenizer:
         return self.tokenizer.to_str()
 
     def encode(self, docs: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, bytes per id) of the documents joined by the separator: by distinct word for a byte-level BPE
-        (`word_encoding`, the same ids), else by the tokenizer itself, batches of documents in parallel."""
+        """(ids, bytes per id) of the documents joined by the separator, each document encoded alone by the
+        tokenizer: by distinct word where `WordEncoder.applies` (`word_encoding`: the same ids and bytes), else,
+        and for a list it cannot encode by word, by the tokenizer itself, batches of documents in parallel."""
         if self.words is not None:
             try:
                 return self.words.encode(docs)

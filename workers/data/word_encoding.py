@@ -1,13 +1,24 @@
 r"""Byte-level BPE encoding by distinct word: the same ids as the tokenizer's own encoding, each word encoded once.
 
-A byte-level BPE (no normalizer, the ByteLevel pre-tokenizer with GPT-2's regex, a BPE model: what ``train:V``
-builds, and GPT-2's own) splits text into words by the regex
+Covered (`WordEncoder.applies`): a tokenizer with no normalizer and no post-processor, the ByteLevel
+pre-tokenizer with GPT-2's regex and no prefix space, a BPE model without dropout, and added tokens that are
+neither single-word nor stripped: what ``train:V`` builds, and a ``tokenizer.json`` of that shape. Any other
+tokenizer (GPT-2's own ``tokenizer.json`` among them: it has a ByteLevel post-processor) is encoded by the
+tokenizer itself (`HFTokenizer.encode`), and so is a list of documents that holds an added token's text (the
+tokenizer splits those out before its regex) or meets a word hash collision (`EncodingFallback`).
+
+Such a tokenizer splits text into words by the regex
 
     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 
 and merges bytes within a word only, so a document's ids are its words' ids one after another. Natural text
 repeats its words (the shipped corpus: 1.4M words, 36k distinct), so `WordEncoder` finds the words with array
 operations, encodes each distinct word once with `tokenizers`' parallel batch encoding, and gathers.
+
+The documents are joined by NUL characters; each joining NUL, known by its position, is a document boundary
+(DOC): a word of its own whose id is the separator, two boundaries in a row (an empty document) included, and
+no rule below looks across one, as the regex sees each document alone. A NUL inside a document is an ordinary
+character.
 
 Word boundaries, from each character's class (letter L, number N, whitespace W, other P: read from the
 tokenizer's own regex engine for the characters present) by the regex's leftmost-first matching:
@@ -59,11 +70,10 @@ class WordEncoder:
         self.tokenizer, self.separator = tokenizer, separator
         self.added = [t.content for t in tokenizer.get_added_tokens_decoder().values()]
         self.token_bytes = _byte_lengths(tokenizer, separator)
-        self.classes: dict[int, int] = {0x20: W, 0x27: P, 0: DOC}
-        self.known: dict[str, int] = {}
-        self.flat: list[np.ndarray] = []
-        self.offsets = np.zeros(1, dtype=np.int64)
-        self.ids = np.zeros(0, dtype=np.int64)
+        self.classes: dict[int, int] = {0x20: W, 0x27: P}
+        self.known: dict[str, int] = {}  # word -> its index into offsets; index 0 is the document boundary
+        self.offsets = np.array([0, 1], dtype=np.int64)
+        self.ids = np.array([separator], dtype=np.int64)
 
     @staticmethod
     def applies(tokenizer) -> bool:
@@ -85,20 +95,30 @@ class WordEncoder:
         """(ids, bytes per id) of the documents joined by the separator, as `HFTokenizer.encode` gives them.
 
         Raises `EncodingFallback` where this text cannot be encoded by word (a document holding an added
-        token's text or a NUL, or a hash collision)."""
+        token's text, or a hash collision)."""
         parts = [self._encode_joined(group) for group in _groups(docs, CHUNK_CHARS)]
         separator = (np.array([self.separator]), np.ones(1, dtype=np.uint16))
         joined = [piece for i, part in enumerate(parts) for piece in ([separator, part] if i else [part])]
         return np.concatenate([ids for ids, _ in joined]), np.concatenate([counts for _, counts in joined])
 
     def _encode_joined(self, docs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, bytes per id) of the documents joined by NUL characters, each joining NUL a document boundary
+        (the separator) by its position, whatever the documents themselves hold."""
         text = "\x00".join(docs)
-        if any("\x00" in d for d in docs) or any(token in text for token in self.added):
-            raise EncodingFallback("an added token or a NUL in the text")
+        if any(token in text for token in self.added):
+            raise EncodingFallback("an added token in the text")
+        if not text:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint16)
         points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        starts = word_starts(points, self._classes_of(points))
+        cls = self._classes_of(points)
+        doc_chars = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        cls[np.cumsum(doc_chars + 1)[:-1] - 1] = DOC  # the joining NULs, by position
+        starts = word_starts(points, cls)
         ends = np.append(starts[1:], points.size)
-        words = self._word_ids(points, starts, ends)
+        words = np.zeros(starts.size, dtype=np.int64)  # 0: a document boundary
+        in_text = cls[starts] != DOC
+        if in_text.any():
+            words[in_text] = self._word_ids(points, starts[in_text], ends[in_text])
         lengths = np.diff(self.offsets)[words]
         within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         ids = self.ids[np.repeat(self.offsets[words], lengths) + within]
@@ -123,17 +143,11 @@ class WordEncoder:
         missing = np.flatnonzero(index < 0)
         if missing.size:
             new = [texts[i] for i in missing]
-            encoded = self._encode_words(new)
-            index[missing] = np.arange(len(self.known), len(self.known) + len(new))
+            encoded = [e.ids for e in self.words_only.encode_batch_fast(new, add_special_tokens=False)]
+            index[missing] = np.arange(len(new)) + (self.offsets.size - 1)
             self.known.update(zip(new, index[missing].tolist(), strict=True))
             self._append(encoded)
         return index[inverse]
-
-    def _encode_words(self, words: list[str]) -> list[list[int]]:
-        """ids of each word: the separator for a document boundary, else the BPE of the word alone."""
-        text_words = [w for w in words if w != "\x00"]
-        encoded = iter(e.ids for e in self.words_only.encode_batch_fast(text_words, add_special_tokens=False))
-        return [[self.separator] if w == "\x00" else next(encoded) for w in words]
 
     def _append(self, encoded: list[list[int]]) -> None:
         lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
@@ -149,6 +163,8 @@ def word_starts(points: np.ndarray, cls: np.ndarray) -> np.ndarray:
     start = np.zeros(n + 1, dtype=bool)
     start[0] = True
     start[1:n] = cls[1:] != cls[:-1]  # rule 1
+    boundary = np.flatnonzero(cls == DOC)
+    start[boundary] = start[boundary + 1] = True  # one word per boundary, two boundaries in a row included
     after_run = np.flatnonzero((cls[:-1] == W) & (cls[1:] <= P)) + 1  # p: a W run ends at p - 1, a word starts
     start[after_run - 1] = True  # rule 2: the run's last character starts a word
     start[after_run[points[after_run - 1] == 0x20]] = False  # ... a space joins the word after it
