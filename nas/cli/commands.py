@@ -459,6 +459,7 @@ def dashboard(
     import os
 
     cmd, env = dashboard_launch(storage, address, port)
+    open_store(storage, read_only=True).close()  # the store must exist: a missing one is one line, never created
     sys.stdout.flush()
     # Streamlit replaces this process (same PID): stopping `nas dashboard` stops the server, and a
     # killed parent never leaves an orphaned server listening.

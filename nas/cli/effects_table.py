@@ -84,7 +84,7 @@ def effects(
     from ..store import StoreError
 
     import_importance_without_sklearn()
-    store = open_store(storage)
+    store = open_store(storage, read_only=True)
     try:
         found = load_effects(store, name, at_equal, target_flops)
     except (ValueError, StoreError) as err:

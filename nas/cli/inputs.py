@@ -40,12 +40,13 @@ STORAGE_HELP = (
 )
 
 
-def open_store(storage: str | None):
-    """The store at `--storage` (`storage_url`), or a one-line `fail` saying why it cannot be opened."""
+def open_store(storage: str | None, *, read_only: bool = False):
+    """The store at `--storage` (`storage_url`), or a one-line `fail` saying why it cannot be opened. A reading
+    command opens it `read_only`: an existing store, never created or upgraded (`nas.store.session`)."""
     from ..store import Store, StoreError
 
     try:
-        return Store(storage_url(storage))
+        return Store(storage_url(storage), read_only=read_only)
     except StoreError as err:
         fail(str(err))
 

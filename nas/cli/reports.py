@@ -65,7 +65,7 @@ def fitted_table(
 
 def list_searches(storage: str | None = typer.Option(None, help=STORAGE_HELP)) -> None:
     """List the searches in the store with their trial counts, tokenizer and best loss (nats and bits per byte)."""
-    store = open_store(storage)
+    store = open_store(storage, read_only=True)
     tokenizers, rows = {}, []
     for s in store.list_searches():
         corpus = (store.get_search(s.name).settings or {}).get("corpus") or {}
@@ -103,7 +103,7 @@ def status(
 
     if name is None:
         return list_searches(storage)
-    store = open_store(storage)
+    store = open_store(storage, read_only=True)
     try:
         rows = store.trials(name)
     except StoreError as err:
@@ -144,7 +144,7 @@ def show(
     from ..search_answer import search_answer
     from ..store import StoreError
 
-    store = open_store(storage)
+    store = open_store(storage, read_only=True)
     try:
         found = search_answer(store, name)
     except StoreError as err:
@@ -170,7 +170,7 @@ def export(
 
     if not pareto and trial is None:
         fail("--pareto or --trial N: say which trials to export")
-    store = open_store(storage)
+    store = open_store(storage, read_only=True)
     try:
         paths = export_configs(
             store, name, out, pareto=pareto, trial=trial, target_flops=target_flops, freeze_ancre=freeze_ancre

@@ -3,7 +3,8 @@
 URLs are generic SQLAlchemy URLs (`sqlite:///path/resnas.db`, `postgresql+psycopg://user:pw@host/db`);
 `display_url` hides the password. Every engine checks a connection with a ping before use
 (`pool_pre_ping`) and a forked child starts a fresh pool (two processes on one socket corrupt both
-sessions).
+sessions). An engine for an existing database only (`make_engine(url, existing=True)`, a reader's) never
+creates one: connecting to a server database never does, and a SQLite file is opened in SQLite's `mode=rw`.
 
 SQLite is made safe for several writer processes: WAL journal, a 30 s busy timeout, foreign keys
 on, and write transactions that start with `BEGIN IMMEDIATE` when asked (`sqlite_begin` execution
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
@@ -44,16 +46,25 @@ def default_url(cwd: str | Path) -> str:
     return f"sqlite:///{Path(cwd).resolve() / 'resnas.db'}"
 
 
-def absolute_sqlite(url: str) -> str:
-    """`url`, with the path of a SQLite file made absolute (relative to the working directory now)."""
+def sqlite_file(url: str) -> Path | None:
+    """The file of a file-backed SQLite URL; None for another database, one in memory, a `file:` URI or a
+    malformed URL (`make_engine` reports it)."""
     try:
         parsed = make_url(url)
     except Exception:
-        return url  # make_engine reports it
+        return None
     database = parsed.database or ""
     if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
+def absolute_sqlite(url: str) -> str:
+    """`url`, with the path of a SQLite file made absolute (relative to the working directory now)."""
+    path = sqlite_file(url)
+    if path is None:
         return url
-    return parsed.set(database=str(Path(database).expanduser().resolve())).render_as_string(hide_password=False)
+    return make_url(url).set(database=str(path.resolve())).render_as_string(hide_password=False)
 
 
 def display_url(url: str) -> str:
@@ -78,12 +89,13 @@ def one_line(err: BaseException) -> str:
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
-def _on_sqlite_connect(dbapi_connection, _record) -> None:
+def _on_sqlite_connect(dbapi_connection, _record, *, wal: bool = True) -> None:
     dbapi_connection.isolation_level = None  # the driver begins nothing; `_on_sqlite_begin` does
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000:.0f}")
     cursor.execute("PRAGMA foreign_keys = ON")
-    _set_wal(cursor)
+    if wal:  # a reader's engine leaves the file as it is: WAL, once set by the store's writer, stays
+        _set_wal(cursor)
     cursor.close()
 
 
@@ -136,18 +148,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_pools_after_fork)
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, existing: bool = False) -> Engine:
     """An engine for `url`: strict JSON everywhere, a pool per process (connections are checked with
-    a ping before use, and never shared across fork()), and the SQLite settings of the module docstring."""
-    parsed = make_url(url)
-    database = parsed.database or ""
-    if parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:") and not database.startswith("file:"):
-        if not Path(database).expanduser().parent.is_dir():
-            raise StoreError(f"directory {Path(database).parent} does not exist")
+    a ping before use, and never shared across fork()), and the SQLite settings of the module docstring.
+    `existing`: for a database that exists, never created by connecting (StoreError for a missing SQLite file)."""
+    parsed, path = make_url(url), sqlite_file(url)
+    if path is not None and existing:
+        if not path.is_file():
+            raise StoreError("no such file (`nas search` creates the store)")
+        parsed = make_url(f"sqlite:///file:{quote(str(path.resolve()))}?mode=rw&uri=true")  # open, never create
+    elif path is not None and not path.parent.is_dir():
+        raise StoreError(f"directory {path.parent} does not exist")
     engine = create_engine(parsed, json_serializer=partial(json.dumps, allow_nan=False), pool_pre_ping=True)
     _ENGINES.add(engine)
     if engine.dialect.name == "sqlite":
-        event.listen(engine, "connect", _on_sqlite_connect)
+        event.listen(engine, "connect", partial(_on_sqlite_connect, wal=not existing))
         event.listen(engine, "begin", _on_sqlite_begin)
     return engine
 

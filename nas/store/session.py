@@ -7,6 +7,9 @@ PostgreSQL runs its default READ COMMITTED transactions: each search's trials ar
 its rungs by the workers (`record_rung`, insert-once), and unique constraints (search name; search and trial
 number; rung keys) turn any other race into an error. On SQLite, writes begin with `BEGIN IMMEDIATE`.
 `url` is the URL to connect with and may hold a password; print `display_url`.
+
+A store opened `read_only` (the reading commands') is one that exists, at this code's schema
+version: opening it creates, migrates and writes nothing, and a write through it is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,7 +34,7 @@ from .engine import (
     one_line,
     retry_window,
 )
-from .migrations import SchemaVersionError, ensure_schema
+from .migrations import SCHEMA_VERSION, SchemaVersionError, _check_not_newer, ensure_schema, recorded_version
 from .rows import StoreError, UnknownSearch, UnknownTrial
 from .schema import SearchModel, TrialModel
 
@@ -67,24 +71,42 @@ def retried(method: Method) -> Method:
     return run  # type: ignore[return-value]
 
 
+def check_schema(engine: Engine) -> None:
+    """The store a reader opens: resnas's tables at this code's schema version, as they are (`ensure_schema`,
+    a writer's, creates and upgrades them). StoreError without them, SchemaVersionError at another version."""
+    with engine.connect() as connection:
+        version = recorded_version(connection)
+        connection.rollback()
+    _check_not_newer(version)
+    if version == 0:
+        raise StoreError("no resnas tables in it (`nas search` creates them)")
+    if version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"database schema is at version {version}, older than this code (version {SCHEMA_VERSION}): "
+            "a writing command (`nas search`, `nas resume`) upgrades it"
+        )
+
+
 class StoreSession:
-    """The resnas database at `url`, its schema created or upgraded on open, and the one session every read
-    (`StoreReads`) and write (`StoreWrites`) runs in; `Store` is both.
+    """The resnas database at `url`, its schema created or upgraded on open (with `read_only`, only checked:
+    `check_schema`), and the one session every read (`StoreReads`) and write (`StoreWrites`) runs in; `Store`
+    is both.
 
     `close()` (or leaving a `with` block) closes its connections; so does dropping the last
     reference to it, so `Store(url).trials(name)` leaves no idle server connection behind.
     """
 
-    def __init__(self, url: str, *, retry_seconds: float | None = None):
+    def __init__(self, url: str, *, retry_seconds: float | None = None, read_only: bool = False):
         # What to connect with (Optuna's storage and the workers' rung writes too, from whatever working
         # directory Ray gives them: a relative SQLite path is made absolute). May hold a password: never print it.
         self.url = absolute_sqlite(str(url))
         self.display_url = display_url(url)  # safe to print: password hidden
         self.retry_seconds = retry_window(retry_seconds)  # how long writes retry an unreachable store
+        self.read_only = read_only
         engine = None
         try:
-            engine = make_engine(url)
-            ensure_schema(engine)
+            engine = make_engine(url, existing=read_only)
+            (check_schema if read_only else ensure_schema)(engine)
         except (StoreError, SQLAlchemyError, SchemaVersionError, ImportError, OSError, ValueError) as err:
             if engine is not None:
                 engine.dispose()
@@ -110,6 +132,8 @@ class StoreSession:
     @contextmanager
     def _session(self, *, write: bool = True) -> Iterator[Session]:
         """One transaction: commit on success, rollback on any error; database errors -> StoreError."""
+        if write and self.read_only:
+            raise StoreError(f"store {self.display_url} is open read-only")
         with (self._writers if write else self._readers)() as session:
             try:
                 yield session
