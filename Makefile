@@ -78,9 +78,10 @@ load: $(STAMP)
 
 # The fidelity benchmark on three corpora (the shipped plays, Python source, and the held-out handbook): fixed
 # configs trained for real at T and on the top replica rung a search trains, two seeds each (the budget ladder on
-# the first two), every config's anchor run at T/3 on the first two; then the bias prior held out corpus by corpus
-# (results/anchors.json) and the search replayed on each table (searches replayed through the rung decider).
-# Builds only the rows its tables lack; `report` alone re-grades them.
+# the first two), every config's anchor run at T/3 on the first two, every config's keep-heads replicas at T/90 ..
+# T/10 (the level rungs' path, and the compute curve); then the error model's constants fitted corpus by corpus held
+# out (results/forecast_constants.json; the shipped ones on all three) and the search replayed on each table with
+# the constants of the other corpora. Builds only the rows its tables lack; `report` alone re-grades them.
 fidelity: $(STAMP)
 	for corpus in plays code; do \
 		$(PY) -m benchmarks.trust.fidelity build --corpus $$corpus && \
@@ -89,9 +90,13 @@ fidelity: $(STAMP)
 	done
 	$(PY) -m benchmarks.trust.fidelity build --corpus handbook --kinds truth
 	$(PY) -m benchmarks.trust.fidelity build-replicas --corpus handbook
+	for corpus in plays code handbook; do \
+		$(PY) -m benchmarks.trust.fidelity build-keep-heads --corpus $$corpus || exit 1; \
+	done
 	$(PY) -m benchmarks.trust.anchors --out benchmarks/results/anchors.json
+	$(PY) -m benchmarks.trust.forecast_constants --write-shipped
 	$(PY) -m benchmarks.trust.fidelity report --out benchmarks/results/fidelity.json \
-		--dashboard-summary dashboard/fidelity_summary.json
+		--dashboard-summary dashboard/fidelity_summary.json --compute-curve nas/answer/compute_curve.json
 
 # Each knob's effect at T (nas effects) from the answer as a search runs it, graded against the same effects of
 # the truth on the fidelity tables of every corpus (no training: the committed tables; a few minutes)

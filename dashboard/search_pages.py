@@ -170,12 +170,22 @@ def _pick_target(budget: Budget) -> float:
     )
 
 
+def _curve_to_target(url: str, name: str, budget: Budget) -> bool:
+    """Whether the search's answer carries its losses to T by a curve (then T may move, and the points with it)."""
+    found = reads.search_answer(url, name, budget.ladder.target_flops).answer
+    return found is not None and found.at_target
+
+
 def target_page(url: str, summaries: Sequence) -> None:
     st.header("Target budget")
     name = pick_search(summaries, "target_search")
     axis = pick_axis("target_axis")
     stored = reads.budget(url, name)
-    target = _pick_target(stored) if isinstance(stored, Budget) and stored.ladder.kind != "single" else None
+    movable = isinstance(stored, Budget) and _curve_to_target(url, name, stored)
+    target = _pick_target(stored) if isinstance(stored, Budget) and movable else None
+    if isinstance(stored, Budget) and stored.ladder.kind != "single" and not movable:
+        st.info("T cannot move: no curve carries this search's top rungs to a target (its losses are the top "
+                "rungs', bias taken out); a search with level configs (--level-configs) has one")  # fmt: skip
 
     def render() -> None:
         budget = reads.budget(url, name)

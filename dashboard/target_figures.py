@@ -26,7 +26,7 @@ from .cost import COUNTED, CostAxis
 from .front_figures import on_axis
 from .style import family_colour, format_number, group_label, is_finite, legend_keys, mod_symbol, trial_hover
 
-__all__ = ["band_text", "fidelity_figure", "rung_curve_figure", "rung_means", "target_front_figure"]
+__all__ = ["band_text", "fidelity_figure", "loss_label", "rung_curve_figure", "rung_means", "target_front_figure"]
 
 
 def _band_error(predictions: Sequence[Prediction]) -> dict:
@@ -42,16 +42,24 @@ def _band_error(predictions: Sequence[Prediction]) -> dict:
 
 
 def band_text(p: Prediction) -> str:
-    """`80% band 1.9012-1.9630`, or `band uncalibrated` (too few held-out rungs to calibrate one)."""
+    """`80% band 1.9012-1.9630`; `no band: not a loss at T` for a top rung's loss no curve carried to T; `no band`
+    where nothing measured its error."""
+    if not p.at_target:
+        return "no band: not a loss at T"
     if p.low is None or p.high is None:
-        return "band uncalibrated"
+        return "no band"
     return f"{BAND_LEVEL:.0%} band {format_number(p.low, '.4f')}-{format_number(p.high, '.4f')}"
+
+
+def loss_label(p: Prediction, target: float) -> str:
+    """What a prediction's loss is: `loss at T = 1e12` or `top rung's loss (bias taken out), not at T`."""
+    return f"loss at T = {target:.3g}" if p.at_target else "top rung's loss (bias taken out), not at T"
 
 
 def _prediction_hover(p: Prediction, target: float) -> str:
     loo = "-" if p.loo_error is None else f"{p.loo_error:+.4f}"
     return (
-        f"<br>predicted at T = {target:.3g}: {format_number(p.loss, '.4f')} ({band_text(p)})"
+        f"<br>{loss_label(p, target)}: {format_number(p.loss, '.4f')} ({band_text(p)})"
         f"<br>rungs {p.rungs} · {p.basis} · held-out error {loo} · curve {group_label(p.group)}"
     )
 
@@ -194,17 +202,16 @@ def _rung_traces(rung_rows: Sequence[RungRow], costs: Mapping[int, float], axis:
     return traces
 
 
-def _target_subplots(target: float) -> go.Figure:
-    """Two panels side by side sharing the loss axis: predicted at T (left), measured at each rung (right)."""
+def _target_subplots(target: float, at_target: bool) -> go.Figure:
+    """Two panels side by side sharing the loss axis: the loss at T (left; without a curve to T, the top rung's,
+    said so), measured at each rung (right)."""
+    left = (
+        f"forecast at T = {target:.3g} training FLOPs ({BAND_LEVEL:.0%} band)"
+        if at_target
+        else "top rung's loss, bias taken out: not a loss at T (no curve)"
+    )
     return make_subplots(
-        rows=1,
-        cols=2,
-        shared_yaxes=True,
-        horizontal_spacing=0.05,
-        subplot_titles=(
-            f"predicted at T = {target:.3g} training FLOPs ({BAND_LEVEL:.0%} band)",
-            "measured at each rung",
-        ),
+        rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.05, subplot_titles=(left, "measured at each rung")
     )
 
 
@@ -239,7 +246,7 @@ def target_front_figure(
     On the measured axis every point sits at its trial's measured seconds per token (a rung of a trial
     without one is not drawn) and every front is recomputed there.
     """
-    fig = _target_subplots(target)
+    fig = _target_subplots(target, bool(predictions) and all(p.at_target for p in predictions.values()))
     for trace in _at_target_traces(rows, predictions, target, axis):
         fig.add_trace(trace, row=1, col=1)
     for trace in _rung_traces(rung_rows, _rung_costs(rows, rung_rows, axis), axis):

@@ -20,7 +20,7 @@ from .bundle import export_bundle
 from .style import format_number
 from .tables import trials_frame
 from .target import no_target_reason
-from .target_figures import band_text, rung_curve_figure
+from .target_figures import band_text, loss_label, rung_curve_figure
 from .trial_figures import (
     ancre_heatmap,
     loss_curve_figure,
@@ -106,12 +106,12 @@ def _trial_rungs(url: str, name: str, row) -> None:
     st.plotly_chart(rung_curve_figure(mine, params, budget.ladder.target_flops, p), key=f"rung_curve_{row.id}")
     loo = "-" if p.loo_error is None else f"{p.loo_error:+.4f}"
     st.caption(
-        f"predicted at T = {budget.ladder.target_flops:.3g} training FLOPs: {p.loss:.4f} nats ({band_text(p)}) · "
+        f"{loss_label(p, budget.ladder.target_flops)} training FLOPs: {p.loss:.4f} nats ({band_text(p)}) · "
         f"{p.rungs} of {budget.ladder.layout.rungs} rungs · {p.predictor}: {p.basis} · held-out error of its highest "
         f"rung {loo}"
     )
     st.dataframe(rung_frame(mine), hide_index=True, key=f"rung_table_{row.id}", column_config=COSTS)
-    if any(r.d_model is not None for r in mine):
+    if any(r.is_replica for r in mine):
         st.caption(
             "each rung trained a replica: this architecture at width d_model, for the target's tokens per "
             "parameter (up to the width grid's rounding); on_path False: the narrowest width, at fewer tokens"

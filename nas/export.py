@@ -158,11 +158,17 @@ def _recommendation(arch: ArchConfig, target_flops: float, prediction: Predictio
     rec = recommend(arch, target_flops)
     if prediction is None or not math.isfinite(prediction.loss):
         return rec
-    band = (prediction.low, prediction.high) if prediction.low is not None and prediction.high is not None else None
+    at_t = prediction.at_target
+    band = (
+        (prediction.low, prediction.high)
+        if at_t and prediction.low is not None and prediction.high is not None
+        else None
+    )
     return rec.model_copy(
         update={
-            "predicted_loss": prediction.loss,
+            "predicted_loss": prediction.loss if at_t else None,
             "predicted_band": band,
+            "top_rung_loss": None if at_t else prediction.loss,
             "predictor": prediction.predictor,
             "basis": prediction.basis,
         }
@@ -287,11 +293,14 @@ def _recommendation_note(rec: Recommendation | None) -> str:
         return ""
     note = f"# target: {rec.target_flops:.3g} training FLOPs = {rec.tokens:,} tokens for this architecture"
     if rec.predicted_loss is not None:
-        band = (
-            "band uncalibrated" if rec.predicted_band is None else "80% band {:.4f}-{:.4f}".format(*rec.predicted_band)
-        )
-        note += f"\n#   predicted loss {rec.predicted_loss:.4f} nats/token ({band})"
+        band = "no band" if rec.predicted_band is None else "80% band {:.4f}-{:.4f}".format(*rec.predicted_band)
+        note += f"\n#   forecast loss at T {rec.predicted_loss:.4f} nats/token ({band})"
         note += f", {rec.predictor}: {rec.basis}" if rec.predictor else ""
+    elif rec.top_rung_loss is not None:
+        note += (
+            f"\n#   top rung's loss {rec.top_rung_loss:.4f} nats/token: not a loss at T (the search had no level "
+            "curve to carry it there)"
+        )
     return note + "\n"
 
 
@@ -318,7 +327,9 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
                 "executed_flops_per_token": flops_per_token(e.arch).executed,
                 **inference_fields(e.arch),
                 "recommended_tokens": e.recommended.tokens if e.recommended else None,
-                "predicted_loss": e.recommended.predicted_loss if e.recommended else None,
+                "forecast_loss_at_target": e.recommended.predicted_loss if e.recommended else None,
+                "forecast_band": e.recommended.predicted_band if e.recommended else None,
+                "top_rung_loss": e.recommended.top_rung_loss if e.recommended else None,
                 "predictor": e.recommended.predictor if e.recommended else None,
                 "predicted_from": e.recommended.basis if e.recommended else None,
                 "schedule": e.optim.schedule,

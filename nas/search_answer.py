@@ -20,7 +20,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +30,8 @@ from workers.status import TrialStatus
 from workers.strict_json import sanitise_json
 
 from .answer.decisions import rests_on, trial_facts
-from .answer.discrepancy import NO_PRIOR, Anchoring, measured_prior
+from .answer.error_model import NO_MODEL, measured_model
+from .answer.forecast import Forecasting, forecast_at_target
 from .answer.pareto import hypervolume, reference_point
 from .answer.target import Answer, Prediction, answer_at_target, at_target, front_at_target
 from .space import SearchSpace, space_from_dict, to_configs
@@ -43,20 +44,34 @@ __all__ = [
     "JSON_KEYS",
     "TRIAL_KEYS",
     "SearchAnswer",
-    "search_anchoring",
     "search_answer",
+    "search_forecasting",
     "trial_shapes",
 ]
 
 CACHED_ANSWERS = 32  # answers a process keeps (a dashboard showing a few searches at a few targets)
 # The keys of `SearchAnswer.as_dict`, and of each of its trials: documented in docs/reference.md, kept stable.
-JSON_KEYS = ("search", "status", "settings", "trials", "front", "rests_on", "hypervolume", "predictor", "bands")
+JSON_KEYS = (
+    "search",
+    "status",
+    "settings",
+    "trials",
+    "front",
+    "rests_on",
+    "hypervolume",
+    "predictor",
+    "bands",
+    "losses_are",
+    "level",
+)
 TRIAL_KEYS = (
     "number",
     "status",
     "config",
-    "predicted_loss",
+    "loss_at_target",
     "band",
+    "sd",
+    "top_rung_loss",
     "rests_on",
     "measured_loss",
     "training_flops",
@@ -102,6 +117,7 @@ class SearchAnswer:
             "target_flops": self.target,
             "objectives": [str(o) for o in self.objectives],
             "layout": None if budget is None else _layout(budget),
+            "level": None if budget is None else budget.level_plan().reason,
             "candidates": len(self.search.space.get("candidates") or []) if isinstance(self.search.space, dict) else 0,
         }
         return sanitise_json(
@@ -114,9 +130,19 @@ class SearchAnswer:
                 "rests_on": list(self.rests_on),
                 "hypervolume": {"value": self.hypervolume, "reference": list(self.reference)},
                 "predictor": None if answer is None else answer.backtest.describe(),
-                "bands": None if answer is None else answer.calibration.describe(),
+                "bands": None if answer is None else _bands(answer),
+                "losses_are": self.losses_are,
+                "level": None if answer is None or answer.level is None else answer.level.describe(),
             }
         )
+
+    @property
+    def losses_are(self) -> str:
+        """What the losses this answer states are: `loss at T` (carried there by a curve), `top rung` (its top
+        rung's, no curve carried them), or `measured` (a search without rungs)."""
+        if self.answer is None:
+            return "measured"
+        return "loss at T" if self.answer.at_target else "top rung"
 
     def _trial(self, row: TrialRow) -> dict[str, Any]:
         p = self.predictions.get(row.number)
@@ -127,12 +153,15 @@ class SearchAnswer:
             rests = {"rungs": p.rungs, "seeds": seeds, "predictor": p.predictor, "basis": p.basis,
                      "held_out_error": p.loo_error}  # fmt: skip
         spent = None if row.training_flops is None else row.training_flops + (row.branch_flops or 0.0)
+        at_t = p is not None and p.at_target
         return {
             "number": row.number,
             "status": str(row.status),
             "config": {k: v for k, v in row.config.items() if k not in ("arch", "optim")},
-            "predicted_loss": p.loss if p is not None else None,
-            "band": [p.low, p.high] if p is not None and p.low is not None and p.high is not None else None,
+            "loss_at_target": p.loss if p is not None and at_t else None,
+            "band": [p.low, p.high] if p is not None and at_t and p.low is not None and p.high is not None else None,
+            "sd": p.sd if p is not None and at_t else None,
+            "top_rung_loss": p.loss if p is not None and not at_t else None,
             "rests_on": rests,
             "measured_loss": row.val_loss,
             "training_flops": spent,
@@ -147,6 +176,13 @@ class SearchAnswer:
         """Every row with its val_loss the predicted loss at T (inf without a prediction); the rows themselves for a
         search without rungs."""
         return at_target(self.rows, self.predictions) if self.predictions else list(self.rows)
+
+
+def _bands(answer: Answer) -> str:
+    """How the answer's bands are made, in a line."""
+    if answer.model is not None and answer.facts:
+        return "80% bands from the error model: " + answer.model.describe()
+    return answer.calibration.describe()
 
 
 def _layout(budget: Budget) -> dict[str, Any]:
@@ -188,10 +224,12 @@ def _computed(store: Store, name: str, target: float | None) -> SearchAnswer:
         budget = None
     if target is None and budget is not None:
         target = budget.ladder.target_flops
-    anchoring = _anchoring(search, budget, rows) if budget is not None else None
-    answer = (
-        answer_at_target(rungs, target, anchoring) if rungs and target is not None and math.isfinite(target) else None
-    )
+    answer = None
+    if rungs and target is not None and math.isfinite(target):
+        forecasting = _forecasting(search, budget, rows) if budget is not None else None
+        answer = (
+            answer_at_target(rungs, target) if forecasting is None else forecast_at_target(rungs, target, forecasting)
+        )
     predictions = answer.predictions if answer is not None else {}
     objectives = objectives_of(search.settings)
     key, also = front_costs(objectives)
@@ -219,24 +257,30 @@ def trial_shapes(space: SearchSpace, trials: Sequence[TrialRow]) -> dict[int, tu
     return out
 
 
-def search_anchoring(space: SearchSpace, budget: Budget, trials: Sequence[TrialRow]) -> Anchoring | None:
-    """How a search's answer takes the top rung's bias out: the measured prior (unless the search says none),
-    moved by its anchors (None: neither, or a search without replica rungs)."""
-    prior = measured_prior() if budget.bias_prior == "measured" else NO_PRIOR
-    if budget.ladder_kind != "replica" or (prior == NO_PRIOR and budget.anchors < 2):
+def search_forecasting(space: SearchSpace, budget: Budget, trials: Sequence[TrialRow]) -> Forecasting | None:
+    """What a search's answer knows beyond its rungs (`nas.answer.forecast`): each trial's shape and family, the
+    layout's rungs, and the error model (measured on the fidelity corpora; without its bias prior where the search
+    says `--bias-prior none`). None on a single budget or a budget ladder: the study's rungs alone."""
+    ladder = budget.ladder
+    if not ladder.is_replica:
         return None
+    model = measured_model()
+    if budget.bias_prior != "measured":
+        model = replace(model, bias=NO_MODEL.bias)
     shapes = trial_shapes(space, trials)
-    return Anchoring(
+    return Forecasting(
         {n: (layers, width) for n, (layers, width, _) in shapes.items()},
         {n: family for n, (_, _, family) in shapes.items()},
-        budget.ladder.top_flops,
-        prior,
+        ladder.layout.lowest_flops,
+        ladder.top_flops,
+        model,
+        offset_applies=ladder.narrowing != ladder.level_narrowing,
     )
 
 
-def _anchoring(search: SearchRow, budget: Budget, rows: Sequence[TrialRow]) -> Anchoring | None:
+def _forecasting(search: SearchRow, budget: Budget, rows: Sequence[TrialRow]) -> Forecasting | None:
     try:
         space = space_from_dict(search.space)
     except (ValidationError, KeyError, TypeError, ValueError):  # a space stored by an older resnas, unreadable
         return None
-    return search_anchoring(space, budget, rows)
+    return search_forecasting(space, budget, rows)

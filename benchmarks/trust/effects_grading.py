@@ -38,10 +38,14 @@ import optuna
 
 from nas.answer.calibration import BAND_LEVEL
 from nas.answer.effects import Observation, estimate_effects, knobs_of
+from nas.answer.error_model import NO_MODEL
 
 from ..harness import machine_info, read_table, write_json
-from .fidelity import CORPORA, DEFAULT_ANCHORS, DEFAULT_LAYOUT, LAYOUTS, configs, layout_budgets
-from .grading import ORDERS, SearchReplay, Truth, arrival_orders, graded_rows, losses_at
+from .fidelity import DEFAULT_ANCHORS, DEFAULT_LAYOUT, DEFAULT_LEVEL_CONFIGS, LAYOUTS, layout_budgets
+from .fidelity_tables import CORPORA, configs
+from .forecast_constants import held_out_models
+from .grading import ORDERS, Truth, graded_rows, losses_at
+from .replay import SearchReplay, arrival_orders
 
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/: its data/ and results/
 OUT = HERE / "results" / "effects.json"
@@ -53,7 +57,7 @@ Z80 = 1.2816  # an 80% central band is +-1.2816 sd
 
 
 def config_knobs(corpus: str, truth: Truth) -> dict[int, dict]:
-    """Each graded config's knobs, as `benchmarks.trust.fidelity.configs` built it."""
+    """Each graded config's knobs, as `benchmarks.trust.fidelity_tables.configs` built it."""
     built = configs(False, corpus)
     keys = ("residual", "n_layers", "d_model", "mod_rate", "mod_granularity")
     return {c: {k: built[c].get(k, "sublayer") for k in keys} for c in truth.runs}
@@ -107,14 +111,14 @@ def truth_effects(truth: Truth, knobs: dict[int, dict], space: dict) -> dict[str
 
 
 def answer_rows(search: SearchReplay, truth: Truth, knobs: dict[int, dict]) -> list[Observation]:
-    """The replayed search's answer as Observations: each config's predicted loss at T, sd from its band (else the
-    seed noise carried to T)."""
+    """The replayed search's answer as Observations: each config's predicted loss at T and its own sd (the error
+    model's part that differs between configs: `Prediction.relative_sd`; else the seed noise carried to T)."""
     answer, out = search.answer(), []
     for number, p in answer.predictions.items():
         config = search.arrivals[number]
         if not np.isfinite(p.loss):
             continue
-        sd = (p.high - p.low) / 2.0 / Z80 if p.low is not None else answer.noise_at_target(number)
+        sd = p.relative_sd if p.relative_sd is not None else answer.noise_at_target(number)
         out.append(Observation(knobs[config], p.loss, sd, truth.flops[config], float(truth.params[config])))
     return out
 
@@ -157,11 +161,15 @@ def corpus_grade(name: str) -> dict:
     rungs, eta = LAYOUTS[DEFAULT_LAYOUT]
     budgets = layout_budgets(truth.target, rungs, eta)
     anchors = graded_rows(replica, read_table(corpus.anchor_runs))[1] if corpus.anchor_runs.exists() else []
+    heads = corpus.keep_heads_runs
+    level_rows = graded_rows(rows, read_table(heads))[1] if heads is not None and heads.exists() else []
+    model = held_out_models().get(name, NO_MODEL)  # fitted on the other corpora, as make fidelity grades
     replays = []
     for arrival in arrival_orders(list(truth.runs)):
         search = SearchReplay(
-            replica, budgets, eta, truth.target, anchor_rows=anchors, anchors=DEFAULT_ANCHORS if anchors else 0
-        )
+            replica, budgets, eta, truth.target, anchor_rows=anchors, anchors=DEFAULT_ANCHORS if anchors else 0,
+            model=model, level_rows=level_rows, level_configs=DEFAULT_LEVEL_CONFIGS,
+        )  # fmt: skip
         try:
             search.run(arrival)
             answer_fx = effects_by_key(answer_rows(search, truth, knobs), space)

@@ -22,46 +22,38 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.harness import FAMILIES, append_runs, machine_info, pending, read_table, write_json
+from benchmarks.harness import machine_info, read_table, write_json
 from benchmarks.trust import architecture
 from benchmarks.trust.fidelity_plot import plot
-from benchmarks.trust.grading import ORDERS, Truth, baselines, graded_rows, losses_at, over_orders, tau
+from benchmarks.trust.fidelity_tables import (
+    CORPORA,
+    ETA,
+    HERE,
+    KEEP_HEADS_SHARES,
+    REPLICA_TOP_SHARE,
+    RUNGS,
+    Corpus,
+    architectures,
+    build,
+    horizon_rule,
+    jobs,
+    ready,
+)
+from benchmarks.trust.forecast_constants import OUT as CONSTANTS
+from benchmarks.trust.forecast_constants import held_out_models
+from benchmarks.trust.grading import ORDERS, Truth, baselines, graded_rows, losses_at, tau
+from benchmarks.trust.replay import graded_replay, over_orders
 from nas.answer.decisions import Architecture
-from nas.answer.discrepancy import NO_PRIOR, BiasPrior
+from nas.answer.error_model import NO_MODEL, ErrorModel
 from nas.answer.extrapolate import RungPoint, budget_key, seed_noise
 from nas.space.budget import Budget
 
-HERE = Path(__file__).resolve().parents[1]  # benchmarks/: its data/ and results/
-ROOT = HERE.parent
-RUNS_CSV = HERE / "data" / "fidelity_runs.csv"
-WIDTHS, DEPTHS, MOD_RATES = (32, 64, 96), (2, 4, 6), (0.0, 0.25, 0.5)
-FIXED = dict(vocab_size=256, seq_len=64, n_heads=2, mod_every=2)
-# 4 rungs at ratio 2 (C0 .. 8 C0, the span of 3 rungs at ratio 3): the held-out check (fit the lower rungs,
-# predict the top one) then sees 3 points per config, enough to test a per-config exponent
-LOWEST_RUNG, RUNGS, ETA, TRUTH_RATIO = 2.25e10, 4, 2.0, 10.0
-# 256 held-out sequences (16k tokens spread over the held-out text; a search's default is 64): the
-# evaluation's sampling noise on a gap between two runs falls to 0.004 nats (0.008 at 64 sequences)
-RUN = dict(batch_size=8, eval_sequences=256, evals=1, report_every=1000)
-COLUMNS = ["config", "residual", "n_layers", "d_model", "mod_rate", "params", "executed_flops_per_token", "kind",
-           "seed", "rung", "budget_flops", "tokens", "val_loss", "compute_flops", "wall_time_s", "status"]  # fmt: skip
-# Replica rungs (`workers.trial.replica`), narrowed as a search narrows by default, are built at T/10: the layout a
-# search chooses by default trains every config there once (`workers.ladder.layout`). The tables that narrowed at a
-# fixed head count (*_keep_heads) hold every share of KEEP_HEADS_SHARES, each its own run, so that the report can
-# replay there any ladder whose rungs are among them: 3 rungs at eta 3 (T/90, T/30, T/10), 2 at eta 2 or 3.
-REPLICA_TOP_SHARE = 0.1
-REPLICA_SHARES = (REPLICA_TOP_SHARE,)
-KEEP_HEADS_SHARES = (1 / 90, 1 / 40, 1 / 30, 1 / 20, 1 / 10)
-# Anchors (`nas.answer.discrepancy`): every config also trained once (seed 0) as the replica a search trains at
-# ANCHOR_SHARE x T, wider and nearer the target's shape than the top rung, so that a replay can pick any of them
-ANCHOR_SHARE = 1 / 3
 # The ladders replayed on the replica tables, each as a search runs it (its anchors included), and the layout a
 # search chooses by default (`Budget.ladder`: must be among them)
 TOP_RUNG_ONLY = "every config once at the top rung"
@@ -74,6 +66,7 @@ LAYOUTS = {
 _CHOSEN = Budget(trial_flops=1.0).ladder.layout
 DEFAULT_LAYOUT = TOP_RUNG_ONLY if _CHOSEN.rungs == 1 else f"{_CHOSEN.rungs} rungs, eta {_CHOSEN.eta:g}"
 DEFAULT_ANCHORS = Budget.model_fields["anchors"].default  # a search's: `nas search --anchors`
+DEFAULT_LEVEL_CONFIGS = Budget.model_fields["level_configs"].default  # a search's: `nas search --level-configs`
 # How the search ran before the head size was kept and the layout was chosen by cost: on the *_keep_heads tables
 BEFORE_LAYOUT = (2, 2.0)
 GOALS = {
@@ -84,258 +77,6 @@ GOALS = {
     "compute_share": 0.2,
     "band_coverage": [0.7, 0.9],
 }
-REPLICA_COLUMNS = [*COLUMNS, "replica_d_model", "replica_params", "tokens_per_param", "target_tokens_per_param",
-                   "on_path"]  # fmt: skip
-REPLICA_CSV = HERE / "data" / "fidelity_replica_runs.csv"
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """One corpus of the benchmark: where its text is, and its two tables."""
-
-    name: str
-    source: str  # DataConfig.source: "shipped", or a file of this repository
-    runs: Path  # budget ladder and truth rows
-    replica_runs: Path  # replica rungs, narrowed as a search does by default
-    anchor_runs: Path  # the replica at ANCHOR_SHARE x T of every config
-    keep_heads_runs: Path | None = None  # replica rungs narrowed at a fixed head count (the earlier default)
-
-    def data(self):
-        from workers.data.config import DataConfig
-
-        return DataConfig(source=self.source if self.source == "shipped" else str(ROOT / self.source))
-
-
-CORPORA = {
-    "plays": Corpus(
-        "plays",
-        "shipped",
-        RUNS_CSV,
-        REPLICA_CSV,
-        HERE / "data" / "fidelity_anchor_runs.csv",
-        HERE / "data" / "fidelity_replica_runs_keep_heads.csv",
-    ),
-    "code": Corpus(
-        "code",
-        "benchmarks/data/python_stdlib.jsonl.gz",  # benchmarks/corpora/code_corpus.py
-        HERE / "data" / "fidelity_code_runs.csv",
-        HERE / "data" / "fidelity_code_replica_runs.csv",
-        HERE / "data" / "fidelity_code_anchor_runs.csv",
-        HERE / "data" / "fidelity_code_replica_runs_keep_heads.csv",
-    ),
-    "handbook": Corpus(  # held out: chosen after every method and constant (benchmarks/corpora/handbook_corpus.py)
-        "handbook",
-        "benchmarks/data/debian_handbook.jsonl.gz",
-        HERE / "data" / "fidelity_handbook_runs.csv",
-        HERE / "data" / "fidelity_handbook_replica_runs.csv",
-        HERE / "data" / "fidelity_handbook_anchor_runs.csv",
-        HERE / "data" / "fidelity_handbook_replica_runs_keep_heads.csv",
-    ),
-}
-
-
-@dataclass(frozen=True)
-class Job:
-    config: int
-    arch: dict
-    kind: str  # "ladder", "truth", "replica" or "anchor"
-    seed: int
-    budget: float  # the top rung's, or the truth's (a replica job's target)
-    rule: dict = field(default_factory=dict)  # OptimConfig's horizon-rule fields (`horizon_rule`)
-    corpus: str = "plays"
-    keep_heads: bool = False  # a replica job of the *_keep_heads tables: every share of KEEP_HEADS_SHARES
-
-    @property
-    def cost(self) -> float:
-        replica = sum(REPLICA_SHARES) * 1.75
-        share = {"ladder": 1.1, "truth": 1.0, "replica": replica, "anchor": ANCHOR_SHARE}[self.kind]
-        return self.budget * share
-
-
-# Matched-cost contrasts, appended to every corpus's grid: each shape in every family (family at equal shape), and
-# shapes paired at near-equal parameters or executed FLOPs per token (within 15%): 8x32 / 2x64 / 4x48 and 4x64 with
-# blocks routed at 0.875 on every other block (238k-271k FLOPs per token; 8x32 and 2x64 at 123k / 127k parameters);
-# 12x32 / 3x64 / 8x48 with blocks routed at 0.5 (340k-388k; 12x32 and 3x64 at 177k / 175k parameters). At T they
-# see 6-20 tokens per parameter. (n_layers, d_model, mod_rate, mod_granularity)
-CONTRAST_SHAPES = (
-    (8, 32, 0.0, "sublayer"),
-    (2, 64, 0.0, "sublayer"),
-    (4, 48, 0.0, "sublayer"),
-    (4, 64, 0.875, "block"),
-    (12, 32, 0.0, "sublayer"),
-    (3, 64, 0.0, "sublayer"),
-    (8, 48, 0.5, "block"),
-)
-
-
-def configs(smoke: bool, corpus: str = "plays") -> list[dict]:
-    """The configs of a corpus. Plays: every family x width x depth but the largest (96 x 6), the MoD rate in a
-    Latin square over width and depth, so it is confounded with neither (24 configs). Code: every family at
-    five (width, depth, MoD rate) points that cover the same grid (15 configs). Both then add every family at each
-    of `CONTRAST_SHAPES` (21 configs). Smoke: 3 tiny ones."""
-    if corpus in ("code", "handbook"):
-        shapes = [(32, 2, 0.25), (32, 6, 0.0), (64, 4, 0.5), (64, 6, 0.25), (96, 2, 0.0)]
-        grid = [(f, w, d, m) for f in FAMILIES for w, d, m in shapes]
-    else:
-        grid = [
-            (f, w, d, MOD_RATES[(WIDTHS.index(w) + DEPTHS.index(d)) % 3])
-            for f, w, d in itertools.product(FAMILIES, WIDTHS, DEPTHS)
-            if (w, d) != (96, 6)
-        ]
-    chosen = [dict(residual=f, d_model=w, n_layers=d, mod_rate=m, **FIXED) for f, w, d, m in grid]
-    chosen += [
-        dict(residual=f, d_model=w, n_layers=d, mod_rate=m, **FIXED, mod_granularity=g)
-        for d, w, m, g in CONTRAST_SHAPES
-        for f in FAMILIES
-    ]
-    if smoke:
-        return [dict(c, d_model=32, n_layers=2) for c in chosen[:3]]
-    return chosen
-
-
-def jobs(
-    smoke: bool,
-    rule: dict | None = None,
-    kinds: tuple[str, ...] = ("ladder", "truth"),
-    seeds: tuple[int, ...] = (0, 1),
-    corpus: str = "plays",
-) -> list[Job]:
-    low = 2e8 if smoke else LOWEST_RUNG
-    top = low * ETA ** (RUNGS - 1)
-    rule = rule or {}
-    out = []
-    for i, arch in enumerate(configs(smoke, corpus)):
-        if "ladder" in kinds:
-            out += [Job(i, arch, "ladder", seed, top, rule, corpus=corpus) for seed in seeds]
-        if "truth" in kinds:
-            out += [Job(i, arch, "truth", seed, TRUTH_RATIO * top, rule, corpus=corpus) for seed in seeds]
-        for kind in {"replica", "anchor"} & set(kinds):
-            out += [Job(i, arch, kind, seed, TRUTH_RATIO * top, rule, corpus) for seed in seeds]
-    return sorted(out, key=lambda j: -j.cost)  # longest first: the two processes finish together
-
-
-def replica_rung_flops(target: float, shares: Sequence[float] = REPLICA_SHARES) -> list[float]:
-    """The replica rungs' budgets for target T: T x each share, lowest first."""
-    return [target * share for share in sorted(shares)]
-
-
-def run_job(job: Job) -> list[dict]:
-    """One ladder or truth run in this process; its rows for the CSV."""
-    import torch
-
-    from search_spaces.residual_lm import ArchConfig
-    from workers.data.corpus import load_corpus
-    from workers.ladder.plans import RungSpacing
-    from workers.training.config import OptimConfig, RunConfig
-    from workers.trial.run import run_trial
-
-    torch.set_num_threads(1)
-    cfg = ArchConfig(**job.arch)
-    if job.kind in ("replica", "anchor"):
-        return run_replica_job(job, cfg)
-    ladder = RungSpacing(rungs=RUNGS if job.kind == "ladder" else 1, eta=ETA)
-    result = run_trial(
-        cfg,
-        job.budget,
-        load_corpus(CORPORA[job.corpus].data()),
-        seed=job.seed,
-        optim=OptimConfig(lr=3e-3, **job.rule),
-        run=RunConfig(**RUN),
-        width_probe=False,
-        spacing=ladder,
-    )
-    base = job_fields(job, cfg, str(result.status)) | dict(
-        wall_time_s=result.wall_time_s, compute_flops=result.training_flops + result.branch_flops
-    )
-    rungs = [asdict(r) for r in result.rungs] or [
-        dict(rung=0, budget_flops=job.budget, tokens=result.tokens_seen, val_loss=result.val_loss)
-    ]
-    return [{**base, **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss")}} for r in rungs]
-
-
-def job_fields(job: Job, cfg, status: str) -> dict:
-    """The columns every row of a job shares: the config, its size and cost, the job's kind and seed."""
-    from search_spaces.residual_lm import flops_per_token, parameter_count
-
-    return dict(
-        config=job.config,
-        residual=cfg.residual,
-        n_layers=cfg.n_layers,
-        d_model=cfg.d_model,
-        mod_rate=cfg.mod_rate,
-        params=parameter_count(cfg),
-        executed_flops_per_token=flops_per_token(cfg).executed,
-        kind=job.kind,
-        seed=job.seed,
-        status=status,
-    )
-
-
-def run_replica_job(job: Job, cfg) -> list[dict]:
-    """Every replica rung of one config and seed, as a search's worker trains them (`run_replica_trial`), narrowed
-    as a search does by default; an anchor job: the one replica at ANCHOR_SHARE x T."""
-    from workers.data.corpus import load_corpus
-    from workers.ladder.narrowing import KEEP_HEADS, Narrowing
-    from workers.training.config import OptimConfig, RunConfig
-    from workers.trial.contract import TrialRequest
-    from workers.trial.replica import run_replica_trial
-
-    shares = KEEP_HEADS_SHARES if job.keep_heads else REPLICA_SHARES
-    flops = replica_rung_flops(job.budget, shares) if job.kind == "replica" else [ANCHOR_SHARE * job.budget]
-    narrowing = KEEP_HEADS if job.keep_heads else Narrowing()  # else as a search narrows by default
-    measurement = replica_measurement(job.budget, flops, narrowing)
-    optim, run = OptimConfig(lr=3e-3, **job.rule), RunConfig(**RUN)
-    request = TrialRequest.of(cfg, measurement, optim=optim, run=run, seed=job.seed, width_probe=False)
-    result = run_replica_trial(request, load_corpus(CORPORA[job.corpus].data()))
-    return replica_rows(job_fields(job, cfg, str(result.status)), result.rungs)
-
-
-def replica_measurement(target: float, rung_flops, narrowing):
-    """Replica rungs of `rung_flops` (lowest first) on the path to `target`, narrowed as `narrowing` says."""
-    from workers.ladder.trial_plan import LadderPlan
-
-    return LadderPlan(rung_flops[-1], None, tuple(rung_flops), target, narrowing)
-
-
-def replica_rows(base: dict, records: Sequence) -> list[dict]:
-    """A replica trial's rung records (`RungRecord`) as table rows, each with the job's shared columns `base`."""
-    rungs = [asdict(r) for r in records]
-    return [
-        {
-            **base,
-            **{k: r[k] for k in ("rung", "budget_flops", "tokens", "val_loss", "tokens_per_param", "on_path")},
-            "compute_flops": r["training_flops"],
-            "wall_time_s": r["train_seconds"],
-            "replica_d_model": r["d_model"],
-            "replica_params": r["params"],
-            "target_tokens_per_param": r["target_tokens_per_param"],
-        }
-        for r in rungs
-    ]
-
-
-def horizon_rule(space: Path | None) -> dict:
-    """The horizon rule (`OptimConfig.horizon_tokens`, `horizon_exponents`, `horizon_span`) of a space file
-    (`--space`), as that space's trials run; none for the default space. 3e-3 is NAG's best rate at the
-    completep space's 752,640 tokens (`make transfer`)."""
-    if space is None:
-        return {}
-    from nas.space.loading import load_space
-
-    fixed = load_space(space).fixed
-    return {k: fixed[k] for k in ("horizon_tokens", "horizon_exponents", "horizon_span") if k in fixed}
-
-
-def pending_jobs(out: Path, todo: list[Job]) -> list[Job]:
-    """The jobs of `todo` whose rows the table at `out` does not hold yet (all of them without a table)."""
-    rows = read_table(out) if out.exists() else []
-    return pending(todo, rows, lambda j: (j.config, j.kind, j.seed), lambda r: (r["config"], r["kind"], r["seed"]))
-
-
-def build(out: Path, all_jobs: list[Job], processes: int = 2) -> None:
-    """Run the jobs `out` lacks, appending their rows (a killed build resumes where it stopped)."""
-    columns = REPLICA_COLUMNS if any(j.kind in ("replica", "anchor") for j in all_jobs) else COLUMNS
-    append_runs(out, pending_jobs(out, all_jobs), run_job, columns=columns, processes=processes)
 
 
 def layout_budgets(target: float, rungs: int, eta: float) -> list[float]:
@@ -344,29 +85,32 @@ def layout_budgets(target: float, rungs: int, eta: float) -> list[float]:
     return [top / eta ** (rungs - 1 - r) for r in range(rungs)]
 
 
-def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPrior = NO_PRIOR) -> dict:
-    """Every figure of one corpus: its truth, the replica ladder at each layout as a search runs it (its anchors
-    included) beside its baselines, the search as it ran before (the head count kept, 2 rungs at eta 2, no
-    anchors), the budget ladder as a search runs it where the corpus has one, and the figures apart from size."""
+def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, model: ErrorModel = NO_MODEL) -> dict:
+    """Every figure of one corpus: its truth, the replica ladder at each layout as a search runs it (its anchors and
+    its level included, its answer reading `model`) beside its baselines, the search as it ran with the head count
+    kept (2 rungs at eta 2), the budget ladder as a search runs it where the corpus has one, the figures apart from
+    size, and what each share of T per trial buys (`compute_curve`)."""
     table = read_table(runs)
     rows, replica = graded_rows(table, read_table(replica_runs))
     # the anchors of the graded configs, where built: a partial anchor table leaves no config out of the grading
     anchors = graded_rows(replica, read_table(corpus.anchor_runs))[1] if corpus.anchor_runs.exists() else []
+    heads = corpus.keep_heads_runs
+    level_rows = graded_rows(rows, read_table(heads))[1] if heads is not None and heads.exists() else []
     truth = Truth.of(rows)
+    archs = architectures(rows, corpus.name)
     built = {budget_key(r["budget_flops"]) for r in replica}
-    search = {"anchor_rows": anchors, "anchors": DEFAULT_ANCHORS if anchors else 0, "prior": prior}
+    search = {"anchor_rows": anchors, "anchors": DEFAULT_ANCHORS if anchors else 0, "model": model,
+              "level_rows": level_rows, "level_configs": DEFAULT_LEVEL_CONFIGS, "archs": archs}  # fmt: skip
     layouts = {}
     for name, (rungs, eta) in LAYOUTS.items():
         budgets = layout_budgets(truth.target, rungs, eta)
         if {budget_key(b) for b in budgets} <= built:
             layouts[name] = over_orders(replica, truth, budgets, eta, **search) | {"rung_flops": budgets}
     default = layout_budgets(truth.target, *LAYOUTS[DEFAULT_LAYOUT])
-    layouts[DEFAULT_LAYOUT]["without_the_bias_correction"] = over_orders(
-        replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1]
-    )
-    archs = architectures(rows, corpus.name)
-    tokens = {r["config"]: r["tokens"] for r in rows if r["kind"] == "truth"}
     chosen = layouts[DEFAULT_LAYOUT]
+    unbiased = {**search, "model": dataclasses.replace(model, bias=NO_MODEL.bias)}
+    chosen["without_the_bias_correction"] = over_orders(replica, truth, default, LAYOUTS[DEFAULT_LAYOUT][1], **unbiased)
+    tokens = {r["config"]: r["tokens"] for r in rows if r["kind"] == "truth"}
     answers = {
         architecture.ANSWER_VIEW: chosen["table_order"]["predicted"],
         **{f"{architecture.ANSWER_VIEW}, arrival order {i}": p for i, p in enumerate(chosen["per_order_predicted"])},
@@ -391,12 +135,7 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPri
         "replica_ladder": {
             "default_layout": DEFAULT_LAYOUT,
             "default_anchors": search["anchors"],
-            "bias_prior": {
-                "beta": prior.beta,
-                "beta_sd": prior.beta_sd,
-                "family": dict(prior.family),
-                "measured_on": prior.source,
-            },  # fmt: skip
+            "error_model": {"measured_on": model.source, "description": model.describe()},
             "layouts": layouts,
             "baselines_at_default_layout": baselines(replica, truth, default),
             "rung_seed_noise": seed_noise(
@@ -413,6 +152,7 @@ def corpus_report(corpus: Corpus, runs: Path, replica_runs: Path, prior: BiasPri
             truth, archs, tokens, answers, replica, default, ladder, ladder_budgets
         ),  # fmt: skip
         "truth_per_config": truth.loss,
+        "compute_curve": compute_curve(truth, level_rows, archs, model) if level_rows else None,
     }
     if corpus.keep_heads_runs is not None and corpus.keep_heads_runs.exists():
         out["layouts_with_the_head_count_kept"] = layouts_compared(table, read_table(corpus.keep_heads_runs), archs)
@@ -447,16 +187,29 @@ def layouts_compared(runs: Sequence[dict], keep_heads: Sequence[dict], archs: Ma
     return out
 
 
-def architectures(rows: Sequence[dict], corpus: str) -> dict[int, Architecture]:
-    """Each config's architecture: its entry in `configs` where the row is that config (MoD's routing with it),
-    else the row's own fields (a smoke table's configs)."""
-    known, keys = configs(False, corpus), ("residual", "n_layers", "d_model", "mod_rate")
-    return {
-        r["config"]: Architecture.of(
-            known[r["config"]] if r["config"] < len(known) and all(known[r["config"]][k] == r[k] for k in keys) else r
-        )  # fmt: skip
-        for r in rows
-    }
+def compute_curve(truth: Truth, keep_heads: Sequence[dict], archs: Mapping[int, Architecture], model) -> dict:
+    """What each share of T per trial buys: the search replayed (table order) with every config once at that share
+    on the keep-heads replicas, its answer reading the error model without its bias part (measured for the default
+    narrowing at T/10 only), the level where the table has its budgets; decisions right on the pairs the truth
+    resolves, resolved calls right, the median half-width of the 80% bands (in nats at T where there is a level)."""
+    unbiased = dataclasses.replace(model, bias=NO_MODEL.bias)
+    out = {}
+    for share in KEEP_HEADS_SHARES:
+        budgets = [share * truth.target]
+        replayed = graded_replay(keep_heads, truth, budgets, 2.0, sorted(truth.runs), archs=archs, model=unbiased,
+                                 level_rows=keep_heads, level_configs=DEFAULT_LEVEL_CONFIGS)  # fmt: skip
+        graded = architecture.architecture_grade(replayed["predicted"], truth, archs)
+        out[f"T/{1 / share:.0f}"] = {
+            "share_of_target": share,
+            "decision_accuracy": graded["decision_accuracy"],
+            "resolvable": graded["resolvable"],
+            "resolved_call_accuracy": replayed["resolved_call_accuracy"],
+            "resolved_calls": replayed["resolved_calls"],
+            "band_half_width": replayed["band_half_width"],
+            "at_target": replayed["at_target"],
+            "compute_share": replayed["compute_share"],
+        }
+    return out
 
 
 def _spread(values: Sequence[float]) -> dict:
@@ -486,7 +239,16 @@ def headline(corpus: dict) -> dict:
         "anchors": answer["anchors"],
         "discrepancy": answer["discrepancy"],
         "without_the_bias_correction_kendall_tau": layout["without_the_bias_correction"]["table_order"]["kendall_tau"],
-        "bias_prior_measured_on": corpus["replica_ladder"]["bias_prior"]["measured_on"],
+        "error_model_measured_on": corpus["replica_ladder"]["error_model"]["measured_on"],
+        "level_error_mean": answer.get("level_error_mean"),
+        "level_error_mae": answer.get("level_error_mae"),
+        "level_error_mean_over_orders": mean.get("level_error_mean"),
+        "band_half_width": answer.get("band_half_width"),
+        "resolved_call_accuracy": answer.get("resolved_call_accuracy"),
+        "resolved_calls": answer.get("resolved_calls"),
+        "resolved_share_of_truth_resolvable": answer.get("resolved_share_of_truth_resolvable"),
+        "resolved_call_accuracy_mean_over_orders": mean.get("resolved_call_accuracy"),
+        "level_configs": answer.get("level_configs"),
         "top_rung_alone_kendall_tau": top_alone["kendall_tau"],
         "top_rung_alone_architecture_tau": views["top replica rung alone, seed 0"]["architecture_tau"],
         "top_rung_alone_decision_accuracy": views["top replica rung alone, seed 0"]["decision_accuracy"],
@@ -506,44 +268,32 @@ def headline(corpus: dict) -> dict:
     return out
 
 
-def ready(corpus: Corpus) -> bool:
-    """Whether a corpus's truth and replica tables hold at least one config in full (a table being built may not)."""
-    if not (corpus.runs.exists() and corpus.replica_runs.exists()):
-        return False
-    rows, _ = graded_rows(read_table(corpus.runs), read_table(corpus.replica_runs))
-    return any(r["kind"] == "truth" for r in rows)
-
-
-def held_out_priors(names: Sequence[str]) -> dict[str, BiasPrior]:
-    """The bias prior each corpus is graded with: fitted on the other corpora (`benchmarks.trust.anchors.fit_prior`),
-    never on its own truth; the held-out corpus's is the one a search ships with (fitted on the method corpora)."""
-    from benchmarks.trust.anchors import Corpus as BiasCorpus
-    from benchmarks.trust.anchors import fit_prior
-
-    loaded = {}
-    for name in names:
-        try:
-            loaded[name] = BiasCorpus(name)
-        except (OSError, IndexError, KeyError):  # tables not built yet
-            continue
-    return {name: fit_prior([c for n, c in loaded.items() if n != name]) for name in loaded if len(loaded) > 1}
-
-
-def report(corpora: Sequence[tuple[Corpus, Path, Path]], out: Path, dashboard_summary: Path | None = None) -> dict:
-    """Grade every corpus; write `out` (JSON and PNG) and, if given, `dashboard_summary` (the headline figures,
-    which the dashboard ships as package data)."""
-    priors = held_out_priors([c.name for c, _, _ in corpora])
-    graded = {c.name: corpus_report(c, runs, replica, priors.get(c.name, NO_PRIOR)) for c, runs, replica in corpora}
+def report(
+    corpora: Sequence[tuple[Corpus, Path, Path]],
+    out: Path,
+    models: Mapping[str, ErrorModel],
+    dashboard_summary: Path | None = None,
+    curve_out: Path | None = None,
+) -> dict:
+    """Grade every corpus, each with its held-out error model (`models`: by corpus, fitted on the others,
+    `benchmarks.trust.forecast_constants`); write `out` (JSON and PNG), and, if given, `dashboard_summary` (the
+    headline figures, which the dashboard ships as package data) and `curve_out` (the compute curve a search quotes,
+    package data of `nas.answer.compute_curve`)."""
+    graded = {c.name: corpus_report(c, runs, replica, models.get(c.name, NO_MODEL)) for c, runs, replica in corpora}
+    curves = {name: c["compute_curve"] for name, c in graded.items() if c.get("compute_curve")}
     summary = {
         "default_layout": DEFAULT_LAYOUT,
         "goals": GOALS,
         "headline": {name: headline(c) for name, c in graded.items()},
+        "compute_curve": curves,
     }
     result = {"summary": summary, "corpora": graded, "machine": machine_info()}
     write_json(out, result)
     plot(result, out.with_suffix(".png"), DEFAULT_LAYOUT, GOALS)
     if dashboard_summary is not None:
         dashboard_summary.write_text(json.dumps({"summary": summary, "machine": result["machine"]}, indent=2) + "\n")
+    if curve_out is not None:
+        curve_out.write_text(json.dumps(curves, indent=2) + "\n")
     return result
 
 
@@ -561,6 +311,10 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2, help="build: jobs run in parallel")
     parser.add_argument("--kinds", default="ladder,truth", help="build: the kinds of run, ladder and/or truth")
     parser.add_argument("--dashboard-summary", type=Path, help="report: also write the summary here (package data)")
+    parser.add_argument(
+        "--constants", type=Path, default=CONSTANTS, help="report: the held-out error models (forecast_constants)"
+    )
+    parser.add_argument("--compute-curve", type=Path, help="report: also write the compute curve here (package data)")
     args = parser.parse_args()
     corpus = CORPORA[args.corpus]
     if args.runs or args.replica_runs or args.anchor_runs:  # tables given by hand: no earlier tables beside them
@@ -577,15 +331,8 @@ def main() -> None:
         kinds = tuple(args.kinds.split(","))
         build(runs, jobs(args.smoke, horizon_rule(args.space), kinds, seeds, corpus=corpus.name), args.processes)
     elif args.command == "build-keep-heads":  # every share of KEEP_HEADS_SHARES, the head count kept
-        todo = [
-            dataclasses.replace(j, keep_heads=True)
-            for j in jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, corpus.name)
-        ]
-        build(
-            corpus.keep_heads_runs or HERE / "data" / f"fidelity_{corpus.name}_replica_runs_keep_heads.csv",
-            todo,
-            args.processes,
-        )
+        todo = jobs(args.smoke, horizon_rule(args.space), ("replica",), seeds, corpus.name, keep_heads=True)
+        build(corpus.keep_heads_runs or HERE / "data" / f"{corpus.name}_keep_heads.csv", todo, args.processes)
     elif args.command in ("build-replicas", "build-anchors"):
         kind = args.command.removeprefix("build-").removesuffix("s")
         chosen = seeds if kind == "replica" else seeds[:1]  # an anchor is one run
@@ -595,7 +342,7 @@ def main() -> None:
         tables = [(c, c.runs, c.replica_runs) for c in CORPORA.values() if ready(c)]
         if args.runs or args.replica_runs or args.anchor_runs:  # one corpus's tables given by hand
             tables = [(corpus, runs, replica_runs)]
-        result = report(tables, args.out, args.dashboard_summary)
+        result = report(tables, args.out, held_out_models(args.constants), args.dashboard_summary, args.compute_curve)
         print(json.dumps(result["summary"], indent=2))
 
 

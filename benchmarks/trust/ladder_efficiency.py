@@ -39,8 +39,10 @@ import numpy as np
 import optuna
 
 from benchmarks.harness import TableSampler, machine_info, read_table
-from benchmarks.trust.fidelity import BEFORE_LAYOUT, CORPORA, ETA, RUNS_CSV, layout_budgets
-from benchmarks.trust.grading import SearchReplay, Truth, as_rows, graded_rows
+from benchmarks.trust.fidelity import BEFORE_LAYOUT, layout_budgets
+from benchmarks.trust.fidelity_tables import CORPORA, ETA, RUNS_CSV
+from benchmarks.trust.grading import Truth, as_rows, graded_rows
+from benchmarks.trust.replay import SearchReplay
 from nas.answer.pareto import hypervolume, pareto_rows
 from workers.training.config import OptimConfig
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import append_runs, machine_info, pending, read_table, write_json
-from benchmarks.trust import fidelity
+from benchmarks.trust import fidelity, fidelity_tables
 from benchmarks.trust.architecture import (
     architecture_grade,
     aspect_slope,
@@ -55,8 +55,10 @@ VARIANTS = {
     "floor d_T/2 keep head size": Narrowing(min_share=0.5, keep="head_size"),
 }
 DEFAULT = "default: floor d_T/2 keep head size"
-TARGET = fidelity.TRUTH_RATIO * fidelity.LOWEST_RUNG * fidelity.ETA ** (fidelity.RUNGS - 1)  # the truth's T
-COLUMNS = [*fidelity.REPLICA_COLUMNS, "corpus", "variant", "n_heads"]
+TARGET = (
+    fidelity_tables.TRUTH_RATIO * fidelity_tables.LOWEST_RUNG * fidelity_tables.ETA ** (fidelity_tables.RUNGS - 1)
+)  # the truth's T
+COLUMNS = [*fidelity_tables.REPLICA_COLUMNS, "corpus", "variant", "n_heads"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,9 @@ class BiasJob:
 
 
 def jobs(corpus: str, variants: list[str]) -> list[BiasJob]:
-    return [BiasJob(i, arch, corpus, v) for v in variants for i, arch in enumerate(fidelity.configs(False, corpus))]
+    return [
+        BiasJob(i, arch, corpus, v) for v in variants for i, arch in enumerate(fidelity_tables.configs(False, corpus))
+    ]
 
 
 def run_job(job: BiasJob) -> list[dict]:
@@ -85,13 +89,15 @@ def run_job(job: BiasJob) -> list[dict]:
     torch.set_num_threads(1)
     cfg = ArchConfig(**job.arch)
     keep_head_size = VARIANTS[job.variant].keep == "head_size"
-    measurement = fidelity.replica_measurement(TARGET, [fidelity.REPLICA_TOP_SHARE * TARGET], VARIANTS[job.variant])
-    run = RunConfig(**fidelity.RUN)
+    measurement = fidelity_tables.replica_measurement(
+        TARGET, [fidelity_tables.REPLICA_TOP_SHARE * TARGET], VARIANTS[job.variant]
+    )
+    run = RunConfig(**fidelity_tables.RUN)
     request = TrialRequest.of(cfg, measurement, optim=OptimConfig(lr=3e-3), run=run, seed=job.seed, width_probe=False)
-    result = run_replica_trial(request, load_corpus(fidelity.CORPORA[job.corpus].data()))
-    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", job.seed, TARGET), cfg, "")
+    result = run_replica_trial(request, load_corpus(fidelity_tables.CORPORA[job.corpus].data()))
+    base = fidelity_tables.job_fields(fidelity_tables.Job(job.config, job.arch, "replica", job.seed, TARGET), cfg, "")
     base |= {"status": str(result.status), "corpus": job.corpus, "variant": job.variant}
-    rows = fidelity.replica_rows(base, result.rungs)
+    rows = fidelity_tables.replica_rows(base, result.rungs)
     return [r | {"n_heads": r["replica_d_model"] // cfg.head_dim if keep_head_size else cfg.n_heads} for r in rows]
 
 
@@ -119,7 +125,7 @@ class LrJob:
 
 
 def lr_jobs(corpus: str) -> list[LrJob]:
-    chosen = [(i, a) for i, a in enumerate(fidelity.configs(False, corpus))
+    chosen = [(i, a) for i, a in enumerate(fidelity_tables.configs(False, corpus))
               if (a["n_layers"], a["d_model"]) in LR_SHAPES and not a["mod_rate"]]  # fmt: skip
     return [LrJob(i, a, corpus, lr, v) for i, a in chosen for lr in LR_SWEEP for v in LR_VIEWS]
 
@@ -135,14 +141,17 @@ def run_lr_job(job: LrJob) -> list[dict]:
     from workers.trial.replica import run_replica_trial
 
     torch.set_num_threads(1)
-    cfg, top = ArchConfig(**job.arch), fidelity.REPLICA_TOP_SHARE * TARGET
+    cfg, top = ArchConfig(**job.arch), fidelity_tables.REPLICA_TOP_SHARE * TARGET
     narrowing = LR_VIEWS[job.view]
-    request = TrialRequest.of(cfg, fidelity.replica_measurement(TARGET, [top], narrowing), optim=OptimConfig(lr=job.lr),
-                              run=RunConfig(**fidelity.RUN), width_probe=False)  # fmt: skip
-    result = run_replica_trial(request, load_corpus(fidelity.CORPORA[job.corpus].data()))
-    base = fidelity.job_fields(fidelity.Job(job.config, job.arch, "replica", 0, TARGET), cfg, str(result.status))
+    plan = fidelity_tables.replica_measurement(TARGET, [top], narrowing)
+    request = TrialRequest.of(cfg, plan, optim=OptimConfig(lr=job.lr), run=RunConfig(**fidelity_tables.RUN),
+                              width_probe=False)  # fmt: skip
+    result = run_replica_trial(request, load_corpus(fidelity_tables.CORPORA[job.corpus].data()))
+    base = fidelity_tables.job_fields(
+        fidelity_tables.Job(job.config, job.arch, "replica", 0, TARGET), cfg, str(result.status)
+    )
     base |= {"corpus": job.corpus, "variant": DEFAULT, "lr": job.lr, "view": job.view}
-    rows = fidelity.replica_rows(base, result.rungs)
+    rows = fidelity_tables.replica_rows(base, result.rungs)
     kept = narrowing.keep == "head_size"
     return [r | {"n_heads": r["replica_d_model"] // cfg.head_dim if kept else cfg.n_heads} for r in rows]
 
@@ -167,12 +176,12 @@ def bias_report(bias_rows: Sequence[dict], lr_rows: Sequence[dict] = (), fidelit
     included); and the learning-rate sweep's best rate by family at both widths."""
     answers = json.loads(fidelity_json.read_text())["corpora"] if fidelity_json and fidelity_json.exists() else {}
     loaded: dict[str, Loaded] = {}
-    for name, corpus in fidelity.CORPORA.items():
+    for name, corpus in fidelity_tables.CORPORA.items():
         rows, replica = graded_rows(read_table(corpus.runs), read_table(corpus.replica_runs))
         if not rows:
             continue
-        truth, archs = Truth.of(rows), fidelity.architectures(rows, name)
-        top = fidelity.REPLICA_TOP_SHARE * truth.target
+        truth, archs = Truth.of(rows), fidelity_tables.architectures(rows, name)
+        top = fidelity_tables.REPLICA_TOP_SHARE * truth.target
         views = {DEFAULT: losses_at(replica, top)}
         if corpus.keep_heads_runs is not None and corpus.keep_heads_runs.exists():
             views[KEEP_HEADS_VIEW] = losses_at(graded_rows(rows, read_table(corpus.keep_heads_runs))[1], top)
@@ -257,7 +266,7 @@ def _widths(rows: Sequence[dict], top: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("build", "build-lr", "report"))
-    parser.add_argument("--corpus", choices=sorted(fidelity.CORPORA), default="plays")
+    parser.add_argument("--corpus", choices=sorted(fidelity_tables.CORPORA), default="plays")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="build: comma-separated VARIANTS names")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "replica_bias.json")

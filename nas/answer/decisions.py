@@ -228,7 +228,8 @@ def decision_accuracy(
 @dataclass(frozen=True)
 class Decision:
     """A contrast at matched cost in a search's answer: the predicted gap (loss of `b` minus loss of `a`), the
-    noise it is judged against (twice the larger seed noise at T of the two), and whether it is resolved."""
+    margin it is judged against (`Answer.margin`: the error model's call z times the gap's sd), and whether it is
+    resolved."""
 
     contrast: Contrast
     gap: float
@@ -251,9 +252,8 @@ def search_decisions(
     keys = [t for t in keys if math.isfinite(answer.predictions[t].loss) and t in archs]
     out = []
     for c in matched_contrasts({t: archs[t] for t in keys}, flops):
-        noises = [n for n in (answer.noise_at_target(c.a), answer.noise_at_target(c.b)) if n is not None]
         gap = answer.predictions[c.b].loss - answer.predictions[c.a].loss
-        out.append(Decision(c, gap, 2.0 * max(noises) if noises else None))
+        out.append(Decision(c, gap, answer.margin(c.a, c.b)))
     return out
 
 
@@ -267,11 +267,11 @@ def rests_on(
     """What the answer rests on, in a few lines (module docstring): size against architecture over the completed
     trials, and the recommended config's decisions at matched cost. `front`: the front's trials."""
     predicted = {t: p.loss for t, p in answer.predictions.items() if math.isfinite(p.loss) and t in params}
-    lines = [f"bias: {answer.discrepancy.describe()}"] if answer.discrepancy is not None else []
+    lines = _forecast_lines(answer)
     trend = size_trend(predicted, params)
     if trend is not None and front:
         residual = trend.residuals({t: predicted[t] for t in front if t in predicted}, params)
-        margins = {t: 2.0 * n for t in residual if (n := answer.noise_at_target(t)) is not None}
+        margins = {t: m for t in residual if (m := _own_margin(answer, t)) is not None}
         beyond = {t: r for t, r in residual.items() if t in margins and abs(r) > margins[t]}
         share = (
             f"a trend in log-parameters explains {trend.r2:.0%} of the spread of the predicted losses at T "
@@ -280,12 +280,12 @@ def rests_on(
         if not margins:
             lines.append(f"size: {share}; without a measured seed noise no architecture effect can be told from it")
         elif not beyond:
-            lines.append(f"explained by size within the noise: {share}, and every front member sits within twice "
-                         "its seed noise of the trend: the front trades size, not architecture")  # fmt: skip
+            lines.append(f"explained by size within the noise: {share}, and every front member sits within its "
+                         "margin of the trend: the front trades size, not architecture")  # fmt: skip
         else:
             t = min(beyond, key=beyond.get)
             lines.append(f"beyond size: {share}; trial {t} ({archs[t].describe()}) sits {abs(beyond[t]):.3f} nats "
-                         f"{'below' if beyond[t] < 0 else 'above'} it (twice its noise {margins[t]:.3f})")  # fmt: skip
+                         f"{'below' if beyond[t] < 0 else 'above'} it (its margin {margins[t]:.3f})")  # fmt: skip
     best = min((t for t in front if t in predicted), key=predicted.get, default=None)
     if best is None:
         return lines
@@ -305,12 +305,35 @@ def rests_on(
         elif d.resolved:
             loser = other if d.better == best else best
             lines.append(f"resolved at matched cost: {pair}: trial {d.better} is better by {abs(d.gap):.3f} nats "
-                         f"(twice the noise {d.margin:.3f}); trial {loser} is not the choice")  # fmt: skip
+                         f"(beyond its margin {d.margin:.3f}); trial {loser} is not the choice")  # fmt: skip
         else:
             cheaper = min((best, other), key=lambda t: flops[t])
-            lines.append(f"tied at matched cost: {pair}: {abs(d.gap):.3f} nats apart, within twice the noise "
+            lines.append(f"tied at matched cost: {pair}: {abs(d.gap):.3f} nats apart, within its margin "
                          f"{d.margin:.3f}: the cheaper one, trial {cheaper}, is the choice")  # fmt: skip
     return lines
+
+
+def _forecast_lines(answer: Answer) -> list[str]:
+    """What the forecast rests on, a line each: the level at T, the bias taken out, the error model."""
+    lines = []
+    if answer.level is not None:
+        lines.append(f"level: {answer.level.describe()}")
+    if answer.discrepancy is not None:
+        lines.append(f"bias: {answer.discrepancy.describe()}")
+    if answer.model is not None and answer.facts:
+        noise = "measured" if answer.noise else f"assumed {answer.model.seed_noise:.3f} (none measured)"
+        lines.append(f"certainty: {answer.model.describe()}; seed noise {noise}")
+    return lines
+
+
+def _own_margin(answer: Answer, trial: int) -> float | None:
+    """How far a trial must sit from a trend to be beyond it: the call z times its own sd; without a model,
+    twice its seed noise at T."""
+    p = answer.predictions.get(trial)
+    if answer.model is not None and p is not None and p.relative_sd is not None:
+        return answer.model.call_z * p.relative_sd
+    noise = answer.noise_at_target(trial)
+    return None if noise is None else 2.0 * noise
 
 
 def _differ(names: Sequence[str]) -> str:

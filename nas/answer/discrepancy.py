@@ -13,8 +13,9 @@ so a prediction resting on a rung at distance s is corrected by -s (beta (z - z0
 mean aspect (a shift shared by every trial changes no ranking: the study's curve carries the level).
 
 **The prior** (`BiasPrior`): beta and phi per unit of s, measured on the fidelity corpora (the top rung, T/10, at
-d_T/2, against the truth at T, the size trend removed; `benchmarks.trust.anchors` fits it and holds each corpus out in
-turn), with beta's sd from how much the corpora disagree. A search uses it unless told not to (`--bias-prior none`).
+d_T/2, against the truth at T, the size trend removed; `benchmarks.trust.forecast_constants` fits it, holding each
+corpus out in turn), with sds from how much the corpora disagree; it is the bias part of the error model a search
+uses (`nas.answer.error_model.measured_model`) unless told not to (`--bias-prior none`).
 
 **Anchors**: trials trained once more at a fidelity C_a above the top rung C_top, nearer the target's shape. Their
 two measurements differ by y = L_a - L_top = (c_a - c_top) - (s_top - s_a) (beta z + phi): after the prior's
@@ -32,11 +33,9 @@ measures that the target's own shape at T/3 (a third of its tokens) is not, so a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 __all__ = [
@@ -52,13 +51,11 @@ __all__ = [
     "choose_anchors",
     "compute_distance",
     "fit_discrepancy",
-    "measured_prior",
     "narrowing_distance",
     "width_distance",
 ]
 
 DEFAULT_PRIOR_SD = 0.05  # beta's sd when nothing is known: nats per unit of z per unit of narrowing distance
-PRIOR_FILE = "bias_prior.json"  # the measured prior, package data beside this module (`measured_prior`)
 
 
 def aspect(n_layers: int, d_model: int) -> float:
@@ -74,26 +71,31 @@ def narrowing_distance(target_width: int, replica_width: int) -> float:
 @dataclass(frozen=True)
 class BiasPrior:
     """The top rung's bias per unit of narrowing distance: beta (nats per unit of z) with its sd, each family's
-    offset (nats; a family it does not name: 0), and where it was measured."""
+    offset (nats; a family it does not name: 0) with its spread across the corpora (`family_sd`), and where it was
+    measured."""
 
     beta: float = 0.0
     beta_sd: float = DEFAULT_PRIOR_SD
     family: Mapping[str, float] = field(default_factory=dict)
     source: str = "none"
     misfit: float = 0.0  # sd of a config's top-rung error that the model leaves (beyond size, family and z)
+    family_sd: Mapping[str, float] = field(default_factory=dict)
+
+    def applied_family(self, family: str) -> float:
+        """The offset applied for `family`: m m^2 / (m^2 + d^2), the offset m shrunk as far as the corpora disagree
+        on it (d its spread across them); whole without a measured spread."""
+        m, d = self.family.get(family, 0.0), self.family_sd.get(family, 0.0)
+        return m if m == 0.0 or d == 0.0 else m * m * m / (m * m + d * d)
 
     def describe(self) -> str:
-        offsets = ", ".join(f"{f} {v:+.3f}" for f, v in sorted(self.family.items()))
+        offsets = ", ".join(
+            f"{f} {v:+.3f}" + (f" ± {self.family_sd[f]:.3f}" if self.family_sd.get(f) else "")
+            for f, v in sorted(self.family.items())
+        )
         return f"beta {self.beta:+.3f} ± {self.beta_sd:.3f}" + (f", family offsets {offsets}" if offsets else "")
 
 
 NO_PRIOR = BiasPrior()
-
-
-def measured_prior() -> BiasPrior:
-    """The prior `benchmarks.trust.anchors` measured on the fidelity corpora (package data `bias_prior.json`)."""
-    raw = json.loads(resources.files("nas.answer").joinpath(PRIOR_FILE).read_text())
-    return BiasPrior(raw["beta"], raw["beta_sd"], dict(raw["family"]), raw["source"], raw["misfit"])
 
 
 @dataclass(frozen=True)
@@ -174,16 +176,21 @@ def fit_discrepancy(
     middle = centre if centre is not None else (sum(zs) / len(zs) if zs else 0.0)
     if len(usable) < 2:
         sd = prior.beta_sd if prior != NO_PRIOR else 0.0  # no prior, no anchors: nothing corrected, nothing added
-        return Discrepancy(prior.beta, sd, dict(prior.family), middle, prior, tuple(usable))
+        return Discrepancy(prior.beta, sd, _applied(prior), middle, prior, tuple(usable))
     xs = [-a.span * a.z for a in usable]
-    ys = [a.difference + a.span * prior.family.get(a.family, 0.0) for a in usable]  # the prior's family part out
+    ys = [a.difference + a.span * prior.applied_family(a.family) for a in usable]  # the prior's family part out
     x_bar, y_bar = sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - x_bar) ** 2 for x in xs)
     sxy = sum((x - x_bar) * (y - y_bar) for x, y in zip(xs, ys, strict=True))
     variance = 2.0 * max(noise, 1e-6) ** 2 + prior.misfit**2  # two measurements, and what the model leaves
     precision = sxx / variance + 1.0 / prior.beta_sd**2
     beta = (sxy / variance + prior.beta / prior.beta_sd**2) / precision
-    return Discrepancy(beta, math.sqrt(1.0 / precision), dict(prior.family), middle, prior, tuple(usable))
+    return Discrepancy(beta, math.sqrt(1.0 / precision), _applied(prior), middle, prior, tuple(usable))
+
+
+def _applied(prior: BiasPrior) -> dict[str, float]:
+    """Each family's offset as the prior applies it (`BiasPrior.applied_family`)."""
+    return {f: prior.applied_family(f) for f in prior.family}
 
 
 Distance = Callable[[Any, int], float]  # (a rung row, the target's width) -> s

@@ -34,8 +34,9 @@ interval a bootstrap can carry, where a GP's answer is a surface whose marginal 
 the trials with replacement (the search's sampling of the space) and perturbs each y_i by N(0, s_i^2) (its
 prediction's own uncertainty), refits, and takes the draws' 10th and 90th percentiles of each effect.
 
-**Not resolved** is a term the search barely varied (fewer than 2 levels with at least 2 trials each; a float
-knob's values are binned in quarters of its searched range), one collinear with size (R^2 of its encoding on the
+**Not resolved** is a term the search barely varied (fewer than 2 levels with at least `MIN_PER_LEVEL` (3) trials
+each: two trials of a level cannot support an interval; a float knob's values are binned in quarters of its
+searched range), one collinear with size (R^2 of its encoding on the
 size trend above `COLLINEAR`) or with the other terms (the design is then rank-deficient in it), one whose
 interval spans zero, or one with too few trials for the fit (fewer than twice its coefficients). With fewer trials
 than the joint fit needs, each knob is fitted alone with size: the others then act as scatter, which the bootstrap
@@ -71,6 +72,7 @@ __all__ = [
 AT_EQUAL = {"flops": "FLOPs per token", "params": "parameters", "shape": "shape"}  # what a fit holds fixed
 BOOTSTRAP = 400  # bootstrap draws of each interval
 COLLINEAR = 0.999  # R^2 of a term on the size trend (or on the other terms) above which it is not identified
+MIN_PER_LEVEL = 3  # trials a level needs for an effect against it to be resolved (two cannot support an interval)
 Z80 = 1.2816  # the standard normal's 90th percentile: an 80% central band is +-1.2816 sd
 LOG_KNOBS = ("n_layers", "d_model", "n_heads", "mlp_ratio", "lr", "ancre_tau")
 REFERENCE = {"residual": "cascaded", "mod_granularity": "sublayer"}
@@ -233,16 +235,22 @@ def knob_terms(knob: Knob, rows: Sequence[Observation]) -> list[tuple[Effect, np
 
 
 def _varied(knob: Knob, rows: Sequence[Observation], active: np.ndarray) -> str:
-    """ "" when the search set the knob to at least 2 levels with at least 2 trials each (a float knob's values
-    binned in quarters of its searched range), else why not."""
+    """ "" when the search set the knob to at least 2 levels with at least MIN_PER_LEVEL trials each (a float
+    knob's values binned in quarters of its searched range), else why not."""
     values = [knob.encode(o.knobs[knob.name]) for a, o in zip(active, rows, strict=True) if a]
     lo, hi = knob.encode(knob.low), knob.encode(knob.high)
     if knob.continuous and hi > lo:
         values = [min(3, int(4 * (v - lo) / (hi - lo))) for v in values]
     counts = {v: values.count(v) for v in set(values)}
-    if sum(c >= 2 for c in counts.values()) >= 2:
+    if sum(c >= MIN_PER_LEVEL for c in counts.values()) >= 2:
         return ""
-    return "held constant" if len(counts) <= 1 else f"barely varied ({len(values)} trials over {len(counts)} values)"
+    if len(counts) <= 1:
+        return "held constant"
+    per_value = "/".join(str(c) for c in sorted(counts.values(), reverse=True))
+    return (
+        f"too few trials per value ({per_value} trials over {len(counts)} values): an interval needs at least "
+        f"{MIN_PER_LEVEL} trials at each of two values"
+    )
 
 
 def _size_columns(rows: Sequence[Observation], at_equal: str) -> np.ndarray:

@@ -62,8 +62,9 @@ def observations(
     rows: Sequence, answer, flops: Mapping[int, float], params: Mapping[int, float], searched: Sequence[str]
 ) -> list[Observation]:
     """The completed trial rows with a finite prediction in `answer` as Observations: their `searched` knob
-    values (from the row's config), the prediction and its sd (half its 80% band / Z80, else the seed noise at
-    T), their executed FLOPs per token and parameters (`nas.answer.decisions.trial_facts`; None where absent)."""
+    values (from the row's config), the prediction and its own sd (`Prediction.relative_sd`, the error model's part
+    that differs between trials; else half its 80% band / Z80, else the seed noise at T), their executed FLOPs per
+    token and parameters (`nas.answer.decisions.trial_facts`; None where absent)."""
     out = []
     for r in rows:
         p = answer.predictions.get(r.number)
@@ -71,7 +72,9 @@ def observations(
             continue
         knobs = (r.config or {}).get("arch") or r.config or {}
         values = {k: v for k, v in {**(r.config or {}), **knobs}.items() if k in searched}
-        sd = (p.high - p.low) / 2.0 / Z80 if p.low is not None and p.high is not None else None
+        sd = p.relative_sd
+        if sd is None and p.low is not None and p.high is not None:
+            sd = (p.high - p.low) / 2.0 / Z80
         sd = sd if sd is not None else answer.noise_at_target(r.number)
         out.append(Observation(values, p.loss, sd, flops[r.number], params.get(r.number)))
     return out

@@ -1,11 +1,13 @@
 """The search's answer at the target budget: each trial's predicted loss at T from its rungs, and the front there.
 
-`answer_at_target` is the search's answer from its stored rungs (for the rung decisions, `nas show`, export,
-repeats and the dashboard): the study's curve (`nas.answer.extrapolate`), each trial's level set by the
-predictor its backtest chose (`nas.answer.backtest`: its highest rung unless the reliability-weighted fit of
-all its rungs orders held-out rungs better, `nas.answer.evidence`), a band calibrated on that backtest
-(`nas.answer.calibration`), and each prediction's basis. `front_at_target` is the front of (predicted loss at
-T, cost) the search recommends.
+`answer_at_target(rows, target)` is the study's answer from its rungs alone (what the rung decisions rank by): the
+study's curve (`nas.answer.extrapolate`), each trial's level set by the predictor its backtest chose
+(`nas.answer.backtest`: its highest rung unless the reliability-weighted fit of all its rungs orders held-out rungs
+better, `nas.answer.evidence`), a band calibrated on that backtest (`nas.answer.calibration`), and each prediction's
+basis. With one rung per trial there is no curve: each prediction is its top rung's loss, said as such
+(`Prediction.at_target` False). A search's answer adds what `nas.answer.forecast` knows beyond the rungs: the top
+rung's bias taken out, the level at T, and one error model for every band and call. `front_at_target` is the front
+of (predicted loss, cost) the search recommends.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from dataclasses import dataclass, field, replace
 from ..store import RungRow, TrialRow
 from .backtest import Backtest, backtest
 from .calibration import BAND_LEVEL, Calibration, calibrate
-from .discrepancy import Anchoring, Discrepancy
+from .discrepancy import Discrepancy
+from .error_model import BAND_Z, ErrorModel, TrialFacts
 from .evidence import TOP_RUNG, RungReliability, basis, predictor_weights, rung_means, rung_reliability
-from .extrapolate import RungPoint, StudyFit, fit_study, seed_noise
+from .extrapolate import NONE, RungPoint, StudyFit, fit_study, seed_noise
+from .level import LevelCurve, NoCurve
 from .pareto import Cost, pareto_rows
 
 __all__ = [
@@ -36,14 +40,15 @@ __all__ = [
 ]
 
 REPLICA_PATH = "replica path"  # the exponent group of every replica rung (`fit_group`)
-BAND_Z = 1.2816  # the standard normal's 90th percentile: the central 80% band (BAND_LEVEL) is +-BAND_Z sd
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """A trial's predicted loss at the target, its calibrated band (None: uncalibrated), the rungs it reached,
-    its curve group, the held-out error of its highest rung (None below two rungs), the predictor and, in a
-    few words, what the prediction rests on (`nas.answer.evidence.basis`)."""
+    """A trial's predicted loss, its 80% band (None: no band), the rungs it reached, its curve group, the held-out
+    error of its highest rung (None below two rungs), the predictor and, in a few words, what the prediction rests
+    on (`nas.answer.evidence.basis`). `at_target`: the loss is carried to T by a curve (False: it is the top
+    rung's, no curve carried it); `sd` its total standard deviation and `relative_sd` the part that is the trial's
+    own (what a comparison between trials sees; `nas.answer.error_model`), None where no model gave them."""
 
     loss: float
     low: float | None
@@ -53,6 +58,9 @@ class Prediction:
     loo_error: float | None
     predictor: str = TOP_RUNG
     basis: str = ""
+    at_target: bool = True
+    sd: float | None = None
+    relative_sd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,11 @@ class Answer:
     highest: dict[int, float] = field(default_factory=dict)  # trial -> the budget of its highest finite rung
     target: float | None = None
     discrepancy: Discrepancy | None = None  # the anchors' correction, taken out of `predictions` (None: not asked)
+    model: ErrorModel | None = None  # the error model every band and call reads (None: the study's rungs alone)
+    facts: dict[int, TrialFacts] = field(default_factory=dict)  # what each prediction rests on, for its calls
+    centre: float = 0.0  # the study's mean aspect: the bias correction is taken around it
+    level: LevelCurve | NoCurve | None = None  # the level at T (None: a ladder's own curve, or not asked)
+    factors: dict[int, float] = field(default_factory=dict)  # trial -> how a top-rung difference carries to T
 
     def noise_at_target(self, trial: int) -> float | None:
         """The seed noise of `trial`'s prediction at T: the study's seed noise at a rung, carried from its highest
@@ -80,11 +93,32 @@ class Answer:
         alpha = self.exponents.get(self.predictions[trial].group, 0.0) if trial in self.predictions else 0.0
         return self.noise * (self.highest[trial] / self.target) ** alpha
 
-    def tied(self, a: int, b: int) -> bool:
-        """Whether two trials' predictions at T differ by less than twice the larger of their noises there."""
+    @property
+    def at_target(self) -> bool:
+        """Whether the losses stated are losses at T (carried by a curve), not the top rung's."""
+        return bool(self.predictions) and all(p.at_target for p in self.predictions.values())
+
+    def gap_sd(self, a: int, b: int) -> float | None:
+        """The sd of the difference of two trials' predictions (`nas.answer.error_model`); None without a model."""
+        if self.model is None or a not in self.facts or b not in self.facts:
+            return None
+        factor = (self.factors.get(a, 1.0) + self.factors.get(b, 1.0)) / 2.0
+        variance = self.model.gap_variance(self.facts[a], self.facts[b], self.centre, self.noise)
+        return factor * math.sqrt(variance)
+
+    def margin(self, a: int, b: int) -> float | None:
+        """The gap beyond which the two trials' order is called resolved: the error model's call z times the gap's
+        sd; without a model, twice the larger of their seed noises at T (None: neither is known)."""
+        sd = self.gap_sd(a, b)
+        if sd is not None and self.model is not None:
+            return self.model.call_z * sd
         noises = [n for n in (self.noise_at_target(a), self.noise_at_target(b)) if n is not None]
-        gap = abs(self.predictions[a].loss - self.predictions[b].loss)
-        return bool(noises) and gap < 2.0 * max(noises)
+        return 2.0 * max(noises) if noises else None
+
+    def tied(self, a: int, b: int) -> bool:
+        """Whether two trials' predictions differ by less than their margin (`margin`; never tied without one)."""
+        margin = self.margin(a, b)
+        return margin is not None and abs(self.predictions[a].loss - self.predictions[b].loss) < margin
 
 
 def fit_group(residual: str | None, replica: bool) -> str:
@@ -103,7 +137,7 @@ def rung_points(rows: Sequence[RungRow], up_to_rung: int | None = None) -> list[
     return [
         RungPoint(
             trial=r.number,
-            family=fit_group(r.residual, r.d_model is not None),
+            family=fit_group(r.residual, r.is_replica),
             flops=r.budget_flops,
             loss=math.inf if r.val_loss is None else r.val_loss,
             seed=r.seed,
@@ -120,14 +154,9 @@ def _fit(points: list[RungPoint]) -> StudyFit | None:
     return fit_study(points)
 
 
-def answer_at_target(rows: Sequence[RungRow], target: float, anchoring: Anchoring | None = None) -> Answer:
-    """The search's Answer at `target` from its rung rows (module docstring); with `anchoring`, each prediction
-    corrected by the top rung's bias (`nas.answer.discrepancy`: its prior, moved by the anchors among `rows`), its
-    sd added to the band. Anchors (rows above `anchoring.top_rung_flops`) inform the bias only: every prediction
-    rests on the layout's rungs, so that all of them stand on one scale."""
-    if anchoring is not None:
-        layout = [r for r in rows if r.budget_flops <= anchoring.top_rung_flops * (1 + 1e-9)]
-        return _corrected(answer_at_target(layout, target), rows, anchoring)
+def answer_at_target(rows: Sequence[RungRow], target: float) -> Answer:
+    """The study's Answer at `target` from its rung rows alone (module docstring); a search's answer is
+    `nas.answer.forecast.forecast_at_target`."""
     points = rung_points(rows)
     reached: dict[int, int] = {}
     for r in rows:
@@ -144,41 +173,23 @@ def answer_at_target(rows: Sequence[RungRow], target: float, anchoring: Anchorin
         loss = predicted.get(number, math.inf)
         mine = means.get(number, {})
         interval = calibration.band(loss, max(mine), target) if mine else None
+        group = fit.params(number)[3] if fit and number in fit.trials else "-"
         out[number] = Prediction(
             loss,
             interval[0] if interval else None,
             interval[1] if interval else None,
             reached[number],
-            fit.params(number)[3] if fit and number in fit.trials else "-",
+            group,
             held[number].error(check.chosen) if number in held else None,
             check.chosen,
             basis(check.chosen, list(mine), reliability) if mine else "no finite loss",
+            at_target=group not in (NONE, "-"),
+            sd=(interval[1] - interval[0]) / 2.0 / BAND_Z if interval else None,
         )
     exponents = {label: g.alpha for label, g in fit.groups.items()} if fit else {}
     curves = {t: anchored.params(t) for t in anchored.trials} if anchored else {}
     highest = {t: max(r) for t, r in means.items() if r}
     return Answer(out, check, calibration, reliability, seed_noise(points), exponents, curves, highest, target)
-
-
-def _corrected(answer: Answer, rows: Sequence[RungRow], anchoring: Anchoring) -> Answer:
-    """The answer with the top rung's bias taken out of every prediction and its sd added to each band. A bias in
-    nats at a rung is carried to T as the curve carries that rung's loss: times (C / T)^alpha."""
-    discrepancy = anchoring.fit(rows, answer.noise)
-    layout = [r for r in rows if r.budget_flops <= anchoring.top_rung_flops * (1 + 1e-9)]
-    corrections = anchoring.corrections(layout, discrepancy)
-    out = {}
-    for number, p in answer.predictions.items():
-        shift, sd = corrections.get(number, (0.0, 0.0))
-        if number in answer.highest and answer.target:
-            carry = (answer.highest[number] / answer.target) ** answer.exponents.get(p.group, 0.0)
-            shift, sd = shift * carry, sd * carry
-        if p.low is None or p.high is None:
-            out[number] = replace(p, loss=p.loss + shift)
-            continue
-        half = math.hypot((p.high - p.low) / 2.0, BAND_Z * sd)
-        centre = (p.high + p.low) / 2.0 + shift
-        out[number] = replace(p, loss=p.loss + shift, low=centre - half, high=centre + half)
-    return replace(answer, predictions=out, discrepancy=discrepancy)
 
 
 def predict_search(rows: Sequence[RungRow], target: float) -> dict[int, Prediction]:

@@ -2,9 +2,10 @@
 
 `front_report` builds the table and the lines under it from the search's answer read from the store
 (`nas.search_answer.SearchAnswer`, the same that the export and the dashboard read): one row per trial with its
-architecture, the rungs it reached, its measured loss at its highest rung, its predicted loss at T with the
-calibrated band (or "uncalibrated"), the trials it is tied with (predictions within twice the seed noise carried
-to T, `Answer.tied`) and its FLOPs per token. Under it: the predictor and bands, the hypervolume, and what the
+architecture, the rungs it reached, its measured loss at its highest rung, its forecast loss at T with its 80% band
+("-" where the search has no curve to carry its top rungs to T: the table then ranks by the top rung, and says
+so), the trials it is tied with (gaps within their margin in the error model, `Answer.tied`) and its FLOPs per
+token. Under it: the predictor and bands, the hypervolume, and what the
 answer rests on (`nas.answer.decisions.rests_on`: size against architecture, and the recommended config's
 decisions at matched cost, resolved or tied). The compact table reads in 120 columns; `wide` adds the learning
 rate, heads, the top replica, the held-out error, the seeds, the inference costs (KV-cache bytes and decode FLOPs
@@ -20,6 +21,7 @@ from rich.table import Column, Table
 
 from workers.status import TrialStatus
 
+from ..answer.compute_curve import quote
 from ..answer.target import Answer
 from ..search_answer import SearchAnswer, search_answer
 from ..space.budget import Budget
@@ -85,26 +87,28 @@ def _bpb_per_nat(rows) -> dict[int, float]:
 
 
 def layout_lines(budget: Budget) -> list[str]:
-    """Where the search spends its compute, in a line or two: the layout it chose and why, its anchors."""
+    """Where the search spends its compute, a line each: the layout it chose and why, how its replicas narrow with
+    the bias taken out and its anchors, its level at T, and what `make fidelity` measured at its share of T per
+    trial (`nas.answer.compute_curve`)."""
     ladder = budget.ladder
     lines = [f"layout: {ladder.layout.reason}" if ladder.kind != "single" else "layout: one budget, no ladder"]
-    if ladder.is_replica and ladder.layout.rungs == 1:
-        lines.append("one rung per trial: its loss at T is its top rung's, not carried to T (no curve to carry it); "
-                     "the ranking is the answer")  # fmt: skip
     if ladder.is_replica:
         bias = "the prior measured on the fidelity corpora" if budget.bias_prior == "measured" else "none"
         lines.append(
             f"replicas: {ladder.narrowing.describe()}; the top rung's bias taken out: {bias}; "
             f"anchors: {budget.anchor_plan().reason}"
         )
+        lines.append(f"level: {budget.level_plan().reason}")
+        lines.append(quote(ladder.top_flops / ladder.target_flops))
     return lines
 
 
 def front_report(
-    found: SearchAnswer, *, only_front: bool = True, bpb: bool = False, wide: bool = False
+    found: SearchAnswer, *, only_front: bool = True, bpb: bool = False, wide: bool = False, layout: bool = True
 ) -> tuple[Table, list[str]]:
     """(the table, the lines under it) of a search's answer `found`: its front at T, or with `only_front` False every
-    completed trial; `bpb` shows losses in bits per byte (ties are still judged in nats)."""
+    completed trial; `bpb` shows losses in bits per byte (ties are still judged in nats); `layout` False leaves out
+    the layout's lines (a search printed them before it trained)."""
     answer, rows = found.answer, found.rows
     shown = list(found.front) if only_front else [r for r in found.at_target if r.status == TrialStatus.COMPLETED]
     target = "-" if found.target is None else f"{found.target:.3g}"
@@ -117,11 +121,16 @@ def front_report(
     lines = []
     if found.objectives != DEFAULT_OBJECTIVES:
         lines.append(f"objectives {','.join(map(str, found.objectives))}: KV bytes per token counted at each seq_len")
-    if found.budget is not None:
+    if found.budget is not None and layout:
         lines += layout_lines(found.budget)
     if answer is not None and found.predictions:
-        lines.append(f"{found.budget.ladder_kind if found.budget else 'unknown'} ladder; {answer.backtest.describe()}")
-        lines.append(answer.calibration.describe())
+        if not answer.at_target:
+            lines.append("no loss at T: the losses are the top rungs', bias taken out; the table ranks by them")
+        elif answer.level is None:
+            lines.append(
+                f"{found.budget.ladder_kind if found.budget else 'unknown'} ladder; {answer.backtest.describe()}"
+            )
+            lines.append(answer.calibration.describe())
     if found.budget is not None and found.budget.beyond_validated:
         lines.append(f"[yellow]warning:[/] {found.budget.beyond_validated}")
     ref = found.reference
@@ -130,11 +139,8 @@ def front_report(
         f"(loss {ref[0]:.4f} nats = ln {round(math.exp(ref[0]))}, executed FLOPs/token {ref[1]:.4g}); "
         f"{len(found.front)} on the front of {sum(r.status == TrialStatus.COMPLETED for r in rows)} completed, "
         f"{len(rows)} trial rows"
-        + (
-            f"; seed noise {noise:.4f} nats at a rung: predictions within twice it (carried to T) are tied"
-            if noise
-            else ""
-        )
+        + (f"; seed noise {noise:.4f} nats at a rung" if noise else "")
+        + "; trials whose gap is within its margin (the error model's, in what the answer rests on) are tied"
     )
     return table, lines + list(found.rests_on)
 
@@ -142,7 +148,7 @@ def front_report(
 def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: bool) -> Table:
     predictions = answer.predictions if answer is not None else {}
     measured = {r.number: r for r in rows}
-    top_replica = {g.number: g for g in rungs if g.d_model is not None}  # rows come by rung: the last is the top
+    top_replica = {g.number: g for g in rungs if g.is_replica}  # rows come by rung: the last is the top
     seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
     # headers never wrap (a reader scans them, and so do scripts); the cells below them may
     table = Table(*(Column(c, min_width=len(c)) for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)), title=title)
@@ -154,7 +160,11 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
             for o in shown
             if o.number != r.number and answer is not None and answer.tied(r.number, o.number)
         ]
-        band = "-" if p is None else "uncalibrated" if p.low is None else f"{k * p.low:.4f}-{k * p.high:.4f}"
+        at_t = p is not None and p.at_target
+        if p is None or not at_t:
+            band = "-"
+        else:
+            band = "uncalibrated" if p.low is None or p.high is None else f"{k * p.low:.4f}-{k * p.high:.4f}"
         cells = {
             "trial": str(r.number),
             "arch": f"{r.residual} {r.n_layers}x{r.d_model}",
@@ -164,7 +174,7 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
             "rungs": str(p.rungs) if p else "-",
             "top replica d, tok/param": _replica(top_replica.get(r.number)),
             "top-rung loss": format_loss(k * measured[r.number].val_loss),
-            "loss at T": format_loss(k * r.val_loss),
+            "loss at T": format_loss(k * r.val_loss) if at_t else "-",
             "80% band": band,
             "held-out err": f"{k * p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
             "seeds": str(seeds.get(r.number, 1)),
@@ -179,13 +189,21 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
 
 
 def print_front(
-    console, store, name: str, only_front: bool = True, bpb: bool = False, wide: bool = False, wide_width: int = 220
+    console,
+    store,
+    name: str,
+    only_front: bool = True,
+    bpb: bool = False,
+    wide: bool = False,
+    wide_width: int = 220,
+    layout: bool = True,
 ) -> None:
     """The front at the search's target budget on `console`, then the predictor, the bands and the hypervolume
-    at T. Outside a terminal `wide` renders at `wide_width` columns, uncropped."""
+    at T (`layout` False: without the layout's lines). Outside a terminal `wide` renders at `wide_width` columns,
+    uncropped."""
     import sys
 
-    table, lines = front_report(search_answer(store, name), only_front=only_front, bpb=bpb, wide=wide)
+    table, lines = front_report(search_answer(store, name), only_front=only_front, bpb=bpb, wide=wide, layout=layout)
     if wide and not sys.stdout.isatty():  # not cropped to the console's 120 columns
         console.print(table, width=wide_width, crop=False)
     else:

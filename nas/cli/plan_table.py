@@ -36,6 +36,7 @@ def plan_lines(plan: SearchPlan) -> tuple[list[Table], list[str]]:
         tables.append(each)
     trials = f"{plan.trials} trials" + (f" ({plan.trained} would train)" if plan.trained != plan.trials else "")
     trials += f" and {plan.anchors} anchors" if plan.anchors else ""
+    trials += f", {plan.level} level configs" if plan.level else ""
     lines = [
         f"{trials}, about {plan.runs:.3g} training runs, {plan.training_flops:.3g} training FLOPs in all "
         f"= {plan.of_target:.3g} x T",

@@ -26,7 +26,7 @@ from ..space import CANDIDATE, SearchSpace, space_from_dict
 from ..space.budget import Budget, stored_budget
 from ..store import SearchStatus, Store
 from ..version import code_version
-from .anchors import measure_anchors
+from .extra_rungs import measure_anchors, measure_level
 from .interrupt import SearchInterrupted, StoreOutage
 from .ray_env import configure_ray_env
 from .repeats import repeat_front
@@ -170,6 +170,7 @@ def _run_remaining(
         if _done(store, name, row.requested_trials, space):
             repeat_front(store, name, space, budget, settings)
             measure_anchors(store, name, space, budget, settings)
+            measure_level(store, name, space, budget, settings)
     except StoreOutage:
         # The store is down: nothing more can be written; `nas resume` replays the spool and goes on.
         raise

@@ -117,6 +117,8 @@ class SearchPlan:
     candidates: tuple[CandidatePlan, ...] = ()
     layout: str = ""  # the chosen layout and why
     anchors: int = 0  # the anchors' runs, among `runs`
+    level: int = 0  # the level configs, their runs among `runs` (`level_budgets` each)
+    level_budgets: tuple[float, ...] = ()
 
     @property
     def of_target(self) -> float:
@@ -154,6 +156,13 @@ def plan_search(space: SearchSpace, budget: Budget, settings: SearchSettings) ->
             each = sum(timing.seconds(a, run) for a in anchor_runs) / len(anchor_runs)
             runs, flops = runs + anchors.count, flops + anchors.cost
             seconds += anchors.count * each / settings.workers
+    level = budget.level_plan(trained)
+    if level.count:
+        level_runs = [_level_runs(arch, budget, level.budgets, run) for (arch, _, _), r in zip(configs, reasons,
+                      strict=True) if r is None]  # fmt: skip
+        each = [sum(timing.seconds(x, run) for x in runs_) for runs_ in level_runs if runs_]
+        runs, flops = runs + level.count * len(level.budgets), flops + level.cost
+        seconds += level.count * (sum(each) / len(each) if each else 0.0) / settings.workers
     rungs = tuple(
         RungPlan(r, c, reaching[r], _widths(ladders, r) if budget.ladder_kind == "replica" else None)
         for r, c in enumerate(_budgets(layout))
@@ -173,7 +182,8 @@ def plan_search(space: SearchSpace, budget: Budget, settings: SearchSettings) ->
         if space.candidates
     )
     return SearchPlan(budget.ladder_kind, ladder.target_flops, trials, trained, settings.workers, rungs, runs, flops,
-                      seconds, timing.timed, candidates, layout.reason, anchors.count)  # fmt: skip
+                      seconds, timing.timed, candidates, layout.reason, anchors.count, level.count,
+                      level.budgets)  # fmt: skip
 
 
 def _totals(
@@ -269,6 +279,18 @@ def _anchor_run(arch: ArchConfig, budget: Budget, flops: float, run: RunConfig) 
     except InfeasibleBudget:
         return None
     return Run(ladder.layout.rungs, flops, replica.arch, replica.plan.steps)
+
+
+def _level_runs(arch: ArchConfig, budget: Budget, budgets: tuple[float, ...], run: RunConfig) -> list[Run]:
+    """The level runs of `arch`: its replicas at the level budgets, narrowed as level rungs are (none infeasible)."""
+    ladder, out = budget.ladder, []
+    for k, flops in enumerate(budgets):
+        try:
+            replica = plan_replica(arch, ladder.target_flops, k, flops, run.batch_size, ladder.level_narrowing)
+        except InfeasibleBudget:
+            return []
+        out.append(Run(k - len(budgets), flops, replica.arch, replica.plan.steps))
+    return out
 
 
 def _mean_per_rung(ladders: list[list[Run]], value, budget: Budget) -> list[float]:

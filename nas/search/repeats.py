@@ -1,17 +1,19 @@
 """Noise: each member of the front at the target is measured again with more seeds.
 
-After the search's trials, every trial on the front at the target (`nas.answer.target`) is trained again
-with `repeat_seeds` more seeds (seed + 1, seed + 2, ...), on the same ladder (replicas or budget rungs)
-up to the rung it reached, with the configs it ran (the search's learning-rate schedule included), as
+After the search's trials, every trial on the front at the target of the search's own answer
+(`front_to_repeat`: the answer `nas show` gives, its bias taken out; the fidelity benchmark's replay calls the same
+function) is trained again with `repeat_seeds` more seeds (seed + 1, seed + 2, ...), on the same ladder (replicas
+or budget rungs) up to the rung it reached, with the configs it ran (the search's learning-rate schedule included), as
 Ray tasks of one CPU each. Their rungs are stored like any other (`Store.record_rung`, keyed by seed),
-so the answer averages the seeds, and the seed-to-seed spread (`nas.answer.extrapolate.seed_noise`) is what
-`nas show` marks as tied: configs whose predicted losses differ by less than twice it. A repeat already
+so the answer averages the seeds, and the seed-to-seed spread (`nas.answer.extrapolate.seed_noise`) is the seed
+noise every band and call of the answer reads (`nas.answer.error_model`). A repeat already
 stored is not run again (`nas resume` finishes the rest).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from workers.status import TrialStatus
@@ -19,17 +21,18 @@ from workers.training.records import RungRecord
 from workers.trial.contract import TrialRequest
 from workers.trial.execute import run_request
 
-from ..answer.target import front_at_target, predict_search
+from ..answer.forecast import forecast_at_target
+from ..answer.target import Answer, answer_at_target, front_at_target
 from ..space import SearchSpace
 from ..space.budget import Budget
-from ..space.objectives import front_costs
-from ..store import Store
+from ..space.objectives import DEFAULT_OBJECTIVES, Objective, front_costs
+from ..store import Store, TrialRow
 from .ray_env import init_ray
 from .settings import SearchSettings, data_config
 from .study import DefineByRun
 from .trainable import TrialPlanner
 
-__all__ = ["RepeatJob", "measure_again", "repeat_front", "repeat_jobs"]
+__all__ = ["RepeatJob", "front_to_repeat", "measure_again", "repeat_front", "repeat_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,16 @@ class RepeatJob:
         return self.request.seed
 
 
+def front_to_repeat(
+    answer: Answer, trials: Sequence[TrialRow], objectives: tuple[Objective, ...] = DEFAULT_OBJECTIVES
+) -> list[int]:
+    """The trials to measure again: the front at the target of `answer` among the completed `trials`, on the
+    search's objectives (by cost)."""
+    key, also = front_costs(objectives)
+    completed = [t for t in trials if str(t.status) == TrialStatus.COMPLETED]
+    return [row.number for row in front_at_target(completed, answer.predictions, key=key, also=also)]
+
+
 def repeat_jobs(
     store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings
 ) -> list[RepeatJob]:
@@ -63,15 +76,22 @@ def repeat_jobs(
     ladder = budget.ladder
     if settings.repeat_seeds < 1 or ladder.kind == "single":
         return []
-    rungs = store.rungs(name)
-    predictions = predict_search(rungs, ladder.target_flops)
-    key, also = front_costs(settings.objectives)
-    front = front_at_target(store.trials(name, statuses=[TrialStatus.COMPLETED]), predictions, key=key, also=also)
+    from ..search_answer import search_forecasting
+
+    rungs, trials = store.rungs(name), store.trials(name, statuses=[TrialStatus.COMPLETED])
+    forecasting = search_forecasting(space, budget, trials)
+    answer = (
+        answer_at_target(rungs, ladder.target_flops)
+        if forecasting is None
+        else forecast_at_target(rungs, ladder.target_flops, forecasting)
+    )
     stored = {(r.number, r.seed) for r in rungs}
+    by_number = {t.number: t for t in trials}
     data, tickets = data_config(settings), DefineByRun(space, budget)
     todo = []
-    for row in front:
-        reached = ladder.trial_plan.up_to(predictions[row.number].rungs)
+    for number in front_to_repeat(answer, trials, settings.objectives):
+        row = by_number[number]
+        reached = ladder.trial_plan.up_to(answer.predictions[row.number].rungs)
         ticket = tickets.ticket(row.number, {k: v for k, v in row.config.items() if k in space.sampled})
         for k in range(1, settings.repeat_seeds + 1):
             if (row.number, settings.seed + k) not in stored:

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from search_spaces.residual_lm import ArchConfig, flops_per_token, training_flops
-from workers.ladder.layout import AnchorPlan
+from workers.ladder.layout import AnchorPlan, LevelPlan
 from workers.ladder.narrowing import Narrowing
 from workers.ladder.plans import BudgetPlan, InfeasibleBudget, RungSpacing, plan_budget
 from workers.ladder.replica import plan_replica, target_path
@@ -123,6 +123,12 @@ class Budget(BaseModel):
     anchor_flops: float | None = Field(
         None, gt=0, allow_inf_nan=False, description="training FLOPs of an anchor (default: T/3; T itself is allowed)"
     )
+    level_configs: int = Field(
+        3, ge=0, le=16, description="configs also trained below the top rung for the level at T (fewer than 2: none)"
+    )
+    level_share: float = Field(
+        0.05, ge=0.0, le=10.0, allow_inf_nan=False, description="most the level may cost, as a share of the trials'"
+    )
     min_tokens_per_param: float | None = Field(
         DEFAULT_MIN_TOKENS_PER_PARAM,
         gt=0,
@@ -192,6 +198,11 @@ class Budget(BaseModel):
         """The anchors the search trains after its `trials` (default: all of them) at the chosen layout."""
         n = trials if trials is not None else self.n_trials
         return self.ladder.anchor_plan(n, self.anchors, self.anchor_share, self.anchor_flops)
+
+    def level_plan(self, trials: int | None = None) -> LevelPlan:
+        """The level configs the search measures after its `trials` (default: all of them)."""
+        n = trials if trials is not None else self.n_trials
+        return self.ladder.level_plan(n, self.level_configs, self.level_share)
 
     @property
     def beyond_validated(self) -> str | None:

@@ -204,6 +204,11 @@ def _budget_tokens_per_param(raw: dict) -> dict:
     return raw if "min_tokens_per_param" in raw else {**raw, "min_tokens_per_param": None}
 
 
+def _budget_level(raw: dict) -> dict:
+    """A budget stored without a level measured no configs below its top rung."""
+    return raw if "level_configs" in raw else {**raw, "level_configs": 0}
+
+
 def _budget_kind_field(raw: dict) -> dict:
     """The ladder kind's field is `ladder_kind`."""
     if "ladder" not in raw:
@@ -216,6 +221,7 @@ BUDGET_UPGRADES: tuple[Callable[[dict], dict], ...] = (
     _budget_narrowing,
     _budget_anchors,
     _budget_tokens_per_param,
+    _budget_level,
     _budget_kind_field,
 )
 

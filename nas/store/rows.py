@@ -123,6 +123,12 @@ class RungRow:
     executed_flops_per_token: float | None
     kv_bytes_per_token: float | None = None  # the trial's, stored when it started (`nas.space.objectives`)
 
+    @property
+    def is_replica(self) -> bool:
+        """Whether this rung trained a replica of the trial (a narrower copy on the target's path), not the config
+        itself on a budget ladder."""
+        return self.d_model is not None
+
 
 @dataclass(frozen=True)
 class CurvePointRow:

@@ -85,18 +85,20 @@ def test_replica_wall_benchmark_times_both_ladders_and_the_width_floors(tmp_path
 
 
 def test_a_fidelity_build_resumes_with_only_the_jobs_its_table_lacks(tmp_path):
-    fidelity = import_benchmark("fidelity")
+    fidelity_tables = import_benchmark("fidelity_tables")
     runs = tmp_path / "runs.csv"
-    everything = fidelity.pending_jobs(runs, fidelity.jobs(smoke=True))  # no table yet: every job
-    assert everything == fidelity.jobs(smoke=True)
+    everything = fidelity_tables.pending_jobs(runs, fidelity_tables.jobs(smoke=True))  # no table yet: every job
+    assert everything == fidelity_tables.jobs(smoke=True)
     done = [everything[0], next(j for j in everything if j.kind != everything[0].kind)]
     with runs.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fidelity.COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=fidelity_tables.COLUMNS)
         writer.writeheader()
         for job in done:  # one row per job is enough to mark it done
-            row = dict.fromkeys(fidelity.COLUMNS, 0)
+            row = dict.fromkeys(fidelity_tables.COLUMNS, 0)
             writer.writerow({**row, "config": job.config, "kind": job.kind, "seed": job.seed, "residual": "nag"})
-    assert fidelity.pending_jobs(runs, fidelity.jobs(smoke=True)) == [j for j in everything if j not in done]
+    assert fidelity_tables.pending_jobs(runs, fidelity_tables.jobs(smoke=True)) == [
+        j for j in everything if j not in done
+    ]
 
 
 def test_gpu_kernel_benchmark_runs_every_path_in_smoke_mode(tmp_path):

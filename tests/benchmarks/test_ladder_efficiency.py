@@ -71,7 +71,7 @@ def write_replica_table(path: Path, columns: list[str]) -> Path:
 def test_a_config_still_being_built_is_left_out_of_the_table(le, tmp_path):
     """A build appends a config's rows job by job: a config with its ladder rows but no truth yet, and one with
     part of its replica rows, are left out; the table is the one without them."""
-    from benchmarks.trust.fidelity import COLUMNS, REPLICA_COLUMNS
+    from benchmarks.trust.fidelity_tables import COLUMNS, REPLICA_COLUMNS
 
     runs, replicas = (
         write_table(tmp_path / "runs.csv", COLUMNS),
@@ -95,7 +95,7 @@ def test_a_config_still_being_built_is_left_out_of_the_table(le, tmp_path):
 
 
 def _replica_rungs() -> tuple[float, ...]:
-    from benchmarks.trust.fidelity import KEEP_HEADS_SHARES
+    from benchmarks.trust.fidelity_tables import KEEP_HEADS_SHARES
 
     return tuple(TARGET * share for share in sorted(KEEP_HEADS_SHARES))  # every budget the real table holds
 
@@ -105,7 +105,7 @@ REPLICA_RUNGS = _replica_rungs()
 
 @pytest.fixture
 def table(le, tmp_path):
-    from benchmarks.trust.fidelity import COLUMNS, REPLICA_COLUMNS
+    from benchmarks.trust.fidelity_tables import COLUMNS, REPLICA_COLUMNS
 
     runs = write_table(tmp_path / "runs.csv", COLUMNS)
     return le.load(runs, write_replica_table(tmp_path / "replicas.csv", REPLICA_COLUMNS))
@@ -125,8 +125,8 @@ def test_the_replica_ladder_spends_exactly_the_runs_its_decider_had_trained(le, 
 
 
 def test_the_ladder_spends_exactly_the_cost_of_the_rungs_each_config_reached(le, table):
-    from benchmarks.trust.fidelity import ETA
-    from benchmarks.trust.grading import SearchReplay
+    from benchmarks.trust.fidelity_tables import ETA
+    from benchmarks.trust.replay import SearchReplay
 
     ladder = SearchReplay(
         table.ladder_rows, table.budgets, ETA, table.target, replica=False, cooldown=le.COOLDOWN, noise_rule=False
@@ -160,7 +160,7 @@ def _rung_of(table, cost: float) -> int:
 
 def test_scores_are_one_on_the_true_front_and_match_the_grading_hv_ratio(le, table, tmp_path):
     from benchmarks.harness import read_table
-    from benchmarks.trust.fidelity import COLUMNS
+    from benchmarks.trust.fidelity_tables import COLUMNS
     from benchmarks.trust.grading import Truth, hv_ratio
 
     scorer = le.Scorer(table)
@@ -208,7 +208,7 @@ def _ask_tell(proposer, table):
 
 
 def test_the_script_writes_its_json_and_plot(le, tmp_path):
-    from benchmarks.trust.fidelity import COLUMNS, REPLICA_COLUMNS
+    from benchmarks.trust.fidelity_tables import COLUMNS, REPLICA_COLUMNS
 
     out = tmp_path / "out" / "ladder.json"
     runs = write_table(tmp_path / "runs.csv", COLUMNS)
@@ -230,7 +230,7 @@ def test_the_script_writes_its_json_and_plot(le, tmp_path):
 def test_a_replayed_search_repeats_its_front_with_the_second_seed(table):
     """The search's repeats: each member of its front at T gets the table's second seed at every rung it reached
     that lacks one, and pays for those runs."""
-    from benchmarks.trust.grading import SearchReplay
+    from benchmarks.trust.replay import SearchReplay
     from nas.answer.target import front_at_target
 
     search = SearchReplay(table.replica_rows, table.replica_budgets, 3.0, table.target, noise_rule=False)

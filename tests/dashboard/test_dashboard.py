@@ -753,9 +753,7 @@ def test_app_trial_detail_for_each_kind_of_trial(app, predictions1):
     at_t = _named(spec, "predicted at T")
     assert at_t["x"] == [TARGET] and at_t["y"] == [pytest.approx(predictions1[0].loss)]
     assert _named(spec, "measured")["y"] == pytest.approx([_rung_loss(0, rung, 0) for rung in range(3)])
-    assert any(
-        f"predicted at T = {TARGET:.3g} training FLOPs: {predictions1[0].loss:.4f}" in c.value for c in at.caption
-    )
+    assert any(f"loss at T = {TARGET:.3g} training FLOPs: {predictions1[0].loss:.4f}" in c.value for c in at.caption)
     at.selectbox(key="detail_trial").set_value(8).run()
     assert any("no rung measured for this trial" in c.value for c in at.caption)
     at.selectbox(key="detail_search").set_value("exp2").run()

@@ -22,8 +22,8 @@ from nas.space.budget import (
     trial_is_feasible,
 )
 from nas.space.sampling import to_configs
-from search_spaces.residual_lm import ArchConfig, flops_per_token
 from nas.store.migrations import LEGACY_TARGET_RATIO
+from search_spaces.residual_lm import ArchConfig, flops_per_token
 from workers.ladder.plans import plan_budget
 
 ROOT = Path(__file__).resolve().parents[2]

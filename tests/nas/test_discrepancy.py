@@ -12,15 +12,15 @@ from nas.answer.decisions import Architecture, kendall, rests_on
 from nas.answer.discrepancy import (
     NO_PRIOR,
     Anchor,
-    Anchoring,
     BiasPrior,
     aspect,
     choose_anchors,
     compute_distance,
     fit_discrepancy,
-    measured_prior,
     width_distance,
 )
+from nas.answer.error_model import ErrorModel, measured_model
+from nas.answer.forecast import Forecasting, forecast_at_target
 from nas.answer.target import Answer, answer_at_target
 from nas.store import Store, default_url
 from workers.training.records import RungRecord
@@ -113,8 +113,8 @@ def test_the_answer_takes_the_bias_out_of_every_prediction_on_a_real_store(tmp_p
         for t in choose_anchors(aspects, {t: p.loss for t, p in plain.predictions.items()}, 4):
             rung_row(store, t, 1, 0, target / 3, SHAPES[t][1], measured(t, ANCHOR_S, 0.1, 0.002, rng))
         rows = store.rungs("s")
-    flat = BiasPrior(0.0, 0.1, PHI, "family only")
-    anchored = answer_at_target(rows, target, Anchoring(SHAPES, FAMILIES, top, flat))
+    flat = ErrorModel(BiasPrior(0.0, 0.1, PHI, "family only"))
+    anchored = forecast_at_target(rows, target, Forecasting(SHAPES, FAMILIES, top, top, flat))
     true = {t: truth(t) for t in SHAPES}
     assert plain.discrepancy is None and anchored.discrepancy is not None
     assert len(anchored.discrepancy.anchors) == 4 and anchored.discrepancy.beta == pytest.approx(BETA, abs=0.02)
@@ -122,7 +122,9 @@ def test_the_answer_takes_the_bias_out_of_every_prediction_on_a_real_store(tmp_p
     after = kendall({t: p.loss for t, p in anchored.predictions.items()}, true)
     assert after > before + 0.2
     # read as compute, the same anchors lie ln(T / C_top) - ln(T / C_a) = ln(10 / 3) apart
-    by_compute = answer_at_target(rows, target, Anchoring(SHAPES, FAMILIES, top, flat, compute_distance(target)))
+    by_compute = forecast_at_target(
+        rows, target, Forecasting(SHAPES, FAMILIES, top, top, flat, distance=compute_distance(target))
+    )
     assert by_compute.discrepancy is not None
     assert by_compute.discrepancy.anchors[0].span == pytest.approx(math.log(10 / 3))
     assert width_distance(rows[0], SHAPES[rows[0].number][1]) == pytest.approx(TOP_S)
@@ -139,11 +141,13 @@ def test_what_the_answer_rests_on_says_what_was_taken_out_and_from_what():
 
 
 def test_the_shipped_prior_is_the_one_the_benchmark_measured():
-    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "anchors.json"
-    prior = measured_prior()
-    assert prior.source == "plays + code" and prior.beta_sd > 0 and set(prior.family) == {"nag", "ancre"}
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "forecast_constants.json"
+    prior = measured_model().bias
+    assert prior.beta_sd > 0 and set(prior.family) == {"nag", "ancre"}
     if results.exists():
-        measured = json.loads(results.read_text())["prior"]
-        assert (prior.beta, prior.beta_sd, dict(prior.family), prior.misfit) == (
-            measured["beta"], measured["beta_sd"], measured["family"], measured["misfit"]
+        shipped = json.loads(results.read_text())["shipped"]
+        assert prior.source == shipped["source"]
+        assert (prior.beta, prior.beta_sd, dict(prior.family), dict(prior.family_sd), prior.misfit) == (
+            shipped["bias"]["beta"], shipped["bias"]["beta_sd"], shipped["bias"]["family"],
+            shipped["bias"]["family_sd"], shipped["bias"]["misfit"],
         )  # fmt: skip

@@ -66,7 +66,9 @@ def test_the_answer_is_computed_once_per_write_and_shared_by_show_and_the_dashbo
         first = search_answer(store, "s")
         assert search_answer(store, "s") is first  # nothing written since: the same answer, not a refit
         at_t = search_answer(store, "s", BUDGET.ladder.target_flops)
-        assert reads.search_answer(store.url, "s", BUDGET.ladder.target_flops) is at_t  # the dashboard reads the same one
+        assert (
+            reads.search_answer(store.url, "s", BUDGET.ladder.target_flops) is at_t
+        )  # the dashboard reads the same one
         table, lines = front_report(first)
         assert lines[-len(first.rests_on) :] == list(first.rests_on)  # nas show prints the shared answer's basis
         store.record_rung("s", 0, measured_rung(2, 1.5, 4e10))  # a write: the next read answers anew
@@ -87,6 +89,10 @@ def test_show_json_holds_the_numbers_the_table_prints(tmp_path):
     trials = {t["number"]: t for t in data["trials"]}
     for number, loss, band in zip(cells["trial"], cells["loss at T"], cells["80% band"], strict=True):
         t = trials[int(number)]
-        assert f"{t['predicted_loss']:.4f}" == loss and f"{t['band'][0]:.4f}-{t['band'][1]:.4f}" == band
+        assert f"{t['loss_at_target']:.4f}" == loss and f"{t['band'][0]:.4f}-{t['band'][1]:.4f}" == band
+        assert t["top_rung_loss"] is None and t["sd"] is not None and data["losses_are"] == "loss at T"
     assert data["hypervolume"]["value"] == found.hypervolume and data["rests_on"] == list(found.rests_on)
-    assert data["settings"]["target_flops"] == BUDGET.ladder.target_flops and data["settings"]["layout"]["budgets"] == [1e10, 2e10]
+    assert data["settings"]["target_flops"] == BUDGET.ladder.target_flops and data["settings"]["layout"]["budgets"] == [
+        1e10,
+        2e10,
+    ]

@@ -29,7 +29,7 @@ def test_a_repeat_runs_the_searchs_schedule(tmp_path):
             config = {"lr": 3e-3, "d_model": 32 * (1 + n % 2), "optuna_number": n}
             tid = store.start_trial("s", number=n, config=config, costs=CountedCosts(1e5 * (n + 1)))
             for r in range(2):
-                store.record_rung("s", n, measured_rung(r, 2.0 + 0.1 * n - 0.2 * r, 1e9 * 3**r))
+                store.record_rung("s", n, measured_rung(r, 2.0 + 0.1 * n - 0.2 * r, 1e9 * 2**r))
             store.finish_trial(tid, TrialResult.loss_only(1.8 + 0.1 * n, 1e5 * (n + 1)))
         jobs = repeat_jobs(store, "s", space, budget, SearchSettings(repeat_seeds=1, seed=0))
     assert jobs and all(

@@ -15,6 +15,12 @@ rungs. The user's `--rungs` / `--eta` force a ladder as given.
 Anchors (`nas.answer.discrepancy`) take a further share of the search's compute: `anchor_share` of what the
 trials cost, spent on `anchors` runs at `anchor_flops` (default `ANCHOR_SHARE_OF_T` x T), no fewer than two (a
 slope needs two points); when two do not fit, the search has none and says why.
+
+The level at T (`nas.answer.level`) takes another: where every config trains once at the top rung, `configs` of
+them (default 3) are also trained at `LEVEL_SHARES` of the top rung (a quarter and a third) on the target's path,
+within `level_share` of the trials' compute (default 5%); as many as fit, no fewer than two (a shared floor needs
+two curves), else none, and the search says why and what would buy it. On `make fidelity`'s corpora these two
+budgets carried the top rung to T best among the pairs tried (T/40 and T/30 against T/40 and T/20, T/90 and T/40).
 """
 
 from __future__ import annotations
@@ -22,10 +28,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["ANCHOR_SHARE_OF_T", "MIN_SAVING", "AnchorPlan", "Layout", "choose_layout", "plan_anchors"]
+__all__ = [
+    "ANCHOR_SHARE_OF_T",
+    "LEVEL_SHARES",
+    "MIN_LEVEL_CONFIGS",
+    "MIN_SAVING",
+    "AnchorPlan",
+    "Layout",
+    "LevelPlan",
+    "choose_layout",
+    "plan_anchors",
+    "plan_level",
+]
 
 MIN_SAVING = 0.25  # a ladder must save at least this share of the top rung's cost to be worth its weaker rankings
 ANCHOR_SHARE_OF_T = 1 / 3  # the default anchor budget, as a share of T: a wider replica, nearer the target's shape
+LEVEL_SHARES = (1 / 4, 1 / 3)  # the level rungs' budgets, as shares of the top rung
+MIN_LEVEL_CONFIGS = 2  # a shared floor needs two curves
 
 
 def _num(x: float) -> str:
@@ -117,4 +136,45 @@ def plan_anchors(trials_cost: float, top_flops: float, target_flops: float, requ
         )
     return AnchorPlan(
         count, flops, f"{count} anchors at {_num(flops)} ({count * flops / trials_cost:.0%} of the trials' compute)"
+    )
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """How many configs a search measures for its level at T (0: none, and why), each at `budgets` below the top
+    rung."""
+
+    count: int
+    budgets: tuple[float, ...]
+    reason: str
+
+    @property
+    def cost(self) -> float:
+        return self.count * sum(self.budgets)
+
+
+def plan_level(trials_cost: float, top_flops: float, rungs: int, requested: int, share: float) -> LevelPlan:
+    """`requested` level configs at LEVEL_SHARES of the top rung, as many as `share` x `trials_cost` affords (module
+    docstring); none on a ladder of several rungs (its own rungs carry the curve) or below MIN_LEVEL_CONFIGS."""
+    budgets = tuple(top_flops * f for f in LEVEL_SHARES)
+    each = sum(budgets)
+    if rungs > 1:
+        return LevelPlan(0, budgets, "the ladder's own rungs carry the curve to T")
+    if requested < MIN_LEVEL_CONFIGS:
+        return LevelPlan(0, budgets, f"none asked for (--level-configs below {MIN_LEVEL_CONFIGS})")
+    count = min(requested, math.floor(share * trials_cost / each + 1e-9))
+    where = " and ".join(_num(b) for b in budgets)
+    if count < MIN_LEVEL_CONFIGS:
+        needed = MIN_LEVEL_CONFIGS * each / trials_cost
+        return LevelPlan(
+            0,
+            budgets,
+            f"no level at T: {MIN_LEVEL_CONFIGS} configs at {where} cost {needed:.1%} of the trials' "
+            f"{_num(trials_cost)}, above --level-share {share:g} (raise it to {math.ceil(needed * 100) / 100:g})",
+        )
+    return LevelPlan(
+        count,
+        budgets,
+        f"the level at T from {count} configs also trained at {where} ({count * each / trials_cost:.1%} of the "
+        "trials' compute)",
     )

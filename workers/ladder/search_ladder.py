@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .layout import AnchorPlan, Layout, choose_layout, plan_anchors
+from .layout import AnchorPlan, Layout, LevelPlan, choose_layout, plan_anchors, plan_level
 from .narrowing import Narrowing
 from .plans import RungSpacing
 from .replica import rung_budgets
@@ -71,6 +71,19 @@ class SearchLadder:
         (default: as the search's rungs): what an anchor, or a level rung, trains."""
         spacing = RungSpacing(rungs=len(flops), eta=self.layout.eta)
         return LadderPlan(flops[-1], spacing, flops, self.target_flops, narrowing or self.narrowing)
+
+    @property
+    def level_narrowing(self) -> Narrowing:
+        """How the level rungs narrow: the head count kept, no floor but the narrowest width, so that they stay on
+        the target's path down to the level budgets (`workers.ladder.layout.LEVEL_SHARES`)."""
+        return Narrowing(min_width=self.narrowing.min_width, min_share=0.0, keep="heads")
+
+    def level_plan(self, trials: int, requested: int, share: float) -> LevelPlan:
+        """The level configs `trials` trials' search measures (`workers.ladder.layout.plan_level`): only on a
+        replica ladder whose every config trains once at its top rung."""
+        if not self.is_replica:
+            return LevelPlan(0, (), "no level curve: the rungs are not replicas on the target's path")
+        return plan_level(trials * self.cost_per_config(), self.top_flops, self.layout.rungs, requested, share)
 
     def cost_per_config(self) -> float:
         """Training FLOPs of one config's rungs (`Layout.cost_per_config`)."""

@@ -78,9 +78,14 @@ class Recommendation(_Frozen):
     target_flops: float = Field(gt=0, allow_inf_nan=False, description="training FLOPs of the full-scale run")
     tokens: int = Field(ge=1, description="target_flops / (3 x executed_flops_per_token)")
     executed_flops_per_token: float = Field(gt=0, allow_inf_nan=False)
-    predicted_loss: float | None = Field(None, description="the search's predicted loss at target_flops (nats/token)")
+    predicted_loss: float | None = Field(
+        None, description="the search's forecast of the loss at target_flops (nats/token; None: no curve carried it)"
+    )
     predicted_band: tuple[float, float] | None = Field(
-        None, description="its central 80% band, calibrated on the search's backtest (None: uncalibrated)"
+        None, description="its central 80% band, from the search's error model (None: no forecast)"
+    )
+    top_rung_loss: float | None = Field(
+        None, description="where the search had no curve to T: its top rung's loss, bias taken out (not a loss at T)"
     )
     predictor: str | None = Field(
         None, description="how the search predicted it: 'top rung' (carried on its curve) or 'weighted fit'"

@@ -349,7 +349,39 @@ def _summary(
         "checkpoint": str(ckpt),
         "final_model": str(out_dir / FINAL) if completed else None,
         "out_dir": str(out_dir),
+        "against_the_search": against_the_search(exported.recommended, budget, loss),
     }
+
+
+def against_the_search(rec, budget: float, loss: float) -> dict | None:
+    """The realised loss beside what the search forecast for this run: its loss at T, its 80% band, whether the
+    realised loss lies in it, and the error (realised minus forecast). Only where the run spent the budget the
+    forecast was for; None for an export without a recommendation."""
+    if rec is None:
+        return None
+    same = math.isclose(budget, rec.target_flops, rel_tol=0.01)
+    out: dict[str, Any] = {
+        "forecast_for_flops": rec.target_flops,
+        "forecast_loss": rec.predicted_loss,
+        "forecast_band": list(rec.predicted_band) if rec.predicted_band else None,
+        "top_rung_loss": rec.top_rung_loss,
+        "realised_loss": loss,
+        "same_budget": same,
+    }
+    if not same or rec.predicted_loss is None or not math.isfinite(loss):
+        out["note"] = (
+            "the run's budget is not the one the search forecast for"
+            if not same
+            else "the search stated no loss at T for this config (no level curve): nothing to compare"
+            if rec.predicted_loss is None
+            else "the run did not finish with a finite loss"
+        )
+        return out
+    out["error"] = loss - rec.predicted_loss
+    if rec.predicted_band is not None:
+        low, high = rec.predicted_band
+        out["within_band"] = low <= loss <= high
+    return out
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -1,0 +1,358 @@
+"""A search replayed on a committed table of real runs, through the search's own rules: what every benchmark that
+replays a search runs (`benchmarks.trust.grading`, `benchmarks.trust.ladder_efficiency`).
+
+`SearchReplay` keeps a real SQLite store. Configs arrive in a given order; each climbs the rungs the search's rung
+gate promotes it to (`nas.search.rung_gate.StoreRungGate`), measuring a rung again where the gate asks (the table's
+second seed). Then, as a search does after its trials: the front's members get their second seed (the members
+`nas.search.repeats.front_to_repeat` picks from the search's own answer), the anchors
+(`nas.answer.discrepancy.choose_anchors`, the table's anchor runs) and the level configs
+(`nas.answer.level.choose_level_configs`, the table's keep-heads rungs at `workers.ladder.layout.LEVEL_SHARES` of
+the top rung) are measured. What it paid for is counted; what it answers is
+`nas.answer.forecast.forecast_at_target` over what it stored, with the error model it is given (for a graded
+corpus, fitted on the other corpora).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from benchmarks.trust.grading import BAND_GAMMAS, ORDERS, Truth, bands_of, bands_with, grade
+from nas.answer.decisions import matched_contrasts
+from nas.answer.discrepancy import aspect, choose_anchors
+from nas.answer.error_model import NO_MODEL, ErrorModel
+from nas.answer.extrapolate import budget_key
+from nas.answer.forecast import Forecasting, forecast_at_target
+from nas.answer.level import choose_level_configs
+from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, PromotionRule
+from nas.answer.target import Answer
+from nas.search.repeats import front_to_repeat
+from nas.search.rung_gate import StoreRungGate
+from nas.store import Store
+from workers.ladder.layout import LEVEL_SHARES
+from workers.status import TrialStatus
+from workers.training.records import RungRecord
+from workers.trial.contract import CountedCosts, Verdict
+from workers.trial.result import TrialResult
+
+__all__ = ["SearchReplay", "arrival_orders", "call_grade", "graded_replay", "over_orders"]
+
+
+@dataclass
+class SearchReplay:
+    """A search replayed on a table (module docstring).
+
+    `rows`: the table's rung rows (replica rows, or budget-ladder rows); `budgets`: the rung budgets of the
+    ladder replayed, lowest first; `eta`: its promotion ratio; `replica`: replica rungs (each its own run, so a
+    rung can be measured again) or a budget ladder (one run: stopping at rung r costs C_r plus the cooldown
+    branches below, `cooldown` x each); `model`: the error model its answer reads (`NO_MODEL` and no anchors:
+    the study's rungs alone)."""
+
+    rows: Sequence[dict]
+    budgets: Sequence[float]
+    eta: float
+    target: float
+    replica: bool = True
+    cooldown: float = 0.2
+    noise_rule: bool = True  # `PromotionRule.noise_rule`: off replays plain MO-ASHA
+    anchor_rows: Sequence[dict] = ()  # every config's anchor run (one seed): the table a search's anchors come from
+    anchors: int = 0  # how many the search trains
+    model: ErrorModel = NO_MODEL  # what the answer reads (`nas search --bias-prior`: the model's bias part)
+    level_rows: Sequence[dict] = ()  # every config's keep-heads rungs: the table the level configs come from
+    level_configs: int = 0  # how many the search measures for its level at T
+    spent: float = 0.0
+    arrivals: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="resnas-replay-")
+        self.store = Store(f"sqlite:///{self._dir.name}/replay.db")
+        self.store.create_search(
+            "replay", requested_trials=1, budget={}, space={}, settings={}, optuna_study_name=None, code_version=None
+        )
+        rule = PromotionRule(self.target, self.eta, len(self.budgets), remeasure=self.replica,
+                             noise_rule=self.noise_rule)  # fmt: skip
+        self.decide = StoreRungGate(self.store.url, "replay", rule)
+        self._by = {(r["config"], r["seed"], budget_key(r["budget_flops"])): r for r in self.rows}
+        self._level = {(r["config"], r["seed"], budget_key(r["budget_flops"])): r for r in self.level_rows}
+        self._shape = {r["config"]: (r["n_layers"], r["d_model"]) for r in self.rows}
+        self._family = {r["config"]: r["residual"] for r in self.rows}
+        self._params = {r["config"]: r["params"] for r in self.rows}
+        self._anchor = {r["config"]: r for r in self.anchor_rows}
+        self._reached: dict[int, int] = {}
+        self.anchored: list[int] = []  # the configs measured as anchors
+        self.levelled: list[int] = []  # the configs measured for the level at T
+
+    def close(self) -> None:
+        self.store.close()
+        self._dir.cleanup()
+
+    def _result(self, config: int, seed: int, rung: int) -> RungRecord:
+        return self._result_of(self._by[(config, seed, budget_key(self.budgets[rung]))], rung)
+
+    def _result_of(self, r: dict, rung: int) -> RungRecord:
+        replica = {}
+        if self.replica:
+            replica = {k: r[src] for k, src in (("d_model", "replica_d_model"), ("params", "replica_params"))}
+            replica |= {k: r[k] for k in ("tokens_per_param", "target_tokens_per_param", "on_path")}
+        return RungRecord(
+            rung, r["seed"], r["budget_flops"], 1, r["tokens"], r["val_loss"], r["compute_flops"], **replica
+        )
+
+    def _cost(self, config: int, seed: int, rung: int) -> float:
+        if self.replica:
+            return self._by[(config, seed, budget_key(self.budgets[rung]))]["compute_flops"]
+        return self.budgets[rung]  # the main run's part up to this rung; its branches are added per rung below
+
+    def propose(self, config: int) -> float:
+        """Config `config` arrives as the next trial: it climbs its rungs as the decider says. Its compute."""
+        number, first = len(self.arrivals), self._by[(config, 0, budget_key(self.budgets[0]))]
+        self.arrivals.append(config)
+        flops = first["executed_flops_per_token"]
+        trial_id = self.store.start_trial(
+            "replay", number=number, config={"residual": first["residual"]}, costs=CountedCosts(flops)
+        )
+        spent, rung = 0.0, 0
+        while True:
+            decision = self.decide(number, flops, self._result(config, 0, rung))
+            spent = self._cost(config, 0, rung) if not self.replica else spent + self._cost(config, 0, rung)
+            if decision.verdict == Verdict.MEASURE_AGAIN:
+                again = replace(self._result(config, 1, rung), seed=REMEASURE_SEED_OFFSET)
+                decision = self.decide(number, flops, again)
+                spent += self._cost(config, 1, rung)
+            if decision.verdict != Verdict.CLIMB:
+                break
+            rung += 1
+        if not self.replica:  # one run to rung r, plus the cooldown branch of every rung below it
+            spent += self.cooldown * sum(self.budgets[:rung])
+        self._reached[number] = rung + 1
+        self.store.finish_trial(trial_id, TrialResult.loss_only(first["val_loss"], flops))
+        self.spent += spent
+        return spent
+
+    def repeat_front(self) -> float:
+        """The members `front_to_repeat` picks from the answer, measured with the second seed at every rung they
+        reached and lack it for. Its compute."""
+        trials = self.store.trials("replay", statuses=[TrialStatus.COMPLETED])
+        have = {(r.number, r.rung) for r in self.store.rungs("replay") if r.seed != 0}
+        spent = 0.0
+        for number in front_to_repeat(self.answer(), trials):
+            config = self.arrivals[number]
+            todo = [r for r in range(self._reached[number]) if (number, r) not in have]
+            for rung in todo:
+                self.store.record_rung("replay", number, self._result(config, 1, rung))
+                spent += self._cost(config, 1, rung) if self.replica else 0.0
+            if todo and not self.replica:  # one run of the second seed up to its top rung, with its branches
+                top = self._reached[number] - 1
+                spent += self.budgets[top] + self.cooldown * sum(self.budgets[:top])
+        self.spent += spent
+        return spent
+
+    def measure_anchors(self) -> float:
+        """The search's anchors, chosen from its answer so far among the trials it trained, measured (the table's
+        anchor run of each, stored as a rung above the top one). Its compute."""
+        if self.anchors < 2 or not self.anchor_rows:
+            return 0.0
+        predictions = self.answer().predictions
+        trained = [n for n in range(len(self.arrivals)) if n in predictions]
+        aspects = {n: aspect(*self._shape[self.arrivals[n]]) for n in trained}
+        spent = 0.0
+        for number in choose_anchors(aspects, {n: predictions[n].loss for n in trained}, self.anchors):
+            row = self._anchor[self.arrivals[number]]
+            self.store.record_rung("replay", number, self._result_of(row, len(self.budgets)))
+            self.anchored.append(self.arrivals[number])
+            spent += row["compute_flops"]
+        self.spent += spent
+        return spent
+
+    def level_budgets(self) -> list[float]:
+        return [self.budgets[-1] * share for share in LEVEL_SHARES]
+
+    def measure_level(self) -> float:
+        """The level configs (`choose_level_configs` among the trials whose level rungs are on the path), their
+        keep-heads rungs at `level_budgets` stored below rung 0. Its compute."""
+        if self.level_configs < 2 or not self.level_rows or len(self.budgets) > 1:
+            return 0.0
+        budgets = self.level_budgets()
+        lowest = budget_key(budgets[0])
+        eligible = {
+            n: self._params[c]
+            for n, c in enumerate(self.arrivals)
+            if (row := self._level.get((c, 0, lowest))) is not None and row["on_path"]
+        }
+        spent = 0.0
+        for number in choose_level_configs(eligible, self.level_configs):
+            config = self.arrivals[number]
+            for k, flops in enumerate(budgets):
+                row = self._level[(config, 0, budget_key(flops))]
+                self.store.record_rung("replay", number, self._result_of(row, k - len(budgets)))
+                spent += row["compute_flops"]
+            self.levelled.append(config)
+        self.spent += spent
+        return spent
+
+    def run(self, order: Sequence[int]) -> Answer:
+        """The whole search: every config of `order` proposed in turn, then the front's repeats, its anchors and
+        its level. Its answer."""
+        for config in order:
+            self.propose(config)
+        self.repeat_front()
+        self.measure_anchors()
+        self.measure_level()
+        return self.answer()
+
+    def forecasting(self) -> Forecasting | None:
+        """What the answer knows beyond the rungs (None: the study's rungs alone)."""
+        if self.model == NO_MODEL and (self.anchors < 2 or not self.anchor_rows):
+            return None
+        shapes = {n: self._shape[c] for n, c in enumerate(self.arrivals)}
+        families = {n: self._family[c] for n, c in enumerate(self.arrivals)}
+        return Forecasting(shapes, families, min(self.budgets), max(self.budgets), self.model)
+
+    def answer(self) -> Answer:
+        from nas.answer.target import answer_at_target
+
+        forecasting = self.forecasting()
+        rows = self.store.rungs("replay")
+        return (
+            answer_at_target(rows, self.target)
+            if forecasting is None
+            else forecast_at_target(rows, self.target, forecasting)
+        )
+
+    def estimates(self, answer: Answer | None = None) -> dict[int, float]:
+        """The predicted loss at T of every config proposed so far, keyed by config (of `answer`, else now)."""
+        predictions = (answer or self.answer()).predictions
+        return self.by_config({n: p.loss for n, p in predictions.items()})  # type: ignore[return-value]
+
+    def by_config(self, per_trial: Mapping[int, object]) -> dict[int, object]:
+        """Values keyed by trial number, keyed by config instead."""
+        return {self.arrivals[n]: v for n, v in per_trial.items()}
+
+    def reached(self) -> dict[int, int]:
+        return self.by_config(self._reached)  # type: ignore[return-value]
+
+    def level_error(self, answer: Answer, truth: Truth) -> tuple[float, float] | None:
+        """(mean, mean absolute) of the predictions' error against the truth at T, over the configs both have."""
+        errors = [p.loss - truth.loss[c] for c, p in self.by_config(answer.predictions).items()
+                  if c in truth.loss and math.isfinite(p.loss)]  # type: ignore[attr-defined]  # fmt: skip
+        if not errors:
+            return None
+        return sum(errors) / len(errors), sum(abs(e) for e in errors) / len(errors)
+
+
+def graded_replay(
+    rows, truth: Truth, budgets, eta: float, order: Sequence[int], archs: Mapping | None = None, **search_options
+) -> dict:
+    """One search replayed on the table (`SearchReplay`, `search_options` its further fields: `replica`,
+    `noise_rule`, `anchor_rows`, `anchors`, `model`, `level_rows`, `level_configs`), configs arriving in `order`;
+    graded, with its compute, its level at T and (given each config's architecture) its calls at matched cost."""
+    search = SearchReplay(rows, budgets, eta, truth.target, **search_options)
+    try:
+        answer = search.run(order)
+        predicted = search.estimates(answer)
+        bands = search.by_config(bands_of(answer))
+        reached = search.reached()
+        level = search.level_error(answer, truth)
+        return grade(predicted, truth, bands) | {
+            "at_target": answer.at_target,
+            "level": answer.level.describe() if answer.level is not None else None,
+            "level_error_mean": None if level is None or not answer.at_target else level[0],
+            "level_error_mae": None if level is None or not answer.at_target else level[1],
+            "level_configs": search.levelled,
+            "band_half_width": _half_width(answer),
+            **(call_grade(answer, search, truth, archs) if archs is not None else {}),
+            "compute_share": search.spent / truth.compute,
+            "configs_per_rung_reached": {
+                str(k): sum(v == k for v in reached.values()) for k in range(1, len(budgets) + 1)
+            },
+            "predictor": answer.backtest.chosen,
+            "backtest": answer.backtest.describe(),
+            "bands": answer.calibration.describe(),
+            "band_coverage_by_gamma": {
+                str(g): grade(predicted, truth, search.by_config(bands_with(answer, truth.target, g)))["band_coverage"]
+                for g in BAND_GAMMAS
+            },
+            "reliability": {f"{b:.3g}": r.tau for b, r in answer.reliability.items()},
+            "seed_noise": answer.noise,
+            "anchors": search.anchored,
+            "discrepancy": answer.discrepancy.describe() if answer.discrepancy else None,
+            "predicted": predicted,
+        }
+    finally:
+        search.close()
+
+
+def arrival_orders(configs: Sequence[int]) -> list[list[int]]:
+    """The table's order and ORDERS - 1 random permutations of it (seeded): the orders every replay is run in."""
+    rng = np.random.default_rng(0)
+    ordered = sorted(configs)
+    return [ordered] + [[int(c) for c in rng.permutation(ordered)] for _ in range(ORDERS - 1)]
+
+
+def over_orders(rows, truth: Truth, budgets, eta: float, **search_options) -> dict:
+    """The replay in table order, and its figures averaged over ORDERS arrival orders (table order first)."""
+    orders = arrival_orders(list(truth.runs))
+    runs = [graded_replay(rows, truth, budgets, eta, order, **search_options) for order in orders]
+    keys = (
+        "kendall_tau",
+        "regret_in_seed_noise",
+        "hypervolume_ratio_nadir",
+        "band_coverage",
+        "compute_share",
+        "level_error_mean",
+        "level_error_mae",
+        "resolved_call_accuracy",
+        "resolved_share_of_truth_resolvable",
+    )
+    keys = tuple(k for k in keys if any(k in r for r in runs))
+    mean = {k: _mean([r.get(k) for r in runs]) for k in keys}
+    mean["true_best_in_predicted_top3"] = float(np.mean([r["true_best_in_predicted_top3"] for r in runs]))
+    mean["band_coverage_by_gamma"] = {
+        g: _mean([r["band_coverage_by_gamma"][g] for r in runs]) for g in runs[0]["band_coverage_by_gamma"]
+    }
+    mean["kendall_tau_min"] = float(min(r["kendall_tau"] for r in runs))
+    return {
+        "table_order": runs[0],
+        f"mean_over_{ORDERS}_orders": mean,
+        "per_order_predicted": [r["predicted"] for r in runs],
+    }
+
+
+def _mean(values) -> float | None:
+    """The mean of the values that are not None (None if none is)."""
+    kept = [v for v in values if v is not None]
+    return float(np.mean(kept)) if kept else None
+
+
+def call_grade(answer: Answer, search: SearchReplay, truth: Truth, archs: Mapping) -> dict:
+    """The answer's calls at matched cost graded against the truth: of the pairs within `MATCHED_COST` FLOPs per
+    token it calls resolved (`Answer.margin`), the share whose order the truth's mean shares; of the pairs the
+    truth resolves (gap beyond twice its seed noise), the share the answer resolves the right way."""
+    trial = {c: n for n, c in enumerate(search.arrivals)}
+    keys = [c for c in truth.loss if c in trial and trial[c] in answer.predictions and c in archs]
+    calls = right = resolvable = found = 0
+    for pair in matched_contrasts({c: archs[c] for c in keys}, truth.flops):
+        a, b = trial[pair.a], trial[pair.b]
+        gap = answer.predictions[a].loss - answer.predictions[b].loss
+        true_gap = truth.loss[pair.a] - truth.loss[pair.b]
+        margin = answer.margin(a, b)
+        called = margin is not None and abs(gap) > margin
+        calls, right = calls + called, right + (called and gap * true_gap > 0)
+        if truth.noise is not None and abs(true_gap) > 2.0 * truth.noise:
+            resolvable, found = resolvable + 1, found + (called and gap * true_gap > 0)
+    return {
+        "resolved_calls": calls,
+        "resolved_call_accuracy": right / calls if calls else None,
+        "truth_resolvable": resolvable,
+        "resolved_share_of_truth_resolvable": found / resolvable if resolvable else None,
+    }
+
+
+def _half_width(answer: Answer) -> float | None:
+    """The median half-width of the answer's 80% bands (None without bands)."""
+    widths = [(p.high - p.low) / 2.0 for p in answer.predictions.values() if p.low is not None and p.high is not None]
+    return float(np.median(widths)) if widths else None

@@ -1,0 +1,96 @@
+"""One error model: its 80% band covers a synthetic truth near its nominal rate, its calls are right at least as
+often as it claims, an offset the corpora disagree on is shrunk, and the parts two trials share are counted once."""
+
+import math
+
+import numpy as np
+import pytest
+
+from nas.answer.discrepancy import BiasPrior
+from nas.answer.error_model import CALL_Z, ErrorModel, TrialFacts, band, measured_model, resolved
+
+PRIOR = BiasPrior(0.03, 0.01, {"nag": 0.05, "ancre": 0.02}, "synthetic", family_sd={"nag": 0.005, "ancre": 0.03})
+MODEL = ErrorModel(PRIOR, {"cascaded": 0.8, "nag": 1.2, "ancre": 1.8}, 1.2, seed_noise=0.02)
+S = math.log(2.0)
+
+
+def facts(rng, n=40):
+    families = ("cascaded", "nag", "ancre")
+    return [TrialFacts(families[i % 3], float(rng.uniform(-4.0, -1.0)), S, 1 + i % 2) for i in range(n)]
+
+
+def draw_errors(rng, trials, centre, noise):
+    """One corpus's errors as the model describes them: beta and each family's offset drawn once for the corpus
+    (their spread across corpora), then each trial's seed noise and misfit."""
+    beta = rng.normal(0.0, MODEL.bias.beta_sd)
+    offset = {f: rng.normal(0.0, MODEL.bias.family_sd.get(f, 0.0)) for f in ("cascaded", "nag", "ancre")}
+    out = []
+    for f in trials:
+        own = rng.normal(0.0, noise / math.sqrt(f.seeds)) + rng.normal(0.0, MODEL.misfit_ratio[f.family] * noise)
+        out.append(f.distance * (beta * (f.aspect - centre) + offset[f.family]) + own)
+    return np.array(out)
+
+
+def test_the_80_percent_band_covers_a_synthetic_truth_near_its_nominal_rate():
+    rng = np.random.default_rng(0)
+    hits = []
+    for _ in range(300):
+        trials = facts(rng)
+        centre = float(np.mean([f.aspect for f in trials]))
+        errors = draw_errors(rng, trials, centre, 0.02)
+        for f, e in zip(trials, errors, strict=True):
+            sd = math.sqrt(MODEL.relative_variance(f, centre, 0.02))
+            low, high = band(2.0 + e, sd)
+            hits.append(low <= 2.0 <= high)
+    assert 0.75 <= np.mean(hits) <= 0.85
+
+
+def test_calls_are_right_at_least_as_often_as_the_model_claims():
+    """A gap is resolved beyond 1.645 sd of its error: on synthetic corpora with true gaps spread around zero, at
+    least 95% of the resolved calls have the true sign, and the shared parts are what keeps it so."""
+    rng = np.random.default_rng(1)
+    right, calls, naive_right, naive_calls = 0, 0, 0, 0
+    for _ in range(200):
+        trials = facts(rng, 12)
+        centre = float(np.mean([f.aspect for f in trials]))
+        true = rng.normal(0.0, 0.04, len(trials))
+        seen = true + draw_errors(rng, trials, centre, 0.02)
+        for i in range(len(trials)):
+            for j in range(i + 1, len(trials)):
+                gap, true_gap = seen[i] - seen[j], true[i] - true[j]
+                if resolved(gap, MODEL.gap_variance(trials[i], trials[j], centre, 0.02)):
+                    calls, right = calls + 1, right + (gap * true_gap > 0)
+                if abs(gap) > 2 * 0.02 * math.sqrt(2):  # twice the seed noise of the gap alone
+                    naive_calls, naive_right = naive_calls + 1, naive_right + (gap * true_gap > 0)
+    assert calls > 100 and right / calls >= 0.95
+    assert naive_right / naive_calls < right / calls  # the seed noise alone claims too much
+
+
+def test_an_offset_the_corpora_disagree_on_is_shrunk_and_one_they_agree_on_is_kept():
+    assert PRIOR.applied_family("nag") == pytest.approx(0.05 * 0.05**2 / (0.05**2 + 0.005**2))
+    assert PRIOR.applied_family("nag") > 0.049  # agreed: nearly whole
+    assert PRIOR.applied_family("ancre") == pytest.approx(0.02 * 0.02**2 / (0.02**2 + 0.03**2))
+    assert PRIOR.applied_family("ancre") < 0.01  # disputed: shrunk by more than half
+    assert PRIOR.applied_family("cascaded") == 0.0
+    assert BiasPrior(0.0, 0.01, {"nag": 0.05}).applied_family("nag") == 0.05  # no spread measured: whole
+    correction = MODEL.correction(TrialFacts("ancre", -2.0, S), centre=-2.0)
+    assert correction == pytest.approx(-S * PRIOR.applied_family("ancre"))
+
+
+def test_the_parts_two_trials_share_are_counted_once():
+    a, b = TrialFacts("nag", -2.0, S), TrialFacts("nag", -2.0, S)
+    same = MODEL.gap_variance(a, b, centre=-1.0, noise=0.02)
+    apart = MODEL.relative_variance(a, -1.0, 0.02) + MODEL.relative_variance(b, -1.0, 0.02)
+    assert same < apart  # the same family at the same shape shares beta's and the offset's parts: only seeds and misfit
+    own = 0.02**2 * 2 + 2 * (MODEL.misfit_ratio["nag"] * 0.02) ** 2
+    assert same == pytest.approx(own)
+    other = MODEL.gap_variance(a, TrialFacts("ancre", -2.0, S), centre=-1.0, noise=0.02)
+    assert other > same  # two families: both offsets' spreads
+    assert resolved(CALL_Z * 1.01, 1.0) and not resolved(CALL_Z * 0.99, 1.0)
+
+
+def test_the_shipped_model_reads_its_constants():
+    model = measured_model()
+    assert model.bias.beta_sd > 0 and set(model.bias.family) == set(model.bias.family_sd) == {"nag", "ancre"}
+    assert model.level.alpha > 0 and model.level.alpha_sd > 0 and model.seed_noise > 0
+    assert set(model.misfit_ratio) == {"cascaded", "nag", "ancre"} and model.call_z == pytest.approx(CALL_Z)
