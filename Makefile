@@ -22,11 +22,13 @@ install: $(STAMP)
 # The main job: a real small search on the embedded defaults (shipped corpus, SQLite file resnas.db here, local
 # Ray on 127.0.0.1, CPU) over the demo space (the default space's knobs at sizes its target can answer for),
 # then its Pareto front at the target. Every config once at the top rung (the layout a 2-rung ladder at eta 2
-# gets), the front's members again with a second seed: that measures the noise a decision is judged against.
+# gets), the front's members again with a second seed (the noise a decision is judged against), and three configs
+# at a quarter and a third of the top rung for the level at T: with 12 trials that is 15% of their compute, above
+# the default share of 5%, so the demo asks for it (--level-share).
 DEMO_NAME ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: $(STAMP)
 	$(VENV)/bin/nas search --name $(DEMO_NAME) --trial-flops 5e10 --trials 12 --workers 2 --repeat-seeds 1 \
-		--space search_spaces/residual_lm/space_demo.yaml
+		--level-share 0.15 --space search_spaces/residual_lm/space_demo.yaml
 
 families: $(STAMP)
 	$(VENV)/bin/nas families
