@@ -3,7 +3,7 @@
 is measured, and the feasibility checks), with one-line error messages for both (`messages.py`), and what it
 minimises (`objectives.py`: the objectives, and each config's counted inference costs)."""
 
-from .loading import default_space_path, load_space, space_from_dict
+from .loading import default_space_path, load_space, space_error_message, space_from_dict
 from .sampling import is_valid, suggest, to_configs, to_optuna_distributions
 from .spec import (
     CANDIDATE,
@@ -18,7 +18,6 @@ from .spec import (
     SpaceError,
     cheapest_of,
     describe,
-    space_error_message,
 )
 
 __all__ = [

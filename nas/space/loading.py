@@ -13,9 +13,50 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from .spec import SearchSpace, SpaceError, space_error_message
+from .messages import pretty_message
+from .spec import _KINDS, FloatParam, IntParam, SearchSpace, SpaceError
 
-__all__ = ["default_space_path", "load_space", "read_yaml", "space_from_dict"]
+__all__ = ["default_space_path", "load_space", "read_yaml", "space_error_message", "space_from_dict"]
+
+
+def _path(loc: tuple) -> str:
+    """`('params', 'ancre_tau', 'float', 'low')` -> `params.ancre_tau.low`; list indices as [i].
+
+    The tag pydantic adds for the knob's kind is dropped for int/float (the brief's path form);
+    for a categorical the list IS the `categorical:` entry, so `choices` becomes `categorical`.
+    """
+    parts = list(loc)
+    if len(parts) >= 3 and parts[0] == "params" and parts[2] in _KINDS:
+        if parts[2] == "categorical" and len(parts) >= 4 and parts[3] == "choices":
+            del parts[3]
+        else:
+            del parts[2]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "space"
+
+
+def _accepted_keys(loc: tuple) -> str:
+    """For an unknown key: the keys accepted at that place of the spec."""
+    if len(loc) == 1:
+        return ", ".join(SearchSpace.model_fields)
+    if len(loc) == 4 and loc[0] == "params" and loc[2] in ("int", "float"):
+        model = IntParam if loc[2] == "int" else FloatParam
+        return ", ".join(k for k in model.model_fields if k != "kind")
+    return ""
+
+
+def space_error_message(err: ValidationError, source: str | None = None) -> str:
+    """One line: `source: path: message; path: message`."""
+    parts = []
+    for e in err.errors():
+        msg = pretty_message(e)
+        if e["type"] == "extra_forbidden" and (accepted := _accepted_keys(e["loc"])):
+            msg += f"; accepted: {accepted}"
+        parts.append(f"{_path(e['loc'])}: {msg}")
+    body = "; ".join(parts)
+    return f"{source}: {body}" if source else body
 
 
 def default_space_path() -> Path:

@@ -12,7 +12,7 @@ A space file (the shipped default is `search_spaces/residual_lm/space.yaml`; see
 
 Every knob name must be a field of `ArchConfig`, `OptimConfig` or `RunConfig`, and every bound,
 choice and fixed value must be one that field accepts; at least one combination must be a valid
-architecture (`cheapest_of`, answered by the family itself). `space_error_message` turns any
+architecture (`cheapest_of`, answered by the family itself). `nas.space.loading.space_error_message` turns any
 problem into ONE line naming the field path (`params.ancre_tau.low: must be > 0 for a log scale
 (got 0.0)`).
 
@@ -54,7 +54,6 @@ __all__ = [
     "describe",
     "shared_fields",
     "cheapest_of",
-    "space_error_message",
 ]
 
 #: The three typed configs a trial is built from, by the short name used in messages.
@@ -98,50 +97,6 @@ _ENTRY_FORMS = "{int: {low, high, step?, log?}}, {float: {low, high, log?}} or {
 
 class SpaceError(ValueError):
     """A search-space file that cannot be used; the message is one line naming file and field."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Messages located at a field path of the spec
-
-
-def _path(loc: tuple) -> str:
-    """`('params', 'ancre_tau', 'float', 'low')` -> `params.ancre_tau.low`; list indices as [i].
-
-    The tag pydantic adds for the knob's kind is dropped for int/float (the brief's path form);
-    for a categorical the list IS the `categorical:` entry, so `choices` becomes `categorical`.
-    """
-    parts = list(loc)
-    if len(parts) >= 3 and parts[0] == "params" and parts[2] in _KINDS:
-        if parts[2] == "categorical" and len(parts) >= 4 and parts[3] == "choices":
-            del parts[3]
-        else:
-            del parts[2]
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "space"
-
-
-def _accepted_keys(loc: tuple) -> str:
-    """For an unknown key: the keys accepted at that place of the spec."""
-    if len(loc) == 1:
-        return ", ".join(SearchSpace.model_fields)
-    if len(loc) == 4 and loc[0] == "params" and loc[2] in ("int", "float"):
-        model = IntParam if loc[2] == "int" else FloatParam
-        return ", ".join(k for k in model.model_fields if k != "kind")
-    return ""
-
-
-def space_error_message(err: ValidationError, source: str | None = None) -> str:
-    """One line: `source: path: message; path: message`."""
-    parts = []
-    for e in err.errors():
-        msg = pretty_message(e)
-        if e["type"] == "extra_forbidden" and (accepted := _accepted_keys(e["loc"])):
-            msg += f"; accepted: {accepted}"
-        parts.append(f"{_path(e['loc'])}: {msg}")
-    body = "; ".join(parts)
-    return f"{source}: {body}" if source else body
 
 
 # ---------------------------------------------------------------------------------------------

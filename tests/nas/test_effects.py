@@ -63,11 +63,18 @@ def test_a_knob_confounded_with_size_or_held_constant_is_not_resolved():
     assert effects["mlp_ratio"].reason == "held constant" and not effects["mlp_ratio"].resolved
 
 
-def test_a_level_with_fewer_than_two_trials_is_barely_varied():
+@pytest.mark.parametrize("kept", [1, 2])
+def test_an_effect_resting_on_two_trials_of_a_level_is_not_resolved_and_says_why(kept):
+    """Two trials of a level cannot support an interval: the effect against it is not resolved, with the counts;
+    three are enough for the planted effect to be resolved again."""
     rows = [o for o in planted(0) if o.knobs["residual"] != "nag"]
-    nag = next(o for o in planted(0) if o.knobs["residual"] == "nag")
-    effects = by_step(estimate_effects([*rows, nag], knobs_of(SPACE), "flops"))
-    assert effects["nag vs cascaded"].reason.startswith("barely varied (1 nag")
+    nags = [o for o in planted(0) if o.knobs["residual"] == "nag"]
+    effects = by_step(estimate_effects([*rows, *nags[:kept]], knobs_of(SPACE), "flops"))
+    assert not effects["nag vs cascaded"].resolved
+    assert effects["nag vs cascaded"].reason.startswith(f"too few trials of a level ({kept} nag")
+    assert "an interval needs at least 3 of each" in effects["nag vs cascaded"].reason
+    three = by_step(estimate_effects([*rows, *nags[:3]], knobs_of(SPACE), "flops"))
+    assert not three["nag vs cascaded"].reason.startswith("too few trials")
     assert effects["ancre vs cascaded"].resolved
 
 
