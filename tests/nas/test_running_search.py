@@ -9,6 +9,7 @@ four validations per run, one trial at a time."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import time
@@ -69,6 +70,7 @@ def test_a_running_trial_carries_its_counted_flops_from_its_start(watched):
     rows, seen = watched
     assert seen, "no trial was seen running"
     final = {r.number: r.executed_flops_per_token for r in rows}
+    assert all(f is not None and math.isfinite(f) and f > 0 for f in final.values()), final  # set, and kept
     for number, observed in seen.items():
         assert observed == [final[number]] * len(observed), (number, observed)  # never NULL while it ran
 
