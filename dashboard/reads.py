@@ -103,7 +103,7 @@ def trials(url: str, name: str) -> list[TrialRow]:
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)
 def rungs(url: str, name: str) -> list[RungRow]:
-    """Every measured rung of the search (empty for a search stored before budget ladders)."""
+    """Every measured rung of the search (empty for a search that measured none)."""
     return store(url).rungs(name)
 
 

@@ -17,7 +17,7 @@ from nas.space.budget import VALIDATED_TARGET_RATIO, Budget
 def no_target_reason(budget: Budget | str, rung_rows: Sequence, predictions: dict) -> str | None:
     """Why the search has no front at its target budget, in one line; None when it has one.
 
-    No rung rows: a search stored before budget ladders. Rungs but no fitted trial (every prediction of
+    No rung rows: a search that measured none. Rungs but no fitted trial (every prediction of
     group NONE): too few trials measured at two or more rungs to fit loss vs compute (e.g. `--rungs 1`).
     """
     if isinstance(budget, str):

@@ -62,8 +62,8 @@ def _safe(name: str) -> str:
 
 
 def tokenizer_record(search) -> dict:
-    """The `tokenizer` part of an export: the search's stored corpus summary (bytes for a search
-    stored before tokenizers were recorded), and the name of the tokenizer file written beside it."""
+    """The `tokenizer` part of an export: the search's stored corpus summary (bytes where it records no
+    tokenizer), and the name of the tokenizer file written beside it."""
     corpus = (search.settings or {}).get("corpus") or {}
     identity = corpus.get("tokenizer", "bytes")
     return {

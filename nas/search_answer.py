@@ -281,6 +281,6 @@ def search_forecasting(space: SearchSpace, budget: Budget, trials: Sequence[Tria
 def _forecasting(search: SearchRow, budget: Budget, rows: Sequence[TrialRow]) -> Forecasting | None:
     try:
         space = space_from_dict(search.space)
-    except (ValidationError, KeyError, TypeError, ValueError):  # a space stored by an older resnas, unreadable
+    except (ValidationError, KeyError, TypeError, ValueError):  # a stored space this resnas cannot read
         return None
     return search_forecasting(space, budget, rows)

@@ -16,9 +16,9 @@ still be extrapolated from its family.
 Why E is not per family: with rungs spanning a factor eta^2 of compute, a family's own floor is poorly
 identified, and a wrong floor is what an extrapolation far beyond the rungs is most sensitive to. On
 the fidelity benchmark's ladder (`benchmarks/trust/fidelity.py`), fitted on the lowest two rungs and asked
-for the third, a shared E predicted the held-out rung with a mean absolute error of 0.043 nats against
-0.057 for a floor per family (`report`'s `ladder_check` measures this on any table); a check a user can
-run on their own ladder, which does not look at the far budget.
+for the third, a shared E predicted the held-out rung better than a floor per family (`report`'s
+`ladder_check` measures this on any table); a check a user can run on their own ladder, which does not look at
+the far budget.
 
 Fit (weighted least squares on L). The losses of a trial at one rung are averaged over its seeds and
 weighted by their number (the mean's inverse variance, up to a constant). With x = C / C_ref (C_ref

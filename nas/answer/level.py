@@ -27,8 +27,8 @@ spread (over alpha, and E at each alpha), with delta's sd and the level's error 
 **The level configs** (`choose_level_configs`) are chosen for spread in size: with k of them, the trials at the
 quantiles (2j + 1) / 2k of the parameter count (the smallest sixth's, the median's and the largest sixth's for
 three), among those whose level rungs stay on the target's path. Chosen on plays and Python source among four
-rules (size quantiles at 1/6-1/2-5/6, at 1/4-1/2-3/4, at 0-1/2-1, and spread in size and shape), it carried their
-top rungs to T within 0.02 nats there; the handbook is its held-out check (`make fidelity`).
+rules (size quantiles at 1/6-1/2-5/6, at 1/4-1/2-3/4, at 0-1/2-1, and spread in size and shape), where it carried
+their top rungs to T with the smallest error; the handbook is its held-out check (`make fidelity`).
 
 **No curve** where the points cannot support one: fewer than `MIN_CONFIGS` configs with at least two budgets, or
 no residual degree of freedom (points <= configs + 1). The answer then says that its losses are the top rung's,

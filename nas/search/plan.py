@@ -57,9 +57,9 @@ __all__ = [
 ]
 
 SAMPLED_CONFIGS = 12  # proposals of a sampled space the plan averages over (each a few shape-only model builds)
-# Measured on `make demo` here (2 CPUs): 18 s from the search's creation to its first trial (Ray's start, the first
-# trial's process) and about 10 s more before (the corpus) and after (the front's answer); about 1 s per trial
-# between Tune's start of a trial and its first step.
+# What a search spends outside its trials' steps, measured on `make demo` (the plan's estimate against the real
+# search's wall time): Ray's start, the corpus and the answer once per search; Tune's start of each trial before its
+# first step.
 RAY_START_S = 25.0
 TRIAL_START_S = 1.0
 

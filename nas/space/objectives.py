@@ -89,8 +89,8 @@ def parse_objectives(value: str | Sequence[str]) -> tuple[Objective, ...]:
 
 
 def objectives_of(settings: Mapping[str, Any] | None) -> tuple[Objective, ...]:
-    """The objectives a search stored in its settings (`SearchSettings.objectives`); a search stored before
-    they were chosen minimised the default."""
+    """The objectives a search stored in its settings (`SearchSettings.objectives`); settings that name none
+    minimised the default."""
     stored = (settings or {}).get("objectives")
     return DEFAULT_OBJECTIVES if not stored else parse_objectives(stored)
 

@@ -127,9 +127,8 @@ def validation_batches(
 
     Windows are non-overlapping (seq_len + 1 tokens, seq_len apart, as in TrainBatches); window
     k = 0..n-1 is the floor(k (W - 1) / (n - 1))-th of the stream's W, so the set samples every
-    part of the held-out text (the first n windows would be one or two documents: on the
-    shipped corpus their loss sits 0.07 nats above the whole set's, and two seeds' gap on them
-    was 0.01-0.015 nats off their gap on the whole set).  All W are used when the stream is
+    part of the held-out text (the first n windows would be one or two documents, whose loss
+    and seed-to-seed gaps are not the whole set's).  All W are used when the stream is
     short.  Batches of ``batch_size`` (the last may be smaller), ``(x, y)`` int64, in stream
     order.  ValueError if not even one window fits.
     """

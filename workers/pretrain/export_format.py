@@ -5,8 +5,7 @@ retrain the architecture:
 
 - `arch`, `optim`: the `ArchConfig` and `OptimConfig` the proxy trial actually ran, with the search's
   learning-rate schedule (`optim.schedule`, `optim.warmup`, `optim.cooldown`), which `nas pretrain`
-  follows; an `optim` that names no schedule was written before the schedule was recorded, when
-  proxies and pretraining ran a cosine, and is read as `cosine`;
+  follows; an `optim` that names no schedule ran a cosine, and is read as `cosine`;
 - `run`: the `RunConfig` fields the search held fixed or searched (batch size, evaluation...),
   never checkpoint settings or precision, which belong to the machine that pretrains;
 - `ancre`: the learned connectivity p_ij of an ANCRe trial, the (L + 1) x L matrix with

@@ -2,8 +2,8 @@
 
 The schedule is the target run's: a search records it and every run standing for that target (replica
 rungs, budget ladders, repeats, the benchmark's truth runs, `nas pretrain`) follows the same shape with
-the same shares, because at proxy horizons the shape alone moves a loss by 0.06-0.20 nats, differently
-per family (docs/design.md §5, "One schedule").
+the same shares, because at proxy horizons the shape alone moves a loss, differently per family (docs/design.md §5,
+"One schedule").
 
 - `wsd` (Hägele et al., arXiv 2405.18392): a linear warm-up over `warmup` x the steps of the run (of its
   lowest rung, on a ladder), then lr, then a linear decay to lr x min_lr_ratio over the last `cooldown`
