@@ -36,9 +36,9 @@ families: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# Everything but the tests marked slow, postgres, cluster or browser: a few minutes on 2 cores.
+# Everything but the tests marked slow, postgres, cluster or browser, on both cores (pytest-xdist, one thread each).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not postgres and not cluster and not browser"
+	$(PY) -m pytest -n 2 -m "not slow and not postgres and not cluster and not browser"
 
 # Lint, format check and type check; mypy reads its files from [tool.mypy] in pyproject.toml.
 lint: $(STAMP)

@@ -7,6 +7,9 @@ changes nothing for the default (reference) path on CPU tensors.
 `finished_search` is one real small search, run once per session, for the tests that only read a completed
 search (`searches.py`).
 
+Under pytest-xdist (`make test-fast` runs `-n 2`: one worker per core) each worker and the processes its tests start
+use one thread, so that the workers share the cores rather than fight over them.
+
 PostgreSQL: `RESNAS_TEST_POSTGRES_URL` (an admin URL of a running server, as `.ci/run` exports)
 is used when set; otherwise one private server is started for the session (`postgres_server.py`)
 and stopped at its end. Without either, PostgreSQL tests are skipped with the reason, unless
@@ -23,6 +26,9 @@ from searches import FinishedSearch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one core per worker, subprocesses included
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items):
