@@ -8,8 +8,8 @@
 - `pending`, `append_runs`, `read_table`: a table of real runs built job by job into a CSV, resumed where a
   build stopped, and read back typed (every benchmark that reads a CSV table reads it so).
 - `write_json`, `quantiles_ms`: a result file, and the median/p99 of a list of seconds.
-- `TableSampler`, `sample_table`: a search's sampler (TPE, random) proposing configs of a table, for a replay of
-  the search on it (`benchmarks.trust.grading.SearchReplay` replays one through its rung gate).
+- `TableSampler`: a search's sampler (TPE, random) proposing configs of a table, asked and told as a study is (the
+  replays that use it are `benchmarks.trust.replay`'s).
 
 Run a benchmark as a module from the repository root: `python -m benchmarks.<name> --help`.
 """
@@ -334,17 +334,3 @@ class TableSampler:
             self.study.tell(self._trial, state=optuna.trial.TrialState.FAIL)
         else:
             self.study.tell(self._trial, values)
-
-
-def sample_table(
-    space: Mapping[str, Sequence], lookup: Callable[[dict], Any], sampler: str, seed: int, trials: int
-) -> list:
-    """A `TableSampler` search of `trials` trials on a table with one run per config, each trial's knobs looked up
-    (`lookup`) and told (a diverged run as an infinite loss); a repeat is a trial, as a search pays for it again.
-    The points, in trial order."""
-    search, picked = TableSampler(space, sampler, seed), []
-    for _ in range(trials):
-        picked.append(lookup(search.ask()))
-        loss = picked[-1].val_loss
-        search.tell((loss if math.isfinite(loss) else math.inf, picked[-1].executed_flops_per_token))
-    return picked

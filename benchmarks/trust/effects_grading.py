@@ -45,7 +45,8 @@ from .fidelity import DEFAULT_ANCHORS, DEFAULT_LAYOUT, DEFAULT_LEVEL_CONFIGS, LA
 from .fidelity_tables import CORPORA, configs
 from .forecast_constants import held_out_models
 from .grading import ORDERS, Truth, graded_rows, losses_at
-from .replay import SearchReplay, arrival_orders
+from .replay import SearchReplay
+from .replay_grading import arrival_orders
 
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/: its data/ and results/
 OUT = HERE / "results" / "effects.json"

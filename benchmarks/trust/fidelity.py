@@ -48,7 +48,7 @@ from benchmarks.trust.fidelity_tables import (
 from benchmarks.trust.forecast_constants import OUT as CONSTANTS
 from benchmarks.trust.forecast_constants import held_out_models
 from benchmarks.trust.grading import ORDERS, Truth, baselines, graded_rows, losses_at, tau
-from benchmarks.trust.replay import graded_replay, over_orders
+from benchmarks.trust.replay_grading import graded_replay, over_orders
 from nas.answer.decisions import Architecture
 from nas.answer.error_model import NO_MODEL, ErrorModel
 from nas.answer.extrapolate import RungPoint, budget_key, seed_noise

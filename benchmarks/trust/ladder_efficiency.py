@@ -38,12 +38,12 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from benchmarks.harness import TableSampler, machine_info, read_table
+from benchmarks.harness import machine_info, read_table
 from benchmarks.trust.fidelity import BEFORE_LAYOUT, layout_budgets
 from benchmarks.trust.fidelity_tables import CORPORA, ETA, RUNS_CSV
 from benchmarks.trust.grading import Truth, as_rows, graded_rows
-from benchmarks.trust.replay import SearchReplay
-from nas.answer.pareto import hypervolume, pareto_rows
+from benchmarks.trust.replay import RandomProposer, SearchReplay, SingleBudget, TpeProposer, front, replay_proposals
+from nas.answer.pareto import hypervolume
 from workers.training.config import OptimConfig
 
 log = logging.getLogger("ladder_efficiency")
@@ -113,22 +113,7 @@ def load(path: Path, replica_path: Path | None = None) -> Table:
 
 
 # ---------------------------------------------------------------------------------------------
-# strategies: propose(config) -> compute spent; estimates() -> what ranks the front (and what TPE is told)
-
-
-class SingleBudget:
-    """Every config trained once at one budget; the front by the loss measured there."""
-
-    def __init__(self, losses: dict[int, float], cost: float):
-        self.losses, self.cost = losses, cost
-        self.seen: dict[int, float] = {}
-
-    def propose(self, config: int) -> float:
-        self.seen[config] = self.losses[config]
-        return self.cost
-
-    def estimates(self) -> dict[int, float]:
-        return self.seen
+# strategies (`benchmarks.trust.replay`): propose(config) -> compute spent; estimates() -> what ranks the front
 
 
 def make_strategy(name: str, table: Table) -> SearchReplay | SingleBudget:
@@ -150,79 +135,22 @@ def make_strategy(name: str, table: Table) -> SearchReplay | SingleBudget:
 
 
 # ---------------------------------------------------------------------------------------------
-# proposers: ask() -> the next config, or None when done; tell(config, loss)
-
-
-class RandomProposer:
-    def __init__(self, table: Table, seed: int):
-        self.order = [int(c) for c in np.random.default_rng(seed).permutation(table.configs)]
-        self.asks, self.repeats, self.infeasible = len(self.order), 0, 0
-
-    def ask(self) -> int | None:
-        return self.order.pop(0) if self.order else None
-
-    def tell(self, config: int, loss: float) -> None:
-        pass
-
-
-class TpeProposer:
-    """TPE (`harness.TableSampler`) over (residual, n_layers, d_model); table gaps fail and repeats are answered,
-    both free."""
-
-    def __init__(self, table: Table, seed: int, max_asks: int):
-        self.table, self.max_asks = table, max_asks
-        keys = list(zip(*table.by_arch, strict=True))
-        space = {
-            name: sorted(set(v), key=str) for name, v in zip(("residual", "n_layers", "d_model"), keys, strict=True)
-        }
-        self.sampler = TableSampler(space, "tpe", seed)
-        self.known: dict[int, tuple[float, float]] = {}
-        self.asks = self.repeats = self.infeasible = 0
-
-    def ask(self) -> int | None:
-        while self.asks < self.max_asks and len(self.known) < len(self.table.truth):
-            params = self.sampler.ask()
-            self.asks += 1
-            config = self.table.by_arch.get(tuple(params[k] for k in self.sampler.space))
-            if config is None:
-                self.infeasible += 1
-                self.sampler.tell(None)
-            elif config in self.known:
-                self.repeats += 1
-                self.sampler.tell(self.known[config])
-            else:
-                return config
-        return None
-
-    def tell(self, config: int, loss: float) -> None:
-        self.known[config] = (loss, self.table.flops[config])
-        self.sampler.tell(self.known[config])
+# one search: a proposer (`benchmarks.trust.replay`: random or TPE) asks, a strategy trains
 
 
 def replay(table: Table, scorer: Scorer, proposer: str, strategy: str, seed: int, max_asks: int) -> dict:
-    """One search: after each proposal, the cumulative compute, the chosen front and its scores."""
+    """One search (`benchmarks.trust.replay.replay_proposals`): after each proposal, the cumulative compute, the
+    chosen front and its scores."""
     prop = RandomProposer(table, seed) if proposer == "random" else TpeProposer(table, seed, max_asks)
     strat = make_strategy(strategy, table)
-    compute, fronts, spent = [], [], 0.0
-    while (config := prop.ask()) is not None:
-        spent += strat.propose(config)
-        estimates = strat.estimates()
-        prop.tell(config, estimates[config])
-        compute.append(spent)
-        fronts.append(front(estimates, table.flops))
-    out = dict(compute=compute, fronts=fronts, asks=prop.asks, repeats=prop.repeats)
-    scores = [scorer(f) for f in fronts]
+    out = replay_proposals(prop, strat, table.flops)
+    scores = [scorer(f) for f in out["fronts"]]
     out.update({m: [s[m] for s in scores] for m in Scorer.metrics})
     if isinstance(strat, SearchReplay):
         reached = strat.reached().values()
         out["configs_per_rung"] = [sum(k > r for k in reached) for r in range(len(strat.budgets))]
         strat.close()
     return out
-
-
-def front(estimates: dict[int, float], flops: dict[int, float]) -> list[int]:
-    """The configs non-dominated by (estimated loss, executed FLOPs/token), as `grading.front_of` picks them."""
-    return [r.number for r in pareto_rows(as_rows(estimates, flops))]
 
 
 # ---------------------------------------------------------------------------------------------

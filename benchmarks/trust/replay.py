@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from benchmarks.trust.grading import BAND_GAMMAS, ORDERS, Truth, bands_of, bands_with, grade
-from nas.answer.decisions import matched_contrasts
+from benchmarks.harness import TableSampler
+from benchmarks.trust.grading import Truth, as_rows
 from nas.answer.discrepancy import aspect, choose_anchors
 from nas.answer.error_model import NO_MODEL, ErrorModel
 from nas.answer.extrapolate import budget_key
 from nas.answer.forecast import Forecasting, forecast_at_target
 from nas.answer.level import choose_level_configs
+from nas.answer.pareto import pareto_rows
 from nas.answer.rung_decision import REMEASURE_SEED_OFFSET, PromotionRule
 from nas.answer.target import Answer
 from nas.search.repeats import front_to_repeat
@@ -39,7 +41,7 @@ from workers.training.records import RungRecord
 from workers.trial.contract import CountedCosts, Verdict
 from workers.trial.result import TrialResult
 
-__all__ = ["SearchReplay", "arrival_orders", "call_grade", "graded_replay", "over_orders"]
+__all__ = ["RandomProposer", "SearchReplay", "SingleBudget", "TpeProposer", "replay_proposals", "sample_table"]
 
 
 @dataclass
@@ -244,115 +246,100 @@ class SearchReplay:
         return sum(errors) / len(errors), sum(abs(e) for e in errors) / len(errors)
 
 
-def graded_replay(
-    rows, truth: Truth, budgets, eta: float, order: Sequence[int], archs: Mapping | None = None, **search_options
-) -> dict:
-    """One search replayed on the table (`SearchReplay`, `search_options` its further fields: `replica`,
-    `noise_rule`, `anchor_rows`, `anchors`, `model`, `level_rows`, `level_configs`), configs arriving in `order`;
-    graded, with its compute, its level at T and (given each config's architecture) its calls at matched cost."""
-    search = SearchReplay(rows, budgets, eta, truth.target, **search_options)
-    try:
-        answer = search.run(order)
-        predicted = search.estimates(answer)
-        bands = search.by_config(bands_of(answer))
-        reached = search.reached()
-        level = search.level_error(answer, truth)
-        return grade(predicted, truth, bands) | {
-            "at_target": answer.at_target,
-            "level": answer.level.describe() if answer.level is not None else None,
-            "level_error_mean": None if level is None or not answer.at_target else level[0],
-            "level_error_mae": None if level is None or not answer.at_target else level[1],
-            "level_configs": search.levelled,
-            "band_half_width": _half_width(answer),
-            **(call_grade(answer, search, truth, archs) if archs is not None else {}),
-            "compute_share": search.spent / truth.compute,
-            "configs_per_rung_reached": {
-                str(k): sum(v == k for v in reached.values()) for k in range(1, len(budgets) + 1)
-            },
-            "predictor": answer.backtest.chosen,
-            "backtest": answer.backtest.describe(),
-            "bands": answer.calibration.describe(),
-            "band_coverage_by_gamma": {
-                str(g): grade(predicted, truth, search.by_config(bands_with(answer, truth.target, g)))["band_coverage"]
-                for g in BAND_GAMMAS
-            },
-            "reliability": {f"{b:.3g}": r.tau for b, r in answer.reliability.items()},
-            "seed_noise": answer.noise,
-            "anchors": search.anchored,
-            "discrepancy": answer.discrepancy.describe() if answer.discrepancy else None,
-            "predicted": predicted,
+# ---- proposers and strategies of a search replayed on a table with one run per config (or a rung ladder)
+
+
+class SingleBudget:
+    """Every config trained once at one budget; the front by the loss measured there."""
+
+    def __init__(self, losses: dict[int, float], cost: float):
+        self.losses, self.cost = losses, cost
+        self.seen: dict[int, float] = {}
+
+    def propose(self, config: int) -> float:
+        self.seen[config] = self.losses[config]
+        return self.cost
+
+    def estimates(self) -> dict[int, float]:
+        return self.seen
+
+
+class RandomProposer:
+    """Every config of a table once, in a seeded random order."""
+
+    def __init__(self, table, seed: int):
+        self.order = [int(c) for c in np.random.default_rng(seed).permutation(table.configs)]
+        self.asks, self.repeats, self.infeasible = len(self.order), 0, 0
+
+    def ask(self) -> int | None:
+        return self.order.pop(0) if self.order else None
+
+    def tell(self, config: int, loss: float) -> None:
+        pass
+
+
+class TpeProposer:
+    """TPE (`harness.TableSampler`) over (residual, n_layers, d_model) of a table (its `by_arch`, `truth`, `flops`);
+    table gaps fail and repeats are answered, both free."""
+
+    def __init__(self, table, seed: int, max_asks: int):
+        self.table, self.max_asks = table, max_asks
+        keys = list(zip(*table.by_arch, strict=True))
+        space = {
+            name: sorted(set(v), key=str) for name, v in zip(("residual", "n_layers", "d_model"), keys, strict=True)
         }
-    finally:
-        search.close()
+        self.sampler = TableSampler(space, "tpe", seed)
+        self.known: dict[int, tuple[float, float]] = {}
+        self.asks = self.repeats = self.infeasible = 0
+
+    def ask(self) -> int | None:
+        while self.asks < self.max_asks and len(self.known) < len(self.table.truth):
+            params = self.sampler.ask()
+            self.asks += 1
+            config = self.table.by_arch.get(tuple(params[k] for k in self.sampler.space))
+            if config is None:
+                self.infeasible += 1
+                self.sampler.tell(None)
+            elif config in self.known:
+                self.repeats += 1
+                self.sampler.tell(self.known[config])
+            else:
+                return config
+        return None
+
+    def tell(self, config: int, loss: float) -> None:
+        self.known[config] = (loss, self.table.flops[config])
+        self.sampler.tell(self.known[config])
 
 
-def arrival_orders(configs: Sequence[int]) -> list[list[int]]:
-    """The table's order and ORDERS - 1 random permutations of it (seeded): the orders every replay is run in."""
-    rng = np.random.default_rng(0)
-    ordered = sorted(configs)
-    return [ordered] + [[int(c) for c in rng.permutation(ordered)] for _ in range(ORDERS - 1)]
+def replay_proposals(proposer, strategy, flops: Mapping[int, float]) -> dict:
+    """One search: `proposer` asks configs, `strategy` trains them (`propose(config)`: its compute) and says what
+    ranks the front (`estimates()`), which the proposer is told. After each proposal, the compute so far and the
+    front (`front`)."""
+    compute, fronts, spent = [], [], 0.0
+    while (config := proposer.ask()) is not None:
+        spent += strategy.propose(config)
+        estimates = strategy.estimates()
+        proposer.tell(config, estimates[config])
+        compute.append(spent)
+        fronts.append(front(estimates, flops))
+    return dict(compute=compute, fronts=fronts, asks=proposer.asks, repeats=proposer.repeats)
 
 
-def over_orders(rows, truth: Truth, budgets, eta: float, **search_options) -> dict:
-    """The replay in table order, and its figures averaged over ORDERS arrival orders (table order first)."""
-    orders = arrival_orders(list(truth.runs))
-    runs = [graded_replay(rows, truth, budgets, eta, order, **search_options) for order in orders]
-    keys = (
-        "kendall_tau",
-        "regret_in_seed_noise",
-        "hypervolume_ratio_nadir",
-        "band_coverage",
-        "compute_share",
-        "level_error_mean",
-        "level_error_mae",
-        "resolved_call_accuracy",
-        "resolved_share_of_truth_resolvable",
-    )
-    keys = tuple(k for k in keys if any(k in r for r in runs))
-    mean = {k: _mean([r.get(k) for r in runs]) for k in keys}
-    mean["true_best_in_predicted_top3"] = float(np.mean([r["true_best_in_predicted_top3"] for r in runs]))
-    mean["band_coverage_by_gamma"] = {
-        g: _mean([r["band_coverage_by_gamma"][g] for r in runs]) for g in runs[0]["band_coverage_by_gamma"]
-    }
-    mean["kendall_tau_min"] = float(min(r["kendall_tau"] for r in runs))
-    return {
-        "table_order": runs[0],
-        f"mean_over_{ORDERS}_orders": mean,
-        "per_order_predicted": [r["predicted"] for r in runs],
-    }
+def front(estimates: Mapping[int, float], flops: Mapping[int, float]) -> list[int]:
+    """The configs non-dominated by (estimated loss, executed FLOPs/token), as `grading.front_of` picks them."""
+    return [r.number for r in pareto_rows(as_rows(estimates, flops))]
 
 
-def _mean(values) -> float | None:
-    """The mean of the values that are not None (None if none is)."""
-    kept = [v for v in values if v is not None]
-    return float(np.mean(kept)) if kept else None
-
-
-def call_grade(answer: Answer, search: SearchReplay, truth: Truth, archs: Mapping) -> dict:
-    """The answer's calls at matched cost graded against the truth: of the pairs within `MATCHED_COST` FLOPs per
-    token it calls resolved (`Answer.margin`), the share whose order the truth's mean shares; of the pairs the
-    truth resolves (gap beyond twice its seed noise), the share the answer resolves the right way."""
-    trial = {c: n for n, c in enumerate(search.arrivals)}
-    keys = [c for c in truth.loss if c in trial and trial[c] in answer.predictions and c in archs]
-    calls = right = resolvable = found = 0
-    for pair in matched_contrasts({c: archs[c] for c in keys}, truth.flops):
-        a, b = trial[pair.a], trial[pair.b]
-        gap = answer.predictions[a].loss - answer.predictions[b].loss
-        true_gap = truth.loss[pair.a] - truth.loss[pair.b]
-        margin = answer.margin(a, b)
-        called = margin is not None and abs(gap) > margin
-        calls, right = calls + called, right + (called and gap * true_gap > 0)
-        if truth.noise is not None and abs(true_gap) > 2.0 * truth.noise:
-            resolvable, found = resolvable + 1, found + (called and gap * true_gap > 0)
-    return {
-        "resolved_calls": calls,
-        "resolved_call_accuracy": right / calls if calls else None,
-        "truth_resolvable": resolvable,
-        "resolved_share_of_truth_resolvable": found / resolvable if resolvable else None,
-    }
-
-
-def _half_width(answer: Answer) -> float | None:
-    """The median half-width of the answer's 80% bands (None without bands)."""
-    widths = [(p.high - p.low) / 2.0 for p in answer.predictions.values() if p.low is not None and p.high is not None]
-    return float(np.median(widths)) if widths else None
+def sample_table(
+    space: Mapping[str, Sequence], lookup: Callable[[dict], Any], sampler: str, seed: int, trials: int
+) -> list:
+    """A `TableSampler` search of `trials` trials on a table with one run per config, each trial's knobs looked up
+    (`lookup`) and told (a diverged run as an infinite loss); a repeat is a trial, as a search pays for it again.
+    The points, in trial order."""
+    search, picked = TableSampler(space, sampler, seed), []
+    for _ in range(trials):
+        picked.append(lookup(search.ask()))
+        loss = picked[-1].val_loss
+        search.tell((loss if math.isfinite(loss) else math.inf, picked[-1].executed_flops_per_token))
+    return picked

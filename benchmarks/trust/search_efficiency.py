@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from benchmarks.harness import machine_info, read_table, sample_table, write_json
+from benchmarks.harness import machine_info, read_table, write_json
+from benchmarks.trust.replay import sample_table
 from nas.answer.pareto import FrontPoint, hypervolume, hypervolume_curve, reference_point
 
 log = logging.getLogger("search_efficiency")
@@ -149,7 +150,8 @@ def load_grid(path: Path) -> dict[tuple, GridPoint]:
 
 
 def replay(table: dict, sampler: str, seed: int, n_trials: int) -> list:
-    """One study of `n_trials` over the table (`harness.sample_table`); the looked-up rows in trial order."""
+    """One study of `n_trials` over the table (`benchmarks.trust.replay.sample_table`); the looked-up rows in trial
+    order."""
     return sample_table(GRID, lambda knobs: table[tuple(knobs[k] for k in GRID)], sampler, seed, n_trials)
 
 

@@ -83,7 +83,7 @@ def test_a_config_whose_rows_are_not_all_there_is_left_out_of_every_table():
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
 def test_a_table_is_searched_as_a_study_of_the_search_samples_it(sampler):
     """`sample_table` (ask and tell) proposes, trial by trial, what `study.optimize` with the same sampler does."""
-    from benchmarks.harness import sample_table
+    from benchmarks.trust.replay import sample_table
     from nas.answer.pareto import FrontPoint
     from nas.search.study import make_sampler
 
