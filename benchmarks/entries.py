@@ -176,6 +176,26 @@ ENTRIES: dict[str, Entry] = {
             Figure("decisions at matched cost: plays", (*FIDELITY, "plays", "decision_accuracy"), "{:.0%}"),
             Figure("code", (*FIDELITY, "code", "decision_accuracy"), "{:.0%}"),
             Figure("handbook", (*FIDELITY, "handbook", "decision_accuracy"), "{:.0%}"),
+            Figure("level error at T: plays", (*FIDELITY, "plays", "level_error_mean"), "{:+.3f} nats"),
+            Figure("code", (*FIDELITY, "code", "level_error_mean"), "{:+.3f} nats"),
+            Figure("handbook", (*FIDELITY, "handbook", "level_error_mean"), "{:+.3f} nats"),
+            Figure("resolved calls right: plays", (*FIDELITY, "plays", "resolved_call_accuracy"), "{:.0%}"),
+            Figure("code", (*FIDELITY, "code", "resolved_call_accuracy"), "{:.0%}"),
+            Figure("handbook", (*FIDELITY, "handbook", "resolved_call_accuracy"), "{:.0%}"),
+        ),
+    ),
+    "forecast_constants.json": Entry(
+        question="What are the error model's constants (the bias, the misfit per family, the level's exponent and "
+        "offset), measured on each corpus and fitted with each held out?",
+        command="python -m benchmarks.trust.forecast_constants",
+        figures=(
+            Figure("level exponent: plays", ("per_corpus", "plays", "alpha"), "{:.3f}"),
+            Figure("code", ("per_corpus", "code", "alpha"), "{:.3f}"),
+            Figure("handbook", ("per_corpus", "handbook", "alpha"), "{:.3f}"),
+            Figure("shipped", ("shipped", "level", "alpha"), "{:.3f}"),
+            Figure("level error no fit sees", ("shipped", "level", "systematic_sd"), "{:.3f} nats"),
+            Figure("ANCRe offset", ("shipped", "bias", "family", "ancre"), "{:+.3f}"),
+            Figure("± across corpora", ("shipped", "bias", "family_sd", "ancre"), "{:.3f}"),
         ),
     ),
     "replica_bias.json": Entry(

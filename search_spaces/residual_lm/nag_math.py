@@ -21,12 +21,16 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["NORM_EPS", "PARALLEL_TOL", "nag_gate", "rotate"]
+__all__ = ["NORM_EPS", "PARALLEL_TOL", "WELL_CONDITIONED", "nag_gate", "rotate", "rotate_exact"]
 
 NORM_EPS = 1e-6  # floor of the clamped norms and of the gate mixture
 # f_perp is rounding noise when ||f_perp||^2 <= PARALLEL_TOL ||f||^2: fp32 leaves f = c u + b 1 with
 # ||f_perp||^2 / ||f||^2 up to ~4e-14 (d = 3..16384), so this keeps a 50x margin on ||f_perp|| / ||f||.
 PARALLEL_TOL = 1e-10
+# Where every row's f has at least this share of its square orthogonal to 1 and u, the rotation's norms follow from
+# five row sums to ~1e-6 relative (fp32 cancellation costs a factor ||f||^2 / ||f_perp||^2 of its 2^-24): `rotate`
+# then reads each row a few times and writes u' once; otherwise it projects f_perp out explicitly (`rotate_exact`).
+WELL_CONDITIONED = 0.05
 
 
 def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
@@ -39,6 +43,42 @@ def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
 
 
 def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotate u towards the part of f orthogonal to it by theta. Returns (u', s' - s): `rotate_exact`'s function.
+
+    Where every row is well conditioned (||f_perp||^2 > WELL_CONDITIONED ||f||^2, d > 2), its norms come from five
+    row sums, each one read of the rows with no temporary (m = mean(f), a = <f, u> / d, ||f||^2, ||u||^2, sum(u)).
+    With g = <u, f - m> = <f, u> - m sum(u), `rotate_exact`'s two projections take b = a + c of u,
+    c = (g - a ||u||^2) / d, and
+
+        f_perp = f - m - b u,   ||f_perp||^2 = ||f - m||^2 - 2 b g + b^2 ||u||^2,   ||f - m||^2 = ||f||^2 - d m^2,
+        w = (1 - k b) u + k (f - m),  k = tan sqrt(d) / ||f_perp||,
+        ||w||^2 = (1 - k b)^2 ||u||^2 + 2 (1 - k b) k g + k^2 ||f - m||^2,
+
+    so u' = sqrt(d) w / ||w|| is the same function (gradients included), written in one pass: ||u'||^2 = d to ~1e-6
+    whatever u's own drift. Otherwise (f nearly or exactly parallel to u somewhere) `rotate_exact`."""
+    d = u.shape[-1]
+    compute = functools.reduce(torch.promote_types, (u.dtype, f.dtype, tan_theta.dtype, torch.float32))
+    uc, fc = u.to(compute), f.to(compute)
+    mean = fc.mean(-1, keepdim=True)
+    dot = torch.linalg.vecdot(fc, uc).unsqueeze(-1)
+    f_sq = torch.linalg.vecdot(fc, fc).unsqueeze(-1)
+    u_sq = torch.linalg.vecdot(uc, uc).unsqueeze(-1)
+    centred_sq = f_sq - d * mean.square()
+    cross = dot - mean * uc.sum(-1, keepdim=True)
+    along_u = dot / d + (cross - dot / d * u_sq) / d  # b: both projections onto u
+    perp_sq = centred_sq - 2 * along_u * cross + along_u.square() * u_sq
+    if d <= 2 or not bool((perp_sq > WELL_CONDITIONED * f_sq).all()):
+        return rotate_exact(u, f, tan_theta)
+    tan = tan_theta.to(compute).unsqueeze(-1)
+    k = tan * math.sqrt(d) * torch.rsqrt(perp_sq)
+    c_u = 1.0 - k * along_u
+    w_sq = c_u.square() * u_sq + 2 * c_u * k * cross + k.square() * centred_sq
+    scale = math.sqrt(d) * torch.rsqrt(w_sq.clamp_min(NORM_EPS))
+    u_next = torch.addcmul(uc * (scale * c_u), scale * k, fc - mean)  # (..., d)
+    return u_next, 0.5 * torch.log1p(tan_theta.to(compute).square())
+
+
+def rotate_exact(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
     """Rotate u towards the part of f orthogonal to it by theta. Returns (u', s' - s).
 
     For u, f (..., d) and tan_theta (...,), f_perp is f less its mean and its component along u,

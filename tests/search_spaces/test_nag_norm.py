@@ -174,3 +174,24 @@ def test_bf16_norm_holds_through_96_rotations(path, param_dtype):
             worst = max(worst, norm_drift(u))
     rounding = "toward zero" if path == "triton" and interpreting() else "nearest"
     assert u.dtype == torch.bfloat16 and worst < BF16_NORM_TOL[rounding]
+
+
+@pytest.mark.parametrize("drift", [0.0, 1e-2], ids=["on the sphere", "drifted u"])
+def test_the_one_pass_form_is_the_exact_rotation_with_its_gradients(drift):
+    """Well-conditioned rows take `rotate`'s one-pass form: the same function as `rotate_exact` (values and every
+    gradient, in fp64), whatever u's own drift off the sphere, and ||u'||^2 = d to rounding in fp32."""
+    from search_spaces.residual_lm.nag_math import rotate_exact
+
+    torch.manual_seed(1)
+    u = unit_rms_direction(256, 96, torch.float64) * (1 + drift) + drift
+    f = 0.7 * torch.randn(256, 96, dtype=torch.float64) + 0.3 * u
+    tan = torch.rand(256, dtype=torch.float64) * 2
+    grads = []
+    for fn in (rotate, rotate_exact):
+        leaves = [x.clone().requires_grad_() for x in (u, f, tan)]
+        u_next, ds = fn(*leaves)
+        g = torch.randn_like(u_next, generator=torch.Generator().manual_seed(2))
+        grads.append((u_next.detach(), ds.detach(), *torch.autograd.grad((u_next * g).sum() + ds.sum(), leaves)))
+    for fast, exact in zip(*grads, strict=True):
+        torch.testing.assert_close(fast, exact, rtol=1e-10, atol=1e-10)
+    assert norm_drift(rotate(u.float(), f.float(), tan.float())[0]) < NORM_TOL
