@@ -20,10 +20,12 @@ and where built the rungs that kept the head count at every share of T, `*_keep_
 
 Across corpora (`fit_model`): means; an sd from how much they disagree (beta's and each family offset's, with a
 floor of a quarter of the mean's size, alpha's of 0.02, the offset's of 0.005, so that two corpora that happen to
-agree are not taken as exact); misfits as root mean squares; the level's error no fit sees (`systematic_sd`) as
-the root mean square of the level errors the fitted protocol makes on each corpus of the set when its constants
-come from the others (`level_error`: the level configs a search picks, `nas.answer.level.choose_level_configs`, at
-a quarter and a third of the top rung, carried by `nas.answer.level.fit_level`).
+agree are not taken as exact); misfits as root mean squares; the seed noise as the median, weighing against a
+search's own repeats as the degrees of freedom nu_0 whose chi-square spread, Var(s^2) / sigma^4 = 2 / nu_0, is
+the corpora's (with the same floor of a quarter); the level's error no fit sees (`systematic_sd`) as the root
+mean square of the level errors the fitted protocol makes on each corpus of the set when its constants come from
+the others (`level_error`: the level configs a search picks, `nas.answer.level.choose_level_configs`, at a
+quarter and a third of the top rung, carried by `nas.answer.level.fit_level`).
 
 `held_out_models()` is what `make fidelity` grades each corpus with: the results file's `held_out` entry, which
 `benchmarks.trust.fidelity report` reads as its input.
@@ -218,6 +220,8 @@ def fit_model(corpora: Sequence[CorpusTables], nested: bool = True) -> dict:
     alphas = [c.alpha for c in corpora if c.alpha is not None]
     offsets = [c.offset for c in corpora if c.offset is not None]
     noise = float(np.median([c.noise for c in corpora if c.noise]))
+    variances = [c.noise**2 for c in corpora if c.noise]
+    relative = _spread(variances, np.mean(variances) / 4) / float(np.mean(variances))
     level = {
         "alpha": float(np.mean(alphas)) if alphas else LevelPrior().alpha,
         "alpha_sd": _spread(alphas, FLOORS["alpha_sd"]),
@@ -245,6 +249,7 @@ def fit_model(corpora: Sequence[CorpusTables], nested: bool = True) -> dict:
         "misfit_ratio": ratios,
         "default_ratio": max(ratios.values()),
         "seed_noise": noise,
+        "seed_noise_dof": 2.0 / relative**2,
         "level": level,
         "call_z": CALL_Z,
     }

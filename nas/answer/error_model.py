@@ -6,8 +6,9 @@ top rung's bias (`nas.answer.discrepancy`: s (beta (z - z0) + phi_family), s the
 target's ln(depth / width)), and carried to T by the study's level curve (`nas.answer.level`), which scales a loss
 difference at the top rung by c = (C_top / T)^alpha. Its error has four parts, each measured:
 
-- **seed noise** sigma, the study's own (repeated runs; else `ErrorModel.seed_noise`, measured across corpora):
-  sigma^2 / n;
+- **seed noise** sigma^2 / n: sigma the study's own, measured on its repeated runs with nu degrees of freedom,
+  pooled with the noise measured across corpora sigma_0, which weighs as nu_0 degrees of freedom (`ErrorModel.noise`:
+  sigma^2 = (nu_0 sigma_0^2 + nu s^2) / (nu_0 + nu)), so that a handful of repeats does not set it alone;
 - **the bias correction's uncertainty**: beta's sd times s (z - z0), and the family offset's spread across the
   corpora times s (`BiasPrior.family_sd`);
 - **the misfit no line explains**: a config's own error beyond size, family and shape, in units of the seed noise,
@@ -72,8 +73,9 @@ class TrialFacts:
 @dataclass(frozen=True)
 class ErrorModel:
     """The model's constants (module docstring): the bias correction's prior, each family's misfit in units of the
-    seed noise (`default_ratio` for a family it does not name), the seed noise when a search measured none, the
-    level's prior, the call's z, and where it was measured."""
+    seed noise (`default_ratio` for a family it does not name), the seed noise measured across corpora, the level's
+    prior, the call's z, where it was measured, and how many degrees of freedom of a search's own repeats the
+    measured seed noise weighs as (`noise`)."""
 
     bias: BiasPrior = NO_PRIOR
     misfit_ratio: Mapping[str, float] = field(default_factory=dict)
@@ -82,6 +84,16 @@ class ErrorModel:
     level: LevelPrior = LevelPrior()
     call_z: float = CALL_Z
     source: str = "none"
+    seed_noise_dof: float = 0.0
+
+    def noise(self, measured: float | None, dof: int) -> float:
+        """The seed noise a search's answer reads: its `measured` sd on `dof` degrees of freedom pooled with
+        `seed_noise` on `seed_noise_dof`, sqrt((nu_0 sigma_0^2 + nu s^2) / (nu_0 + nu)); `seed_noise` where none
+        was measured."""
+        if measured is None or dof <= 0:
+            return self.seed_noise
+        nu0 = self.seed_noise_dof
+        return math.sqrt((nu0 * self.seed_noise**2 + dof * measured**2) / (nu0 + dof))
 
     def correction(self, facts: TrialFacts, centre: float) -> float:
         """What to add to a top-rung loss: -s (beta (z - z0) + the family offset as applied)."""
@@ -135,6 +147,7 @@ def model_from_dict(raw: Mapping) -> ErrorModel:
         LevelPrior(**{**level, "source": raw["source"]}),
         raw.get("call_z", CALL_Z),
         raw["source"],
+        raw.get("seed_noise_dof", 0.0),
     )
 
 

@@ -234,11 +234,21 @@ def fit_study(points: Sequence[RungPoint], *, min_trials: int = 3) -> StudyFit:
 def seed_noise(points: Sequence[RungPoint]) -> float | None:
     """Pooled seed-to-seed standard deviation: sqrt(sum (L - rung mean)^2 / sum (n_seeds - 1)) over every
     (trial, rung) with >= 2 seeds; None without repeats. Points sharing (trial, rung, seed) count as one run."""
-    _, rungs = _rungs(points)
-    reps = [np.asarray(v) for r in rungs.values() for v in r.values() if len(v) >= 2]
+    reps = _repeats(points)
     if not reps:
         return None
     return math.sqrt(sum(float(((v - v.mean()) ** 2).sum()) for v in reps) / sum(v.size - 1 for v in reps))
+
+
+def seed_noise_dof(points: Sequence[RungPoint]) -> int:
+    """The degrees of freedom `seed_noise` rests on: sum (n_seeds - 1) over the repeated (trial, rung)s."""
+    return sum(v.size - 1 for v in _repeats(points))
+
+
+def _repeats(points: Sequence[RungPoint]) -> list[np.ndarray]:
+    """The losses of every (trial, rung) measured with >= 2 seeds."""
+    _, rungs = _rungs(points)
+    return [np.asarray(v) for r in rungs.values() for v in r.values() if len(v) >= 2]
 
 
 def budget_key(flops: float) -> float:

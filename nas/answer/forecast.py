@@ -62,19 +62,20 @@ def forecast_at_target(rows: Sequence[RungRow], target: float, forecasting: Fore
     """The search's answer at `target` (module docstring)."""
     layout, level_rows = forecasting.split(rows)
     study = answer_at_target(layout, target)
-    discrepancy = forecasting.anchoring.fit(rows, study.noise)
+    noise = forecasting.model.noise(study.noise, study.noise_dof)
+    discrepancy = forecasting.anchoring.fit(rows, noise)
     corrections = forecasting.anchoring.corrections(layout, discrepancy)
     facts = _facts(layout, forecasting)
     centre = discrepancy.centre
     one_rung = forecasting.lowest_flops >= forecasting.top_flops * (1 - _EPS)
-    level = _level(layout, level_rows, study.noise, forecasting) if one_rung and level_rows else None
+    level = _level(layout, level_rows, noise, forecasting) if one_rung and level_rows else None
     out, factors = {}, {}
     for number, p in study.predictions.items():
         shift = corrections.get(number, (0.0, 0.0))[0]
         if number not in facts or not math.isfinite(p.loss):
             out[number] = p
             continue
-        own = math.sqrt(forecasting.model.relative_variance(facts[number], centre, study.noise))
+        own = math.sqrt(forecasting.model.relative_variance(facts[number], centre, noise))
         out[number], factors[number] = _predicted(p, shift, own, study, number, level, target)
     if one_rung and level is None:
         level = NoCurve("no configs measured below the top rung (--level-configs)")

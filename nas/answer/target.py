@@ -22,7 +22,7 @@ from .calibration import BAND_LEVEL, Calibration, calibrate
 from .discrepancy import Discrepancy
 from .error_model import BAND_Z, ErrorModel, TrialFacts
 from .evidence import TOP_RUNG, RungReliability, basis, predictor_weights, rung_means, rung_reliability
-from .extrapolate import NONE, RungPoint, StudyFit, fit_study, seed_noise
+from .extrapolate import NONE, RungPoint, StudyFit, fit_study, seed_noise, seed_noise_dof
 from .level import LevelCurve, NoCurve
 from .pareto import Cost, pareto_rows
 
@@ -66,8 +66,9 @@ class Prediction:
 @dataclass(frozen=True)
 class Answer:
     """The search's answer at the target: every trial's Prediction, the backtest that chose the predictor, the
-    bands' calibration, each rung's reliability, the study's seed noise (None without repeated seeds), its
-    curve's exponents, and each trial's curve L = E + A C^-alpha with A as the predictor set it."""
+    bands' calibration, each rung's reliability, the study's seed noise (None without repeated seeds) and the
+    degrees of freedom it rests on, its curve's exponents, and each trial's curve L = E + A C^-alpha with A as the
+    predictor set it."""
 
     predictions: dict[int, Prediction]
     backtest: Backtest
@@ -84,6 +85,7 @@ class Answer:
     centre: float = 0.0  # the study's mean aspect: the bias correction is taken around it
     level: LevelCurve | NoCurve | None = None  # the level at T (None: a ladder's own curve, or not asked)
     factors: dict[int, float] = field(default_factory=dict)  # trial -> how a top-rung difference carries to T
+    noise_dof: int = 0  # the degrees of freedom of `noise`: sum (seeds - 1) over the repeated rungs
 
     def noise_at_target(self, trial: int) -> float | None:
         """The seed noise of `trial`'s prediction at T: the study's seed noise at a rung, carried from its highest
@@ -103,7 +105,8 @@ class Answer:
         if self.model is None or a not in self.facts or b not in self.facts:
             return None
         factor = (self.factors.get(a, 1.0) + self.factors.get(b, 1.0)) / 2.0
-        variance = self.model.gap_variance(self.facts[a], self.facts[b], self.centre, self.noise)
+        noise = self.model.noise(self.noise, self.noise_dof)
+        variance = self.model.gap_variance(self.facts[a], self.facts[b], self.centre, noise)
         return factor * math.sqrt(variance)
 
     def margin(self, a: int, b: int) -> float | None:
@@ -189,7 +192,8 @@ def answer_at_target(rows: Sequence[RungRow], target: float) -> Answer:
     exponents = {label: g.alpha for label, g in fit.groups.items()} if fit else {}
     curves = {t: anchored.params(t) for t in anchored.trials} if anchored else {}
     highest = {t: max(r) for t, r in means.items() if r}
-    return Answer(out, check, calibration, reliability, seed_noise(points), exponents, curves, highest, target)
+    noise, dof = seed_noise(points), seed_noise_dof(points)
+    return Answer(out, check, calibration, reliability, noise, exponents, curves, highest, target, noise_dof=dof)
 
 
 def predict_search(rows: Sequence[RungRow], target: float) -> dict[int, Prediction]:

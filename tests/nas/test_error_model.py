@@ -94,3 +94,23 @@ def test_the_shipped_model_reads_its_constants():
     assert model.bias.beta_sd > 0 and set(model.bias.family) == set(model.bias.family_sd) == {"nag", "ancre"}
     assert model.level.alpha > 0 and model.level.alpha_sd > 0 and model.seed_noise > 0
     assert set(model.misfit_ratio) == {"cascaded", "nag", "ancre"} and model.call_z == pytest.approx(CALL_Z)
+
+
+def test_a_handful_of_repeats_does_not_set_the_seed_noise_alone():
+    """The study's noise s on nu degrees of freedom pools with the measured sigma_0 on nu_0: a few repeats that
+    happen to agree leave it near sigma_0, many repeats move it to s, and without repeats it is sigma_0."""
+    model = ErrorModel(seed_noise=0.02, seed_noise_dof=16.0)
+    assert model.noise(None, 0) == model.noise(0.005, 0) == 0.02
+    few, many = model.noise(0.005, 3), model.noise(0.005, 3000)
+    assert few == pytest.approx(math.sqrt((16 * 0.02**2 + 3 * 0.005**2) / 19))
+    assert 0.017 < few < 0.02 and many == pytest.approx(0.005, rel=0.05)
+    assert ErrorModel(seed_noise=0.02).noise(0.005, 3) == pytest.approx(0.005)  # no weight measured: the study's own
+    assert measured_model().seed_noise_dof > 0
+
+
+def test_seed_noise_counts_its_degrees_of_freedom():
+    from nas.answer.extrapolate import RungPoint, seed_noise, seed_noise_dof
+
+    points = [RungPoint(t, "cascaded", 1e9, 2.0 + 0.01 * s * (-1) ** t, s) for t in range(4) for s in range(t % 3 + 1)]
+    assert seed_noise_dof(points) == sum(t % 3 for t in range(4))  # (seeds - 1) per repeated rung: 0 + 1 + 2 + 0
+    assert seed_noise(points) is not None and seed_noise_dof(points[:1]) == 0
