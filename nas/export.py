@@ -168,7 +168,7 @@ def _recommendation(arch: ArchConfig, target_flops: float, prediction: Predictio
         update={
             "predicted_loss": prediction.loss if at_t else None,
             "predicted_band": band,
-            "top_rung_loss": None if at_t else prediction.loss,
+            "corrected_top_rung_loss": None if at_t else prediction.loss,
             "predictor": prediction.predictor,
             "basis": prediction.basis,
         }
@@ -296,10 +296,10 @@ def _recommendation_note(rec: Recommendation | None) -> str:
         band = "no band" if rec.predicted_band is None else "80% band {:.4f}-{:.4f}".format(*rec.predicted_band)
         note += f"\n#   forecast loss at T {rec.predicted_loss:.4f} nats/token ({band})"
         note += f", {rec.predictor}: {rec.basis}" if rec.predictor else ""
-    elif rec.top_rung_loss is not None:
+    elif rec.corrected_top_rung_loss is not None:
         note += (
-            f"\n#   top rung's loss {rec.top_rung_loss:.4f} nats/token: not a loss at T (the search had no level "
-            "curve to carry it there)"
+            f"\n#   top rung's loss, bias taken out, {rec.corrected_top_rung_loss:.4f} nats/token: not a loss at T "
+            "(the search had no level curve to carry it there)"
         )
     return note + "\n"
 
@@ -329,7 +329,7 @@ def _index(name: str, exports: Sequence[ExportedConfig], paths: Sequence[Path], 
                 "recommended_tokens": e.recommended.tokens if e.recommended else None,
                 "forecast_loss_at_target": e.recommended.predicted_loss if e.recommended else None,
                 "forecast_band": e.recommended.predicted_band if e.recommended else None,
-                "top_rung_loss": e.recommended.top_rung_loss if e.recommended else None,
+                "corrected_top_rung_loss": e.recommended.corrected_top_rung_loss if e.recommended else None,
                 "predictor": e.recommended.predictor if e.recommended else None,
                 "predicted_from": e.recommended.basis if e.recommended else None,
                 "schedule": e.optim.schedule,

@@ -3,9 +3,9 @@
 `front_report` builds the table and the lines under it from the search's answer read from the store
 (`nas.search_answer.SearchAnswer`, the same that the export and the dashboard read): one row per trial with its
 architecture, the rungs it reached, its measured loss at its highest rung, its forecast loss at T with its 80% band
-("-" where the search has no curve to carry its top rungs to T: the table then ranks by the top rung, and says
-so), the trials it is tied with (gaps within their margin in the error model, `Answer.tied`) and its FLOPs per
-token. Under it: the predictor and bands, the hypervolume, and what the
+(where the search has no curve to carry its top rungs to T, the column is the top rung's loss with its bias taken
+out, headed `CORRECTED`, and the table says so), the trials it is tied with (gaps within their margin in the error
+model, `Answer.tied`) and its FLOPs per token. Under it: the predictor and bands, the hypervolume, and what the
 answer rests on (`nas.answer.decisions.rests_on`: size against architecture, and the recommended config's
 decisions at matched cost, resolved or tied). The compact table reads in 120 columns; `wide` adds the learning
 rate, heads, the top replica, the held-out error, the seeds, the inference costs (KV-cache bytes and decode FLOPs
@@ -49,6 +49,9 @@ WIDE_COLUMNS = (
     "decode FLOPs/tok",
     "predicted from",
 )
+
+
+CORRECTED = "corrected top rung"  # the ranked column's header where no curve carried the losses to T
 
 
 def format_loss(x) -> str:
@@ -125,7 +128,7 @@ def front_report(
         lines += layout_lines(found.budget)
     if answer is not None and found.predictions:
         if not answer.at_target:
-            lines.append("no loss at T: the losses are the top rungs', bias taken out; the table ranks by them")
+            lines.append(f"no loss at T: the table ranks by each top rung's loss with its bias taken out ({CORRECTED})")
         elif answer.level is None:
             lines.append(
                 f"{found.budget.ladder_kind if found.budget else 'unknown'} ladder; {answer.backtest.describe()}"
@@ -151,7 +154,9 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
     top_replica = {g.number: g for g in rungs if g.is_replica}  # rows come by rung: the last is the top
     seeds = {n: len({g.seed for g in rungs if g.number == n}) for n in predictions}
     # headers never wrap (a reader scans them, and so do scripts); the cells below them may
-    table = Table(*(Column(c, min_width=len(c)) for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)), title=title)
+    stated = "loss at T" if answer is None or answer.at_target else CORRECTED  # what the ranked column holds
+    columns = [stated if c == "loss at T" else c for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)]
+    table = Table(*(Column(c, min_width=len(c)) for c in columns), title=title)
     for r in shown:
         p = predictions.get(r.number)
         k = 1.0 if bpb_per_nat is None else bpb_per_nat.get(r.number, math.nan)
@@ -174,7 +179,7 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
             "rungs": str(p.rungs) if p else "-",
             "top replica d, tok/param": _replica(top_replica.get(r.number)),
             "top-rung loss": format_loss(k * measured[r.number].val_loss),
-            "loss at T": format_loss(k * r.val_loss) if at_t else "-",
+            stated: format_loss(k * r.val_loss) if at_t or (p is not None and stated == CORRECTED) else "-",
             "80% band": band,
             "held-out err": f"{k * p.loo_error:+.3f}" if p and p.loo_error is not None else "-",
             "seeds": str(seeds.get(r.number, 1)),
@@ -184,7 +189,7 @@ def _table(title, shown, rows, rungs, answer: Answer | None, bpb_per_nat, wide: 
             "decode FLOPs/tok": _decode_flops(r),
             "predicted from": f"{p.predictor}: {p.basis}" if p else "measured",
         }
-        table.add_row(*(cells[c] for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS)))
+        table.add_row(*(cells[c] for c in columns))
     return table
 
 

@@ -107,7 +107,8 @@ def test_a_search_of_six_candidates_trains_exactly_those_and_its_json_ranks_them
     every, front = (subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
                     for cmd in (show, [*show, "--pareto"]))  # fmt: skip
     assert shown["front"] == _trial_numbers(front) and len(shown["trials"]) == 6  # the same front, in its order
-    predicted = {t["number"]: t["predicted_loss"] for t in shown["trials"]}
+    stated = "loss_at_target" if shown["losses_are"] == "loss at T" else "corrected_top_rung_loss"
+    predicted = {t["number"]: t[stated] for t in shown["trials"]}
     assert _trial_numbers(every) == list(range(6))
     for line in every.splitlines():  # each trial's loss at T as the table prints it
         if number := re.match(r"│\s*(\d+)\s*│", line):

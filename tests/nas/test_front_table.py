@@ -90,9 +90,32 @@ def test_show_json_holds_the_numbers_the_table_prints(tmp_path):
     for number, loss, band in zip(cells["trial"], cells["loss at T"], cells["80% band"], strict=True):
         t = trials[int(number)]
         assert f"{t['loss_at_target']:.4f}" == loss and f"{t['band'][0]:.4f}-{t['band'][1]:.4f}" == band
-        assert t["top_rung_loss"] is None and t["sd"] is not None and data["losses_are"] == "loss at T"
+        assert t["corrected_top_rung_loss"] is None and t["sd"] is not None and data["losses_are"] == "loss at T"
     assert data["hypervolume"]["value"] == found.hypervolume and data["rests_on"] == list(found.rests_on)
     assert data["settings"]["target_flops"] == BUDGET.ladder.target_flops and data["settings"]["layout"]["budgets"] == [
         1e10,
         2e10,
     ]
+
+
+def test_without_a_curve_to_T_the_table_says_its_column_is_the_corrected_top_rung(tmp_path):
+    """One rung per trial and no level rungs: no loss at T is printed; the ranked column is headed for what it
+    holds and shows the JSON's `corrected_top_rung_loss`."""
+    budget = Budget(trial_flops=1e10, min_tokens_per_param=None, layout="as_given", rungs=1)
+    with Store(default_url(tmp_path)) as store:
+        store.create_search("one", requested_trials=4, budget=budget.model_dump(), space={}, settings={},
+                            optuna_study_name=None, code_version=None)  # fmt: skip
+        for n in range(4):
+            config = {"residual": "nag", "n_layers": 2 + n, "d_model": 64, "n_heads": 2, "mod_rate": 0.0, "lr": 3e-3}
+            tid = store.start_trial("one", number=n, config=config, costs=CountedCosts(1e5 / (1 + n)))
+            store.record_rung("one", n, measured_rung(0, 2.0 + 0.03 * n, 1e10))
+            store.finish_trial(tid, TrialResult.loss_only(2.0 + 0.03 * n, 1e5 / (1 + n)))
+        found = search_answer(store, "one")
+    table, lines = front_report(found, only_front=False)
+    cells = {c.header: list(c._cells) for c in table.columns}
+    assert "loss at T" not in cells and found.as_dict()["losses_are"] == "top rung"
+    trials = {t["number"]: t for t in found.as_dict()["trials"]}
+    for number, loss in zip(cells["trial"], cells["corrected top rung"], strict=True):
+        assert trials[int(number)]["loss_at_target"] is None
+        assert f"{trials[int(number)]['corrected_top_rung_loss']:.4f}" == loss
+    assert any(line.startswith("no loss at T: the table ranks by each top rung's loss") for line in lines)

@@ -128,7 +128,9 @@ def test_search_end_to_end_then_show_list_status(e2e, tmp_path):
     url, said = e2e.url, e2e.stdout  # what `nas search` printed
     target = f"T = {e2e.target:.3g} training FLOPs"
     assert f"Pareto front at the target, {target}" in said and "hypervolume" in said
-    assert "replica ladder; predictor: " in said
+    # what its losses are, said once: carried to T by the ladder's own curve, or the top rungs' where none fitted
+    assert ("replica ladder; predictor: " in said) != ("no loss at T: the table ranks by" in said)
+    assert said.count("layout: ") == 1  # the plan's lines before training, not again in the answer
     assert f"layout: {e2e.rungs} rungs at eta {e2e.eta}, as asked (--rungs/--eta)" in said  # a ladder asked for is kept
     assert "replicas: head size kept, no narrower than 0.5 d_T" in " ".join(said.split())
     with Store(url) as store:

@@ -83,7 +83,7 @@ class Recommendation(_Frozen):
     predicted_band: tuple[float, float] | None = Field(
         None, description="its central 80% band, from the search's error model (None: no forecast)"
     )
-    top_rung_loss: float | None = Field(
+    corrected_top_rung_loss: float | None = Field(
         None, description="where the search had no curve to T: its top rung's loss, bias taken out (not a loss at T)"
     )
     predictor: str | None = Field(

@@ -364,7 +364,7 @@ def against_the_search(rec, budget: float, loss: float) -> dict | None:
         "forecast_for_flops": rec.target_flops,
         "forecast_loss": rec.predicted_loss,
         "forecast_band": list(rec.predicted_band) if rec.predicted_band else None,
-        "top_rung_loss": rec.top_rung_loss,
+        "corrected_top_rung_loss": rec.corrected_top_rung_loss,
         "realised_loss": loss,
         "same_budget": same,
     }
