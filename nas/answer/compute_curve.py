@@ -5,8 +5,8 @@ grades it against the configs trained at T (`benchmarks.trust.fidelity.compute_c
 at matched cost the truth resolves that the answer orders right, the share of the calls it resolves that are right,
 and the median half-width of its 80% bands. Its summary ships as package data (`compute_curve.json`, written by
 `python -m benchmarks.trust.fidelity report`); `nas search --dry-run` and the layout line quote it for the share a
-search plans (`quote`): the measured share nearest in log (within a factor 1.5), or, below the lowest share
-measured, that it was not measured.
+search plans (`quote`): the measured share nearest in log (within a factor 1.5), or, outside the shares measured,
+that it was not measured.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ def quote(share: float) -> str:
         return (
             f"what this compute buys: T/{1 / share:.0f} per trial is below the lowest share make fidelity measured "
             f"(T/{1 / min(measured.values()):.0f}): not measured"
+        )
+    if share > max(measured.values()) * NEAREST:
+        return (
+            f"what this compute buys: T/{1 / share:.0f} per trial is above the highest share make fidelity measured "
+            f"(T/{1 / max(measured.values()):.0f}): not measured"
         )
     if abs(math.log(share / nearest)) > math.log(NEAREST):
         return f"what this compute buys: T/{1 / share:.0f} per trial lies between the shares make fidelity measured"

@@ -35,9 +35,11 @@ def test_a_measured_share_is_quoted_with_its_figures(key):
             assert f"{figures['band_half_width']:.3f}" in line
 
 
-def test_a_share_below_the_lowest_measured_or_between_is_said_so():
-    lowest = min(f["share_of_target"] for c in curve().values() for f in c.values())
+def test_a_share_outside_those_measured_is_said_so():
+    shares = [f["share_of_target"] for c in curve().values() for f in c.values()]
+    lowest, highest = min(shares), max(shares)
     assert "below the lowest share make fidelity measured" in quote(lowest / 10)
+    assert "above the highest share make fidelity measured (T/10): not measured" in quote(highest * 3)
     assert quote(lowest * 1.2).startswith("what this compute buys (make fidelity at T/90")
 
 
