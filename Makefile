@@ -53,6 +53,7 @@ index: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.speed.cpu_throughput --out benchmarks/results/cpu_throughput.json
+	$(PY) -m benchmarks.speed.cpu_throughput --only families --out benchmarks/results/cpu_throughput.json
 	$(PY) -m benchmarks.speed.cpu_throughput --threads 1 --out benchmarks/results/cpu_throughput_1thread.json
 
 generation: $(STAMP)

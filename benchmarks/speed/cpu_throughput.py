@@ -235,19 +235,25 @@ def verdicts(ratios: dict) -> dict:
 FAMILY_STEPS = ("reference_gpt", "reference_llama", "cascaded", "nag")
 
 
-def time_families(out: Path, rounds: int, warmup: int) -> None:
-    """The references, cascaded and NAG alone, interleaved: step-time medians and the ratios the targets name,
-    written into `out` under "families" (the rest of the file stays)."""
+def time_families(out: Path, rounds: int, warmup: int, runs: int = 3) -> None:
+    """The references, cascaded and NAG alone, interleaved, `runs` times: each run's step-time medians and the
+    ratios the targets name, their median over the runs, and the machine with its load, written into `out` under
+    "families" (the rest of the file stays)."""
     models, _ = build_models(FAMILY_STEPS)
-    times = time_interleaved({n: make_step(m) for n, m in models.items()}, rounds, 1, warmup)
-    step = {name: statistics.median(t) for name, t in times.items()}
-    ratios = {
-        "nag_vs_cascaded_step_time": step["nag"] / step["cascaded"],
-        "cascaded_vs_reference_llama_tokens_per_s": step["reference_llama"] / step["cascaded"],
-        "cascaded_vs_reference_tokens_per_s": step["reference_gpt"] / step["cascaded"],
-    }
-    update_json(out, "families", {"median_step_s": step, "rounds": rounds, "ratios": ratios})
-    log.info("%s", {k: f"{v:.3f}" for k, v in ratios.items()})
+    steps = {n: make_step(m) for n, m in models.items()}
+    measured = []
+    for run in range(runs):
+        times = time_interleaved(steps, rounds, 1, warmup)
+        step = {name: statistics.median(t) for name, t in times.items()}
+        ratios = {
+            "nag_vs_cascaded_step_time": step["nag"] / step["cascaded"],
+            "cascaded_vs_reference_llama_tokens_per_s": step["reference_llama"] / step["cascaded"],
+            "cascaded_vs_reference_tokens_per_s": step["reference_gpt"] / step["cascaded"],
+        }
+        measured.append({"median_step_s": step, "ratios": ratios})
+        log.info("run %d: %s", run + 1, {k: f"{v:.3f}" for k, v in ratios.items()})
+    median = {k: statistics.median(m["ratios"][k] for m in measured) for k in measured[0]["ratios"]}
+    update_json(out, "families", {"rounds": rounds, "runs": measured, "ratios": median, "machine": machine_info()})
 
 
 def main() -> None:
@@ -263,12 +269,13 @@ def main() -> None:
         "--threads", type=int, default=None, help="torch threads (default: torch's; a search's workers run 1 each)"
     )
     parser.add_argument("--only", choices=["families"], help="time only the references, cascaded and NAG")
+    parser.add_argument("--runs", type=int, default=3, help="with --only families: runs, their median reported")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.only == "families":
-        return time_families(args.out, args.rounds, args.warmup)
+        return time_families(args.out, args.rounds, args.warmup, args.runs)
     peak = matmul_peak_gflops()
     log.info("fp32 matmul peak: %.1f GFLOP/s", peak["gflops"])
     models, train_flops = build_models()
