@@ -53,7 +53,7 @@ ROWS: tuple[tuple[str, Cell], ...] = (
     ("decisions right, every config's top rung alone", lambda h: _num(h.get("top_rung_alone_decision_accuracy"),
                                                                        "{:.0%}")),
     ("level at T: mean error / mean absolute error (nats)",
-     lambda h: _pair(h.get("level_error_mean"), h.get("level_error_mae"), "{:+.3f}")),
+     lambda h: f"{_num(h.get('level_error_mean'), '{:+.3f}')} / {_num(h.get('level_error_mae'), '{:.3f}')}"),
     ("80% bands covering the truth (median half-width)",
      lambda h: f"{_num(h.get('band_coverage'), '{:.0%}')} ({_num(h.get('band_half_width'), '±{:.3f}')})"),
     ("resolved calls right at matched cost (calls)",
