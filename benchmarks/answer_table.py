@@ -56,6 +56,8 @@ ROWS: tuple[tuple[str, Cell], ...] = (
      lambda h: f"{_num(h.get('level_error_mean'), '{:+.3f}')} / {_num(h.get('level_error_mae'), '{:.3f}')}"),
     ("80% bands covering the truth (median half-width)",
      lambda h: f"{_num(h.get('band_coverage'), '{:.0%}')} ({_num(h.get('band_half_width'), '±{:.3f}')})"),
+    ("80% bands about the corpus's level, config by config",
+     lambda h: _num(h.get("band_coverage_about_the_level"), "{:.0%}")),
     ("resolved calls right at matched cost (calls)",
      lambda h: f"{_num(h.get('resolved_call_accuracy'), '{:.0%}')} ({h.get('resolved_calls', 'n/a')})"),
     ("share of the truth's resolvable pairs resolved right",

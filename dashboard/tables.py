@@ -139,18 +139,27 @@ _FIDELITY_FIGURES = (
     ("true best in the predicted top 3", "true_best_in_predicted_top3", "true_best_in_predicted_top3"),
     ("hypervolume ratio (predicted front at true losses)", "hypervolume_ratio_nadir", "hypervolume_ratio_nadir"),
     ("compute / the truth's", "compute_share", "compute_share"),
+    ("decisions right at matched cost", "decision_accuracy", "decision_accuracy"),
+    ("decisions right: the top rung alone", "top_rung_alone_decision_accuracy", None),
+    ("level at T: mean error (nats)", "level_error_mean", "level_error_mean"),
+    ("level at T: mean absolute error (nats)", "level_error_mae", "level_error_mae"),
     ("80% band coverage of the truths", "band_coverage", "band_coverage"),
-)
+    ("80% bands about the corpus's level, config by config", "band_coverage_about_the_level", None),
+    ("resolved calls right at matched cost", "resolved_call_accuracy", "resolved_call_accuracy"),
+    ("share of the truth's resolvable pairs resolved right", "resolved_share_of_truth_resolvable",
+     "resolved_share_of_truth_resolvable"),
+)  # fmt: skip
+_AT_MOST = ("regret_in_seed_noise", "compute_share", "level_error_mae")  # goals that are upper bounds
 
 
 def _met(key: str, value: Any, goal: Any) -> bool | None:
     if goal is None or value is None:
         return None
-    if key == "band_coverage":
+    if isinstance(goal, list | tuple):  # a range
         return goal[0] <= value <= goal[1]
     if key == "true_best_in_predicted_top3":
         return bool(value)
-    if key in ("regret_in_seed_noise", "compute_share"):
+    if key in _AT_MOST:
         return value <= goal
     return value >= goal
 
@@ -158,11 +167,11 @@ def _met(key: str, value: Any, goal: Any) -> bool | None:
 def _goal_text(key: str, goal: Any) -> str:
     if goal is None:
         return "baseline" if "alone" in key or "every_rung" in key else ""
-    if key == "band_coverage":
-        return f"{goal[0]:g}-{goal[1]:g}"
+    if isinstance(goal, list | tuple):
+        return f"{goal[0]:g} to {goal[1]:g}"
     if isinstance(goal, bool):
         return "yes"
-    return f"<= {goal:g}" if key in ("regret_in_seed_noise", "compute_share") else f">= {goal:g}"
+    return f"<= {goal:g}" if key in _AT_MOST else f">= {goal:g}"
 
 
 def fidelity_benchmark_frame(summary: Mapping) -> pd.DataFrame:

@@ -74,8 +74,13 @@ GOALS = {
     "regret_in_seed_noise": 1.0,
     "true_best_in_predicted_top3": True,
     "hypervolume_ratio_nadir": 0.95,
-    "compute_share": 0.2,
+    "compute_share": 0.15,
     "band_coverage": [0.7, 0.9],
+    "level_error_mean": [-0.03, 0.03],
+    "level_error_mae": 0.04,
+    "resolved_call_accuracy": 0.95,
+    "resolved_share_of_truth_resolvable": 0.4,
+    "decision_accuracy": 0.9,
 }
 
 
@@ -244,6 +249,7 @@ def headline(corpus: dict) -> dict:
         "level_error_mae": answer.get("level_error_mae"),
         "level_error_mean_over_orders": mean.get("level_error_mean"),
         "band_half_width": answer.get("band_half_width"),
+        "band_coverage_about_the_level": answer.get("band_coverage_about_the_level"),
         "resolved_call_accuracy": answer.get("resolved_call_accuracy"),
         "resolved_calls": answer.get("resolved_calls"),
         "resolved_share_of_truth_resolvable": answer.get("resolved_share_of_truth_resolvable"),

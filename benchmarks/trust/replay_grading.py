@@ -4,6 +4,7 @@ cost; in one arrival order (`graded_replay`) and over `ORDERS` of them (`over_or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from benchmarks.trust.grading import BAND_GAMMAS, ORDERS, Truth, bands_of, bands_with, grade
 from benchmarks.trust.replay import SearchReplay
 from nas.answer.decisions import matched_contrasts
+from nas.answer.error_model import BAND_Z
 from nas.answer.target import Answer
 
 __all__ = ["arrival_orders", "call_grade", "graded_replay", "over_orders"]
@@ -36,6 +38,7 @@ def graded_replay(
             "level_error_mae": None if level is None or not answer.at_target else level[1],
             "level_configs": search.levelled,
             "band_half_width": _half_width(answer),
+            "band_coverage_about_the_level": _coverage_about_the_level(answer, search, truth),
             **(call_grade(answer, search, truth, archs) if archs is not None else {}),
             "compute_share": search.spent / truth.compute,
             "configs_per_rung_reached": {
@@ -122,6 +125,24 @@ def call_grade(answer: Answer, search: SearchReplay, truth: Truth, archs: Mappin
         "truth_resolvable": resolvable,
         "resolved_share_of_truth_resolvable": found / resolvable if resolvable else None,
     }
+
+
+def _coverage_about_the_level(answer: Answer, search: SearchReplay, truth: Truth) -> float | None:
+    """The share of configs whose error, less the corpus's mean error, lies within the 80% band of their own part
+    (`Prediction.relative_sd`, with the truth's seed-mean noise): whether the bands hold config by config, apart
+    from the one draw of the level a corpus makes (None without a model or a measured truth noise)."""
+    if answer.model is None or truth.noise is None:
+        return None
+    kept = {c: p for c, p in search.by_config(answer.predictions).items()
+            if c in truth.loss and p.relative_sd is not None and np.isfinite(p.loss)}  # type: ignore[attr-defined]  # fmt: skip
+    if not kept:
+        return None
+    errors = {c: p.loss - truth.loss[c] for c, p in kept.items()}  # type: ignore[attr-defined]
+    centre = float(np.mean(list(errors.values())))
+    seeds = {c: len(v) for c, v in truth.runs.items()}
+    inside = [abs(e - centre) <= BAND_Z * math.hypot(kept[c].relative_sd, truth.noise / math.sqrt(seeds.get(c, 1)))
+              for c, e in errors.items()]  # type: ignore[attr-defined]  # fmt: skip
+    return float(np.mean(inside))
 
 
 def _half_width(answer: Answer) -> float | None:

@@ -563,9 +563,17 @@ def _benchmark_summary(tau_plays: float) -> dict:
         "every_rung_answer_kendall_tau": None,
         "lowest_rung_alone_kendall_tau": 0.5,
         "tau_ceiling": 0.9,
+        "decision_accuracy": 0.95,
+        "top_rung_alone_decision_accuracy": 0.9,
+        "level_error_mean": -0.01,
+        "level_error_mae": 0.03,
+        "band_coverage_about_the_level": 0.8,
+        "resolved_call_accuracy": 0.96,
+        "resolved_share_of_truth_resolvable": 0.5,
     }
     goals = dict(GOALS)  # the benchmark's own goals, as it writes them into its JSON
-    code = {**headline, "kendall_tau": 0.9, "band_coverage": 0.95, "true_best_in_predicted_top3": False}
+    code = {**headline, "kendall_tau": 0.9, "band_coverage": 0.95, "true_best_in_predicted_top3": False,
+            "level_error_mean": 0.05}  # fmt: skip
     return {"default_layout": "3 rungs, eta 3", "goals": goals, "headline": {"plays": headline, "code": code}}
 
 
@@ -579,7 +587,12 @@ def test_fidelity_benchmark_frame_grades_each_figure_on_every_corpus(tau_plays, 
     assert frame.loc["true best in the predicted top 3", ["plays", "code", "met"]].tolist() == ["yes", "no", False]
     assert not frame.loc["80% band coverage of the truths", "met"]  # 0.95 on code is outside 0.7-0.9
     assert frame.loc["regret (truth seed-noise units)", "met"] and frame.loc["compute / the truth's", "met"]
-    assert frame["met"].isna().sum() == 5  # baselines, the order mean and the ceiling carry no goal
+    assert not frame.loc["level at T: mean error (nats)", "met"]  # +0.05 on code is outside -0.03 to 0.03
+    assert (
+        frame.loc["level at T: mean absolute error (nats)", "met"]
+        and frame.loc["resolved calls right at matched cost", "met"]
+    )
+    assert frame["met"].isna().sum() == 7  # baselines, the order mean, the ceiling and the level-free coverage
 
 
 # ---- the app ---------------------------------------------------------------------------------
