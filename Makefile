@@ -36,9 +36,10 @@ families: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# Everything but the tests marked slow, postgres, cluster or browser, on both cores (pytest-xdist, one thread each).
+# Everything but the tests marked slow, postgres, cluster or browser, on both cores (pytest-xdist, one thread each;
+# a worker idle at the end takes tests queued for the other).
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not slow and not postgres and not cluster and not browser"
+	$(PY) -m pytest -n 2 --dist worksteal -m "not slow and not postgres and not cluster and not browser"
 
 # Lint, format check and type check; mypy reads its files from [tool.mypy] in pyproject.toml.
 lint: $(STAMP)
