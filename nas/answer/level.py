@@ -19,8 +19,10 @@ each weighted by its number of seeds. Three budgets span a factor of four or fiv
 alpha by itself (measured on `make fidelity`'s corpora: a free exponent wanders from 0.05 to 0.6 with the configs
 chosen), so alpha has a prior N(alpha0, alpha_sd) measured across corpora (the exponent that carries their level
 configs to their truth), and E is free. For each alpha of a grid, (E, A_i) are the weighted least-squares
-solution (linear in them) with E's standard error from the seed noise sigma; the grid's weights are the posterior
-exp(-SSE / (2 sigma^2)) x prior(alpha). A prediction is the posterior mean of L_i(T), and its sd the posterior
+solution (linear in them) with E's standard error from sigma; the grid's weights are the posterior
+exp(-SSE / (2 sigma^2)) x prior(alpha), sigma the seed noise, or the points' scatter about the best curve where
+that is larger (a config that does not follow the shared curve then widens the posterior rather than pinning
+alpha). A prediction is the posterior mean of L_i(T), and its sd the posterior
 spread (over alpha, and E at each alpha), with delta's sd and the level's error across corpora that no fit sees
 (`LevelPrior.systematic_sd`) added.
 
@@ -165,26 +167,32 @@ def fit_level(
 
 
 def _posterior(rows, configs, top_flops, noise, prior):
-    """(weights, E, Var E) over ALPHA_GRID: at each alpha the weighted least squares in (E, a_i), x = C / C_top."""
+    """(weights, E, Var E) over ALPHA_GRID: at each alpha the weighted least squares in (E, a_i), x = C / C_top.
+
+    The likelihood's sd is the seed noise, or where the points scatter about the best curve by more than it
+    (SSE / (n - configs - 2) > sigma^2: a config that does not follow one shared curve), that scatter, so that a
+    misfit widens the posterior instead of pinning alpha where it fits worst."""
     index = {t: k for k, t in enumerate(configs)}
     x = np.array([p.flops / top_flops for p in rows])
     y = np.array([p.loss for p in rows])
     w = np.array([float(p.seeds) for p in rows])
     member = np.zeros((len(rows), len(configs)))
     member[np.arange(len(rows)), [index[p.trial] for p in rows]] = 1.0
-    log_post, floors, floor_vars = [], [], []
+    sses, floors, pinv_floor = [], [], []
     for alpha in ALPHA_GRID:
         design = np.hstack([np.ones((len(rows), 1)), member * (x**-alpha)[:, None]])
         weighted = design * np.sqrt(w)[:, None]
         coef, *_ = np.linalg.lstsq(weighted, y * np.sqrt(w), rcond=None)
-        sse = float((w * (y - design @ coef) ** 2).sum())
-        cov = np.linalg.pinv(weighted.T @ weighted) * noise**2
-        log_post.append(-sse / (2 * noise**2) - (alpha - prior.alpha) ** 2 / (2 * prior.alpha_sd**2))
+        sses.append(float((w * (y - design @ coef) ** 2).sum()))
         floors.append(coef[0])
-        floor_vars.append(max(float(cov[0, 0]), 0.0))
-    log_post = np.array(log_post)
+        pinv_floor.append(max(float(np.linalg.pinv(weighted.T @ weighted)[0, 0]), 0.0))
+    sse = np.array(sses)
+    dof = len(rows) - len(configs) - 2
+    scatter = float(sse.min()) / dof if dof > 0 else 0.0
+    variance = max(noise**2, scatter)
+    log_post = -sse / (2 * variance) - (ALPHA_GRID - prior.alpha) ** 2 / (2 * prior.alpha_sd**2)
     weights = np.exp(log_post - log_post.max())
-    return weights / weights.sum(), np.array(floors), np.array(floor_vars)
+    return weights / weights.sum(), np.array(floors), np.array(pinv_floor) * variance
 
 
 def choose_level_configs(sizes: Mapping[int, float], count: int) -> list[int]:

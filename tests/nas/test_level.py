@@ -50,6 +50,20 @@ def test_a_tight_prior_holds_the_exponent_and_the_points_still_set_the_floor():
     assert curve.floor == pytest.approx(E, abs=0.01)
 
 
+def test_a_config_off_the_shared_curve_widens_the_level_instead_of_pinning_the_exponent():
+    """One config whose loss falls four times as fast as the others' (an unstable run) at a quarter and a third of
+    the top rung: with the likelihood's sd the seed noise alone the posterior follows it far from its prior; with
+    the scatter about the best curve it stays near the prior, and the level's sd widens."""
+    points, top = planted(budgets=(TOP / 4, TOP / 3))
+    steep = [LevelPoint(p.trial, p.flops, p.loss + (0.6 if p.flops == TOP / 4 else 0.4) * (p.trial == 2))
+             for p in points]  # fmt: skip
+    prior = LevelPrior(alpha=ALPHA, alpha_sd=0.08)
+    clean, off = fit_level(points, top, 0.01, prior), fit_level(steep, top, 0.01, prior)
+    assert isinstance(clean, LevelCurve) and isinstance(off, LevelCurve)
+    assert abs(off.alpha - ALPHA) < 2 * prior.alpha_sd  # the prior still holds it
+    assert off.carry(loss(0, TOP), T)[1] > 2 * clean.carry(loss(0, TOP), T)[1]  # and the level says it is unsure
+
+
 def test_two_points_or_one_config_support_no_curve():
     points, top = planted(configs=(0,))
     assert isinstance(fit_level(points, top, 0.01, WIDE), NoCurve)  # one config: no shared floor
