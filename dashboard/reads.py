@@ -79,11 +79,12 @@ def missing_sqlite_file(url: str) -> Path | None:
 
 @st.cache_resource(show_spinner=False)
 def store(url: str) -> Store:
-    """One `Store` per URL for the server's lifetime (its engine pools connections across sessions)."""
+    """One read-only `Store` per URL for the server's lifetime (its engine pools connections across sessions): the
+    dashboard reads a store as it is, never creating, upgrading or writing one."""
     missing = missing_sqlite_file(url)
     if missing is not None:
         raise StoreError(f"no store at {missing}: run `nas search` first, or pass --storage URL")
-    return Store(url)
+    return Store(url, read_only=True)
 
 
 @st.cache_data(ttl=TTL_S, show_spinner=False)

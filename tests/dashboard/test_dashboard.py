@@ -903,6 +903,19 @@ def _dump(url: str) -> list[str]:
         return list(db.iterdump())
 
 
+def test_the_dashboard_opens_its_store_read_only(tmp_path):
+    from nas.store import StoreError
+
+    url = default_url(tmp_path)
+    Store(url).close()
+    before = _dump(url)
+    store = data.store(url)
+    assert store.read_only and store.list_searches() == []
+    with pytest.raises(StoreError, match="is open read-only"):
+        store.set_search_status("any", "completed")
+    assert _dump(url) == before
+
+
 def test_app_reports_a_missing_store_without_creating_it(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
