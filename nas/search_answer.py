@@ -150,8 +150,12 @@ class SearchAnswer:
         seeds = len({g.seed for g in self.rungs if g.number == row.number})
         rests = None
         if p is not None:
+            facts = self.answer.facts.get(row.number) if self.answer is not None else None
+            model = self.answer.model if self.answer is not None else None
+            measured = None if facts is None or model is None else model.measured_at(facts)
             rests = {"rungs": p.rungs, "seeds": seeds, "predictor": p.predictor, "basis": p.basis,
-                     "held_out_error": p.loo_error}  # fmt: skip
+                     "held_out_error": p.loo_error, "top_rung_steps": None if facts is None else facts.steps,
+                     "within_measured_steps": measured}  # fmt: skip
         spent = None if row.training_flops is None else row.training_flops + (row.branch_flops or 0.0)
         at_t = p is not None and p.at_target
         return {

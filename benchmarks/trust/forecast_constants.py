@@ -16,16 +16,19 @@ and where built the rungs that kept the head count at every share of T, `*_keep_
   configs to its truth (`alpha`: the level protocol of a search, `level_error`, run with the exponent held at each
   value, solved for a mean error of zero; an exponent fitted with a free floor through every config's rungs and the
   truth is reported beside it, `alpha_free`);
-- **the rung's seed noise**.
+- **the rung's seed noise**;
+- **the fewest optimizer steps of a top rung** (`top_rung_steps`): the model says nothing about top rungs shorter
+  than every one it was measured on, and a search names the trials whose top rungs are.
 
 Across corpora (`fit_model`): means; an sd from how much they disagree (beta's and each family offset's, with a
 floor of a quarter of the mean's size, alpha's of 0.02, the offset's of 0.005, so that two corpora that happen to
 agree are not taken as exact); misfits as root mean squares; the seed noise as the median, weighing against a
 search's own repeats as the degrees of freedom nu_0 whose chi-square spread, Var(s^2) / sigma^4 = 2 / nu_0, is
-the corpora's (with the same floor of a quarter); the level's error no fit sees (`systematic_sd`) as the root
-mean square of the level errors the fitted protocol makes on each corpus of the set when its constants come from
-the others (`level_error`: the level configs a search picks, `nas.answer.level.choose_level_configs`, at a
-quarter and a third of the top rung, carried by `nas.answer.level.fit_level`).
+the corpora's (with the same floor of a quarter); the fewest top-rung steps as the least of the corpora's; the
+level's error no fit sees (`systematic_sd`) as the root mean square of the level errors the fitted protocol makes
+on each corpus of the set when its constants come from the others (`level_error`: the level configs a search
+picks, `nas.answer.level.choose_level_configs`, at a quarter and a third of the top rung, carried by
+`nas.answer.level.fit_level`).
 
 `held_out_models()` is what `make fidelity` grades each corpus with: the results file's `held_out` entry, which
 `benchmarks.trust.fidelity report` reads as its input.
@@ -78,6 +81,8 @@ class CorpusTables:
         self.top_runs: dict[int, dict[int, float]] = {}
         for r in replica:
             self.top_runs.setdefault(r["config"], {})[r["seed"]] = r["val_loss"]
+        tokens_per_step = fidelity.RUN["batch_size"] * fidelity.FIXED["seq_len"]
+        self.top_rung_steps = min(int(r["tokens"]) // tokens_per_step for r in replica)
         self.top_s = {r["config"]: math.log(r["d_model"] / r["replica_d_model"]) for r in replica}
         self.noise = seed_noise(
             [RungPoint(r["config"], "-", r["budget_flops"], r["val_loss"], r["seed"]) for r in replica]
@@ -252,6 +257,7 @@ def fit_model(corpora: Sequence[CorpusTables], nested: bool = True) -> dict:
         "seed_noise_dof": 2.0 / relative**2,
         "level": level,
         "call_z": CALL_Z,
+        "top_rung_steps": min(c.top_rung_steps for c in corpora),
     }
 
 
@@ -265,6 +271,7 @@ def per_corpus(corpus: CorpusTables) -> dict:
         "offset": corpus.offset,
         "seed_noise": corpus.noise,
         "truth_seed_noise": corpus.truth.noise,
+        "top_rung_steps": corpus.top_rung_steps,
     }
 
 

@@ -314,7 +314,8 @@ def rests_on(
 
 
 def _forecast_lines(answer: Answer) -> list[str]:
-    """What the forecast rests on, a line each: the level at T, the bias taken out, the error model."""
+    """What the forecast rests on, a line each: the level at T, the bias taken out, the error model, and the trials
+    whose top rungs are shorter than any the model was measured on."""
     lines = []
     if answer.level is not None:
         lines.append(f"level: {answer.level.describe()}")
@@ -323,7 +324,29 @@ def _forecast_lines(answer: Answer) -> list[str]:
     if answer.model is not None and answer.facts:
         noise = "measured" if answer.noise else f"assumed {answer.model.seed_noise:.3f} (none measured)"
         lines.append(f"certainty: {answer.model.describe()}; seed noise {noise}")
+        short = {t: f.steps for t, f in answer.facts.items() if not answer.model.measured_at(f)}
+        if short:
+            lines.append(f"range: {_short_top_rungs(short, len(answer.facts), answer.model.top_rung_steps)}")
     return lines
+
+
+def _short_top_rungs(short: Mapping[int, int | None], trials: int, measured: int) -> str:
+    """Which trials' top rungs are shorter than any the error model was measured on (`short`: trial -> steps)."""
+    steps = [s for s in short.values() if s is not None]
+    took = f"{min(steps)}" if min(steps) == max(steps) else f"{min(steps)} to {max(steps)}"
+    if len(short) == 1:
+        who, whose = f"trial {next(iter(short))} trained its", "its band and calls are"
+    else:
+        who = (
+            "every trial trained its"
+            if len(short) == trials
+            else f"trials {', '.join(map(str, sorted(short)))} trained their"
+        )
+        whose = "their bands and calls are"
+    return (
+        f"{who} top rung in {took} optimizer steps, fewer than any top rung the error model was measured on "
+        f"({measured}): {whose} not calibrated there"
+    )
 
 
 def _own_margin(answer: Answer, trial: int) -> float | None:

@@ -62,20 +62,23 @@ CONSTANTS_FILE = "forecast_constants.json"  # package data beside this module (`
 @dataclass(frozen=True)
 class TrialFacts:
     """What a trial's prediction rests on: its family, the target's aspect z = ln(depth / width), the narrowing
-    distance s of its top rung, and how many seeds measured it there."""
+    distance s of its top rung, how many seeds measured it there, and the fewest optimizer steps any of them took
+    (None: not recorded)."""
 
     family: str
     aspect: float
     distance: float
     seeds: int = 1
+    steps: int | None = None
 
 
 @dataclass(frozen=True)
 class ErrorModel:
     """The model's constants (module docstring): the bias correction's prior, each family's misfit in units of the
     seed noise (`default_ratio` for a family it does not name), the seed noise measured across corpora, the level's
-    prior, the call's z, where it was measured, and how many degrees of freedom of a search's own repeats the
-    measured seed noise weighs as (`noise`)."""
+    prior, the call's z, where it was measured, how many degrees of freedom of a search's own repeats the
+    measured seed noise weighs as (`noise`), and the fewest optimizer steps of any top rung it was measured on
+    (`top_rung_steps`: a top rung trained in fewer lies outside what the model has seen, `measured_at`)."""
 
     bias: BiasPrior = NO_PRIOR
     misfit_ratio: Mapping[str, float] = field(default_factory=dict)
@@ -85,6 +88,12 @@ class ErrorModel:
     call_z: float = CALL_Z
     source: str = "none"
     seed_noise_dof: float = 0.0
+    top_rung_steps: int = 0
+
+    def measured_at(self, facts: TrialFacts) -> bool:
+        """Whether the model was measured on top rungs as short as this trial's: at least `top_rung_steps`
+        optimizer steps (or not recorded). Below, its correction, band and calls extrapolate what it has seen."""
+        return facts.steps is None or facts.steps >= self.top_rung_steps
 
     def noise(self, measured: float | None, dof: int) -> float:
         """The seed noise a search's answer reads: its `measured` sd on `dof` degrees of freedom pooled with
@@ -148,6 +157,7 @@ def model_from_dict(raw: Mapping) -> ErrorModel:
         raw.get("call_z", CALL_Z),
         raw["source"],
         raw.get("seed_noise_dof", 0.0),
+        int(raw.get("top_rung_steps", 0)),
     )
 
 

@@ -77,6 +77,10 @@ def forecast_at_target(rows: Sequence[RungRow], target: float, forecasting: Fore
             continue
         own = math.sqrt(forecasting.model.relative_variance(facts[number], centre, noise))
         out[number], factors[number] = _predicted(p, shift, own, study, number, level, target)
+        if not forecasting.model.measured_at(facts[number]):
+            out[number] = replace(
+                out[number], basis=f"{out[number].basis}; {_short_top_rung(facts[number], forecasting.model)}"
+            )
     if one_rung and level is None:
         level = NoCurve("no configs measured below the top rung (--level-configs)")
     return replace(
@@ -115,14 +119,25 @@ def _predicted(
     return replace(p, loss=loss, sd=total, relative_sd=relative, low=low, high=high), factor
 
 
+def _short_top_rung(facts: TrialFacts, model: ErrorModel) -> str:
+    return (
+        f"its top rung took {facts.steps} optimizer steps, fewer than any the error model was measured on "
+        f"({model.top_rung_steps}): its band is not calibrated there"
+    )
+
+
 def _facts(layout: Sequence[RungRow], forecasting: Forecasting) -> dict[int, TrialFacts]:
-    """Each trial's family, aspect, the narrowing distance of its highest layout rung and its seeds there."""
+    """Each trial's family, aspect, the narrowing distance of its highest layout rung, its seeds there and the
+    fewest steps they took."""
     highest: dict[int, RungRow] = {}
     seeds: dict[tuple[int, float], set[int]] = {}
+    steps: dict[tuple[int, float], int] = {}
     for r in layout:
         if r.val_loss is None or not math.isfinite(r.val_loss) or r.number not in forecasting.shapes:
             continue
         seeds.setdefault((r.number, r.budget_flops), set()).add(r.seed)
+        key = (r.number, r.budget_flops)
+        steps[key] = min(steps.get(key, r.steps), r.steps)
         if r.number not in highest or r.budget_flops > highest[r.number].budget_flops:
             highest[r.number] = r
     out = {}
@@ -133,6 +148,7 @@ def _facts(layout: Sequence[RungRow], forecasting: Forecasting) -> dict[int, Tri
             aspect(layers, width),
             forecasting.distance(row, width),
             len(seeds[(number, row.budget_flops)]),
+            steps[(number, row.budget_flops)],
         )
     return out
 

@@ -114,3 +114,59 @@ def test_seed_noise_counts_its_degrees_of_freedom():
     points = [RungPoint(t, "cascaded", 1e9, 2.0 + 0.01 * s * (-1) ** t, s) for t in range(4) for s in range(t % 3 + 1)]
     assert seed_noise_dof(points) == sum(t % 3 for t in range(4))  # (seeds - 1) per repeated rung: 0 + 1 + 2 + 0
     assert seed_noise(points) is not None and seed_noise_dof(points[:1]) == 0
+
+
+def test_a_top_rung_shorter_than_any_the_model_was_measured_on_is_named(tmp_path):
+    """The model knows top rungs of at least `top_rung_steps` optimizer steps: a trial whose top rung took fewer
+    says so in its basis (the export's and the JSON's) and in one line of what the answer rests on; the others and
+    a model that records no such bound say nothing."""
+    from nas.answer.decisions import Architecture, rests_on
+    from nas.answer.forecast import Forecasting, forecast_at_target
+    from nas.store import Store, default_url
+    from workers.training.records import RungRecord
+
+    shapes = {0: (2, 64), 1: (4, 64), 2: (6, 64)}
+    families = {0: "cascaded", 1: "nag", 2: "ancre"}
+    steps = {0: 500, 1: 50, 2: 400}
+    top, target = 1e11, 1e12
+    with Store(default_url(tmp_path)) as store:
+        store.create_search("s", requested_trials=3, budget={}, space={}, settings={}, optuna_study_name=None,
+                            code_version=None)  # fmt: skip
+        for t in shapes:
+            store.start_trial("s", number=t, config={"residual": families[t]})
+            for seed in (0, 1):
+                loss = 2.0 + 0.1 * t + 0.01 * seed
+                store.record_rung("s", t, RungRecord(0, seed, top, steps[t] + seed, 1, loss, top, None, 32, 1, 20.0,
+                                                     20.0, True))  # fmt: skip
+        rows = store.rungs("s")
+    archs = {t: Architecture(families[t], *shapes[t]) for t in shapes}
+    flops, params = {t: 1e5 for t in shapes}, {t: 1e5 * (t + 1) for t in shapes}
+
+    def answer(model: ErrorModel):
+        found = forecast_at_target(rows, target, Forecasting(shapes, families, top, top, model))
+        return found, [line for line in rests_on(found, [], archs, flops, params) if line.startswith("range: ")]
+
+    bounded = ErrorModel(PRIOR, {"cascaded": 0.8, "nag": 1.2, "ancre": 1.8}, 1.2, seed_noise=0.02, top_rung_steps=400)
+    found, lines = answer(bounded)
+    assert [t for t, f in found.facts.items() if not bounded.measured_at(f)] == [1] and found.facts[1].steps == 50
+    assert "took 50 optimizer steps" in found.predictions[1].basis
+    assert all("optimizer steps" not in found.predictions[t].basis for t in (0, 2))
+    assert lines == [
+        "range: trial 1 trained its top rung in 50 optimizer steps, fewer than any top rung the error model was "
+        "measured on (400): its band and calls are not calibrated there"
+    ]
+    found, lines = answer(MODEL)  # no bound recorded: nothing said
+    assert lines == [] and all("optimizer steps" not in p.basis for p in found.predictions.values())
+    assert MODEL.measured_at(TrialFacts("nag", -2.0, S, 1, None)) and not bounded.measured_at(
+        TrialFacts("nag", -2.0, S, 1, 399)
+    )
+
+
+def test_the_shipped_bound_on_top_rung_steps_is_the_fewest_the_fidelity_tables_hold():
+    from benchmarks.harness import read_table
+    from benchmarks.trust import fidelity_tables as fidelity
+
+    per_step = fidelity.RUN["batch_size"] * fidelity.FIXED["seq_len"]
+    fewest = min(int(r["tokens"]) // per_step for c in fidelity.CORPORA.values() if fidelity.ready(c)
+                 for r in read_table(c.replica_runs))  # fmt: skip
+    assert measured_model().top_rung_steps == fewest > 0

@@ -91,6 +91,8 @@ def test_show_json_holds_the_numbers_the_table_prints(tmp_path):
         t = trials[int(number)]
         assert f"{t['loss_at_target']:.4f}" == loss and f"{t['band'][0]:.4f}-{t['band'][1]:.4f}" == band
         assert t["corrected_top_rung_loss"] is None and t["sd"] is not None and data["losses_are"] == "loss at T"
+        steps, within = t["rests_on"]["top_rung_steps"], t["rests_on"]["within_measured_steps"]
+        assert (steps, within) in ((1, False), (None, None))  # one step each, or no error model's facts on a ladder
     assert data["hypervolume"]["value"] == found.hypervolume and data["rests_on"] == list(found.rests_on)
     assert data["settings"]["target_flops"] == BUDGET.ladder.target_flops and data["settings"]["layout"]["budgets"] == [
         1e10,
