@@ -39,6 +39,7 @@ from nas.store import (
     TrialRow,
     default_url,
 )
+from nas.store.engine import sqlite_file
 from workers.status import TrialStatus
 from workers.trial.result import WidthCertificate
 
@@ -66,15 +67,8 @@ def storage_url(
 
 def missing_sqlite_file(url: str) -> Path | None:
     """The file of a file-backed SQLite URL that does not exist (opening it would create it), else None."""
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return None
-    database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
-        return None
-    path = Path(database).expanduser()
-    return None if path.exists() else path
+    path = sqlite_file(url)
+    return None if path is None or path.exists() else path
 
 
 @st.cache_resource(show_spinner=False)

@@ -33,7 +33,7 @@ from .answer.decisions import rests_on, trial_facts
 from .answer.error_model import NO_MODEL, measured_model
 from .answer.forecast import Forecasting, forecast_at_target
 from .answer.pareto import hypervolume, reference_point
-from .answer.target import Answer, Prediction, answer_at_target, at_target, front_at_target
+from .answer.target import Answer, Prediction, at_target, front_at_target
 from .space import SearchSpace, space_from_dict, to_configs
 from .space.budget import Budget, BudgetError, stored_budget
 from .space.objectives import Objective, front_costs, inference_cost_of, objectives_of
@@ -231,9 +231,7 @@ def _computed(store: Store, name: str, target: float | None) -> SearchAnswer:
     answer = None
     if rungs and target is not None and math.isfinite(target):
         forecasting = _forecasting(search, budget, rows) if budget is not None else None
-        answer = (
-            answer_at_target(rungs, target) if forecasting is None else forecast_at_target(rungs, target, forecasting)
-        )
+        answer = forecast_at_target(rungs, target, forecasting)
     predictions = answer.predictions if answer is not None else {}
     objectives = objectives_of(search.settings)
     key, also = front_costs(objectives)

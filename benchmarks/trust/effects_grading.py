@@ -54,7 +54,6 @@ SEED_REDRAWS = 200  # redraws of the truth's means within their seed noise: the 
 GOALS = {"sign_agreement": 0.9, "answer_resolves_share_of_the_truths": 0.5, "interval_coverage": [0.7, 0.9]}
 # (the fit's size held fixed, the knob): the effects graded
 GRADED = (("flops", "residual"), ("flops", "mod_rate"), ("flops", "mod_granularity"), ("params", "n_layers"))
-Z80 = 1.2816  # an 80% central band is +-1.2816 sd
 
 
 def config_knobs(corpus: str, truth: Truth) -> dict[int, dict]:

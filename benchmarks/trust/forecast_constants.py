@@ -51,7 +51,7 @@ from benchmarks.trust import fidelity_tables as fidelity
 from benchmarks.trust.architecture import error_beyond_size
 from benchmarks.trust.grading import Truth, graded_rows
 from nas.answer.decisions import Architecture, size_trend
-from nas.answer.discrepancy import aspect
+from nas.answer.discrepancy import BiasPrior, aspect
 from nas.answer.error_model import CALL_Z, CONSTANTS_FILE, ErrorModel, model_from_dict
 from nas.answer.extrapolate import RungPoint, budget_key, fit_study, seed_noise
 from nas.answer.level import LevelCurve, LevelPoint, LevelPrior, choose_level_configs, fit_level
@@ -119,6 +119,19 @@ class CorpusTables:
         return {"family": dict(zip(FAMILIES, map(float, coef[1:3]), strict=True)), "beta": float(coef[3]),
                 "misfit": misfit}  # fmt: skip
 
+    def corrected(self, bias: BiasPrior) -> dict[int, float]:
+        """Each config's top rung (seed mean) with `bias` taken out, around this corpus's mean aspect:
+        x - s (beta (z - z0) + the family offset as applied)."""
+        return {c: x - self.top_s[c] * (bias.beta * (self.aspects[c] - self.centre)
+                                         + bias.applied_family(self.archs[c].residual))
+                for c, x in self.top.items()}  # fmt: skip
+
+    @property
+    def own_bias(self) -> BiasPrior:
+        """This corpus's own bias coefficients, applied whole."""
+        k = self.coefficients
+        return BiasPrior(k["beta"], 0.0, dict(k["family"]), self.name)
+
     @cached_property
     def misfit_ratio(self) -> dict[str, float]:
         """Per family: the sd of the top rung's errors (seed means) after this corpus's own correction and a
@@ -146,7 +159,7 @@ class CorpusTables:
         offset = self.offset if self.offset is not None else 0.0
 
         def error(alpha: float) -> float | None:
-            return level_error(self, LevelPrior(alpha, 1e-4, offset), self.noise or 0.02)
+            return level_error(self, LevelPrior(alpha, 1e-4, offset), self.noise or 0.02, self.own_bias)
 
         low, high = 0.03, 0.6
         at_low, at_high = error(low), error(high)
@@ -191,10 +204,10 @@ class CorpusTables:
                 and r["on_path"]}  # fmt: skip
 
 
-def level_error(corpus: CorpusTables, prior: LevelPrior, noise: float) -> float | None:
+def level_error(corpus: CorpusTables, prior: LevelPrior, noise: float, bias: BiasPrior) -> float | None:
     """The mean level error (prediction minus truth over every config) of the level protocol on `corpus`: the
     configs a search picks, their keep-heads rungs (seed 0) at LEVEL_SHARES of the top rung and their top rung,
-    every top rung carried to T."""
+    every top rung carried to T with `bias` taken out as a search takes it out (`nas.answer.forecast`)."""
     budgets = [corpus.top_flops * share for share in LEVEL_SHARES]
     if not corpus.keep_heads or not all(corpus.keep_heads_at(b, 0) for b in budgets):
         return None
@@ -205,7 +218,7 @@ def level_error(corpus: CorpusTables, prior: LevelPrior, noise: float) -> float 
     curve = fit_level(points, top, noise, prior)
     if not isinstance(curve, LevelCurve):
         return None
-    errors = [curve.carry(x, corpus.truth.target)[0] - corpus.truth.loss[c] for c, x in corpus.top.items()]
+    errors = [curve.carry(x, corpus.truth.target)[0] - corpus.truth.loss[c] for c, x in corpus.corrected(bias).items()]
     return float(np.mean(errors))
 
 
@@ -238,8 +251,8 @@ def fit_model(corpora: Sequence[CorpusTables], nested: bool = True) -> dict:
         errors = []
         for c in corpora:
             others = fit_model([o for o in corpora if o is not c], nested=False)
-            prior = model_from_dict(others).level
-            if (e := level_error(c, prior, c.noise or noise)) is not None:
+            held = model_from_dict(others)
+            if (e := level_error(c, held.level, c.noise or noise, held.bias)) is not None:
                 errors.append(e)
         level["systematic_sd"] = math.sqrt(float(np.mean(np.square(errors)))) if errors else 0.0
     return {

@@ -215,15 +215,7 @@ class SearchReplay:
         return Forecasting(shapes, families, min(self.budgets), max(self.budgets), self.model)
 
     def answer(self) -> Answer:
-        from nas.answer.target import answer_at_target
-
-        forecasting = self.forecasting()
-        rows = self.store.rungs("replay")
-        return (
-            answer_at_target(rows, self.target)
-            if forecasting is None
-            else forecast_at_target(rows, self.target, forecasting)
-        )
+        return forecast_at_target(self.store.rungs("replay"), self.target, self.forecasting())
 
     def estimates(self, answer: Answer | None = None) -> dict[int, float]:
         """The predicted loss at T of every config proposed so far, keyed by config (of `answer`, else now)."""

@@ -324,15 +324,15 @@ def _forecast_lines(answer: Answer) -> list[str]:
     if answer.model is not None and answer.facts:
         noise = "measured" if answer.noise else f"assumed {answer.model.seed_noise:.3f} (none measured)"
         lines.append(f"certainty: {answer.model.describe()}; seed noise {noise}")
-        short = {t: f.steps for t, f in answer.facts.items() if not answer.model.measured_at(f)}
+        short = {t: f.steps for t, f in answer.facts.items() if f.steps is not None and not answer.model.measured_at(f)}
         if short:
             lines.append(f"range: {_short_top_rungs(short, len(answer.facts), answer.model.top_rung_steps)}")
     return lines
 
 
-def _short_top_rungs(short: Mapping[int, int | None], trials: int, measured: int) -> str:
+def _short_top_rungs(short: Mapping[int, int], trials: int, measured: int) -> str:
     """Which trials' top rungs are shorter than any the error model was measured on (`short`: trial -> steps)."""
-    steps = [s for s in short.values() if s is not None]
+    steps = list(short.values())
     took = f"{min(steps)}" if min(steps) == max(steps) else f"{min(steps)} to {max(steps)}"
     if len(short) == 1:
         who, whose = f"trial {next(iter(short))} trained its", "its band and calls are"

@@ -70,7 +70,6 @@ __all__ = [
 
 BOOTSTRAP = 400  # bootstrap draws of each interval
 COLLINEAR = 0.999  # R^2 of a term on the size trend (or on the other terms) above which it is not identified
-Z80 = 1.2816  # the standard normal's 90th percentile: an 80% central band is +-1.2816 sd
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ difference at the top rung by c = (C_top / T)^alpha. Its error has four parts, e
 - **seed noise** sigma^2 / n: sigma the study's own, measured on its repeated runs with nu degrees of freedom,
   pooled with the noise measured across corpora sigma_0, which weighs as nu_0 degrees of freedom (`ErrorModel.noise`:
   sigma^2 = (nu_0 sigma_0^2 + nu s^2) / (nu_0 + nu)), so that a handful of repeats does not set it alone;
-- **the bias correction's uncertainty**: beta's sd times s (z - z0), and the family offset's spread across the
-  corpora times s (`BiasPrior.family_sd`);
+- **the bias correction's uncertainty**: beta's sd (as the anchors moved it, where a search has them) times
+  s (z - z0), and the family offset's spread across the corpora times s (`BiasPrior.family_sd`);
 - **the misfit no line explains**: a config's own error beyond size, family and shape, in units of the seed noise,
   per family (`misfit_ratio`: measured across corpora; a cascaded config's top rung misses by less than a NAG's or
   an ANCRe's);
@@ -103,10 +103,6 @@ class ErrorModel:
             return self.seed_noise
         nu0 = self.seed_noise_dof
         return math.sqrt((nu0 * self.seed_noise**2 + dof * measured**2) / (nu0 + dof))
-
-    def correction(self, facts: TrialFacts, centre: float) -> float:
-        """What to add to a top-rung loss: -s (beta (z - z0) + the family offset as applied)."""
-        return -facts.distance * (self.bias.beta * (facts.aspect - centre) + self.bias.applied_family(facts.family))
 
     def relative_variance(self, facts: TrialFacts, centre: float, noise: float | None) -> float:
         """The variance of a trial's own error at its top rung (seed noise, the correction's uncertainty, the

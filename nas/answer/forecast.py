@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..store import RungRow
-from .discrepancy import Anchoring, Distance, aspect, width_distance
+from .discrepancy import Anchoring, Discrepancy, Distance, aspect, width_distance
 from .error_model import BAND_Z, NO_MODEL, ErrorModel, TrialFacts, band
+from .extrapolate import budget_key
 from .level import LevelCurve, LevelPoint, NoCurve, fit_level
 from .target import Answer, Prediction, answer_at_target
 
@@ -58,13 +59,17 @@ class Forecasting:
         return [r for r in rows if low <= r.budget_flops <= high], [r for r in rows if r.budget_flops < low]
 
 
-def forecast_at_target(rows: Sequence[RungRow], target: float, forecasting: Forecasting) -> Answer:
-    """The search's answer at `target` (module docstring)."""
+def forecast_at_target(rows: Sequence[RungRow], target: float, forecasting: Forecasting | None) -> Answer:
+    """The search's answer at `target` (module docstring); without `forecasting` (a search whose rungs are its
+    configs themselves), the study's answer alone."""
+    if forecasting is None:
+        return answer_at_target(rows, target)
     layout, level_rows = forecasting.split(rows)
     study = answer_at_target(layout, target)
     noise = forecasting.model.noise(study.noise, study.noise_dof)
     discrepancy = forecasting.anchoring.fit(rows, noise)
     corrections = forecasting.anchoring.corrections(layout, discrepancy)
+    model = _moved(forecasting.model, discrepancy)
     facts = _facts(layout, forecasting)
     centre = discrepancy.centre
     one_rung = forecasting.lowest_flops >= forecasting.top_flops * (1 - _EPS)
@@ -73,26 +78,32 @@ def forecast_at_target(rows: Sequence[RungRow], target: float, forecasting: Fore
     for number, p in study.predictions.items():
         shift = corrections.get(number, (0.0, 0.0))[0]
         if number not in facts or not math.isfinite(p.loss):
-            out[number] = p
+            if not isinstance(level, LevelCurve):  # with a curve, a loss it cannot carry is left out, not mixed in
+                out[number] = p
             continue
-        own = math.sqrt(forecasting.model.relative_variance(facts[number], centre, noise))
+        own = math.sqrt(model.relative_variance(facts[number], centre, noise))
         out[number], factors[number] = _predicted(p, shift, own, study, number, level, target)
-        if not forecasting.model.measured_at(facts[number]):
-            out[number] = replace(
-                out[number], basis=f"{out[number].basis}; {_short_top_rung(facts[number], forecasting.model)}"
-            )
+        if not model.measured_at(facts[number]):
+            out[number] = replace(out[number], basis=f"{out[number].basis}; {_short_top_rung(facts[number], model)}")
     if one_rung and level is None:
         level = NoCurve("no configs measured below the top rung (--level-configs)")
     return replace(
         study,
         predictions=out,
         discrepancy=discrepancy,
-        model=forecasting.model,
+        model=model,
         facts=facts,
         centre=centre,
         level=level,
         factors=factors,
     )
+
+
+def _moved(model: ErrorModel, discrepancy: Discrepancy) -> ErrorModel:
+    """The error model with beta as the anchors moved it (its sd with them); without anchors, as measured."""
+    if not discrepancy.anchors:
+        return model
+    return replace(model, bias=replace(model.bias, beta=discrepancy.beta, beta_sd=discrepancy.beta_sd))
 
 
 def _predicted(
@@ -171,5 +182,5 @@ def _means(rows: Sequence[RungRow]) -> list[LevelPoint]:
     losses: dict[tuple[int, float], dict[int, float]] = {}
     for r in rows:
         if r.val_loss is not None and math.isfinite(r.val_loss):
-            losses.setdefault((r.number, float(f"{r.budget_flops:.9g}")), {})[r.seed] = r.val_loss
+            losses.setdefault((r.number, budget_key(r.budget_flops)), {})[r.seed] = r.val_loss
     return [LevelPoint(t, c, sum(v.values()) / len(v), len(v)) for (t, c), v in sorted(losses.items())]

@@ -16,25 +16,23 @@ which stay on the path; `LevelPrior.offset`, measured across corpora).
 
 **Fit.** Each level config contributes its seed-mean loss at every level budget and at the top rung (less delta),
 each weighted by its number of seeds. Three budgets span a factor of four or five in compute, too little to pin
-alpha by itself (measured on `make fidelity`'s corpora: a free exponent wanders from 0.05 to 0.6 with the configs
-chosen), so alpha has a prior N(alpha0, alpha_sd) measured across corpora (the exponent that carries their level
-configs to their truth), and E is free. For each alpha of a grid, (E, A_i) are the weighted least-squares
-solution (linear in them) with E's standard error from sigma; the grid's weights are the posterior
-exp(-SSE / (2 sigma^2)) x prior(alpha), sigma the seed noise, or the points' scatter about the best curve where
-that is larger (a config that does not follow the shared curve then widens the posterior rather than pinning
-alpha). A prediction is the posterior mean of L_i(T), and its sd the posterior
-spread (over alpha, and E at each alpha), with delta's sd and the level's error across corpora that no fit sees
-(`LevelPrior.systematic_sd`) added.
+alpha by itself (`make fidelity` reports the free exponent beside the protocol's, `alpha_free`), so alpha has a
+prior N(alpha0, alpha_sd) measured across corpora (the exponent that carries their level configs to their truth),
+and E is free. For each alpha of a grid, (E, A_i) are the weighted least-squares solution (linear in them) with E's
+standard error from sigma; the grid's weights are the posterior exp(-SSE / (2 sigma^2)) x prior(alpha), sigma the
+seed noise, or the points' scatter about the best curve where that is larger (a config that does not follow the
+shared curve then widens the posterior rather than pinning alpha). A prediction is the posterior mean of L_i(T), and
+its sd the posterior spread (over alpha, and E at each alpha), with delta's sd and the level's error across corpora
+that no fit sees (`LevelPrior.systematic_sd`) added.
 
 **The level configs** (`choose_level_configs`) are chosen for spread in size: with k of them, the trials at the
 quantiles (2j + 1) / 2k of the parameter count (the smallest sixth's, the median's and the largest sixth's for
-three), among those whose level rungs stay on the target's path. Chosen on plays and Python source among four
-rules (size quantiles at 1/6-1/2-5/6, at 1/4-1/2-3/4, at 0-1/2-1, and spread in size and shape), where it carried
-their top rungs to T with the smallest error; the handbook is its held-out check (`make fidelity`).
+three), among those whose level rungs stay on the target's path (`benchmarks/README.md` says how the rule was
+chosen and checked).
 
-**No curve** where the points cannot support one: fewer than `MIN_CONFIGS` configs with at least two budgets, or
-no residual degree of freedom (points <= configs + 1). The answer then says that its losses are the top rung's,
-not losses at T.
+**No curve** where the points cannot support one: fewer than `MIN_CONFIGS` configs with a point below the top
+rung (two such configs give four points for three parameters, E and two A_i, so a residual degree of freedom is
+always left). The answer then says that its losses are the top rung's, not losses at T.
 """
 
 from __future__ import annotations
@@ -125,11 +123,11 @@ class LevelCurve:
         at = self.floors + (level - self.floors) * c
         mean = float(self.weights @ at)
         spread = float(self.weights @ ((at - mean) ** 2 + (1.0 - c) ** 2 * self.floor_vars))
-        offset = float(self.weights @ c) * self.prior.offset_sd
+        offset = math.sqrt(float(self.weights @ c**2)) * self.prior.offset_sd
         return mean, math.sqrt(spread + offset**2 + self.prior.systematic_sd**2)
 
     def factor(self, target: float) -> float:
-        """(C_top / T)^alpha at the posterior mean: how a difference at the top rung carries to T."""
+        """The posterior mean of (C_top / T)^alpha: how a difference at the top rung carries to T."""
         return float(self.weights @ (self.top_flops / target) ** ALPHA_GRID)
 
     def describe(self) -> str:
@@ -153,14 +151,12 @@ def fit_level(
     budgets: dict[int, set[float]] = {}
     for p in usable:
         budgets.setdefault(p.trial, set()).add(p.flops)
-    configs = sorted(t for t, b in budgets.items() if b)
+    configs = sorted(budgets)  # each with a point below the top rung and its top: with two, a degree of freedom left
     if len(configs) < MIN_CONFIGS:
         return NoCurve(f"{len(configs)} config(s) measured below the top rung, {MIN_CONFIGS} needed for a curve")
     top_flops = top[configs[0]].flops
     rows = [p for p in usable if p.trial in configs]
     rows += [LevelPoint(t, top[t].flops, top[t].loss - prior.offset, top[t].seeds) for t in configs]
-    if len(rows) <= len(configs) + 1:
-        return NoCurve(f"{len(rows)} points for {len(configs)} configs and a shared floor: no degree of freedom left")
     fit = _posterior(rows, configs, top_flops, max(noise, 1e-6), prior)
     all_budgets = tuple(sorted({p.flops for p in rows if p.flops < top_flops * (1 - 1e-9)}))
     return LevelCurve(*fit, top_flops, prior, tuple(configs), len(rows), all_budgets)

@@ -12,7 +12,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from .effects import Z80, Effects, Observation, estimate_effects, knobs_of
+from .effects import Effects, Observation, estimate_effects, knobs_of
+from .error_model import BAND_Z
 
 __all__ = ["observations", "param_importances", "search_effects"]
 
@@ -63,7 +64,7 @@ def observations(
 ) -> list[Observation]:
     """The completed trial rows with a finite prediction in `answer` as Observations: their `searched` knob
     values (from the row's config), the prediction and its own sd (`Prediction.relative_sd`, the error model's part
-    that differs between trials; else half its 80% band / Z80, else the seed noise at T), their executed FLOPs per
+    that differs between trials; else half its 80% band / BAND_Z, else the seed noise at T), their executed FLOPs per
     token and parameters (`nas.answer.decisions.trial_facts`; None where absent)."""
     out = []
     for r in rows:
@@ -74,7 +75,7 @@ def observations(
         values = {k: v for k, v in {**(r.config or {}), **knobs}.items() if k in searched}
         sd = p.relative_sd
         if sd is None and p.low is not None and p.high is not None:
-            sd = (p.high - p.low) / 2.0 / Z80
+            sd = (p.high - p.low) / 2.0 / BAND_Z
         sd = sd if sd is not None else answer.noise_at_target(r.number)
         out.append(Observation(values, p.loss, sd, flops[r.number], params.get(r.number)))
     return out

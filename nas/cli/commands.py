@@ -156,7 +156,7 @@ def resume(
     from ..search.launch import resume_search
     from ..store import StoreError
 
-    store = open_store(storage)
+    store = open_store(storage, create=False)  # a search to finish is in a store that exists
     try:
         with _stopped_by_signal(store, name):
             report = resume_search(store, name, show_progress=progress, ray_address=ray_address)

@@ -110,8 +110,8 @@ class _Hidden(importlib.abc.MetaPathFinder):
 def import_importance_without_sklearn() -> None:
     """Import `optuna.importance` with scikit-learn hidden, for a process that reads PED-ANOVA alone.
 
-    The package also imports its fANOVA and impurity evaluators, whose modules try-import scikit-learn (a third of
-    `nas effects`' CPU) and defer a failure to their first use; PED-ANOVA needs none of it. So in
+    The package also imports its fANOVA and impurity evaluators, whose modules try-import scikit-learn (a large
+    share of `nas effects`' start-up) and defer a failure to their first use; PED-ANOVA needs none of it. So in
     this process those two evaluators would report scikit-learn missing, which `nas effects` never asks them.
     Nothing to do where either is imported already; imported as usual if Optuna cannot import without it."""
     if "optuna.importance" in sys.modules or "sklearn" in sys.modules:

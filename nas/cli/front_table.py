@@ -128,7 +128,8 @@ def front_report(
         lines += layout_lines(found.budget)
     if answer is not None and found.predictions:
         if not answer.at_target:
-            lines.append(f"no loss at T: the table ranks by each top rung's loss with its bias taken out ({CORRECTED})")
+            taken = "with its bias taken out" if answer.discrepancy is not None else "as measured (no bias taken out)"
+            lines.append(f"no loss at T: the table ranks by each top rung's loss {taken} ({CORRECTED})")
         elif answer.level is None:
             lines.append(
                 f"{found.budget.ladder_kind if found.budget else 'unknown'} ladder; {answer.backtest.describe()}"

@@ -40,22 +40,27 @@ STORAGE_HELP = (
 )
 
 
-def open_store(storage: str | None, *, read_only: bool = False):
+def open_store(storage: str | None, *, read_only: bool = False, create: bool = True):
     """The store at `--storage` (`storage_url`), or a one-line `fail` saying why it cannot be opened. A reading
-    command opens it `read_only`: an existing store, never created or upgraded (`nas.store.session`)."""
+    command opens it `read_only`: an existing store, never created or upgraded (`nas.store.session`); a command
+    that continues a stored search, `create` False: an existing store, upgraded if it must be."""
     from ..store import Store, StoreError
 
     try:
-        return Store(storage_url(storage), read_only=read_only)
+        return Store(storage_url(storage), read_only=read_only, create=create)
     except StoreError as err:
         fail(str(err))
 
 
+def field_info(model, field: str):
+    """The pydantic FieldInfo of `field` of `model` (a pydantic model or pydantic dataclass)."""
+    return (getattr(model, "__pydantic_fields__", None) or model.model_fields)[field]
+
+
 def default_of(model, field: str):
-    """The default of `field` of `model` (a pydantic model or pydantic dataclass): what a command-line option that
-    sets that field defaults to, so that `--help` shows what the model would fill in, and the value lives once."""
-    fields = getattr(model, "__pydantic_fields__", None) or model.model_fields
-    return fields[field].default
+    """The default of `field` of `model`: what a command-line option that sets that field defaults to, so that
+    `--help` shows what the model would fill in, and the value lives once."""
+    return field_info(model, field).default
 
 
 @contextmanager

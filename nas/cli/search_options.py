@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from workers.training.config import OptimConfig
 
 from ..search.settings import PROPOSALS_PER_TRIAL, SAMPLERS, SearchSettings
 from ..space.budget import DEFAULT_TRIALS, VALIDATED_TARGET_RATIO, Budget
-from .inputs import STORAGE_HELP
+from .inputs import STORAGE_HELP, default_of, field_info
 
 __all__ = ["OPTIONS", "Option", "SearchOptions", "search_signature"]
 
@@ -46,10 +46,6 @@ MODELS: dict[str, Any] = {
     "optim": OptimConfig,
 }
 FIELD_DEFAULT = object()  # an option whose default is its field's
-
-
-def _fields(model) -> dict:
-    return getattr(model, "__pydantic_fields__", None) or model.model_fields
 
 
 @dataclass(frozen=True)
@@ -74,13 +70,13 @@ class Option:
         has one (the text a field parses)."""
         if self.default is not FIELD_DEFAULT or self.setting is None or self.field is None:
             return None if self.default is FIELD_DEFAULT else self.default
-        value = _fields(MODELS[self.setting])[self.field].default
-        return ... if value.__class__.__name__ == "PydanticUndefinedType" else value
+        info = field_info(MODELS[self.setting], self.field)
+        return ... if info.is_required() else info.default
 
     def parameter(self) -> inspect.Parameter:
         """The command's parameter for typer: a `typer.Option` with the field's default (None where given_only)."""
         default = None if self.given_only else self.model_default
-        annotation = self.annotation or _fields(MODELS[self.setting])[self.field].annotation
+        annotation = self.annotation or field_info(MODELS[self.setting], self.field).annotation
         option = typer.Option(default, *self.flag_args, help=self.help, rich_help_panel=self.panel)
         return inspect.Parameter(self.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
@@ -164,12 +160,12 @@ OPTIONS: tuple[Option, ...] = (
         "What the search minimises: loss,flops (loss at T, executed FLOPs per token) or loss,flops,kv "
         "(and KV-cache bytes per token, counted at each config's seq_len).",
         annotation=str,
-        default=",".join(map(str, _fields(SearchSettings)["objectives"].default)),
+        default=",".join(map(str, default_of(SearchSettings, "objectives"))),
     ),
     _b(
         "rungs",
         f"Budgets per trial on its ladder: C, eta C, ... (1 = a single budget). Default "
-        f"{_fields(Budget)['rungs'].default}, trained as every config once at the top rung where a replica ladder "
+        f"{default_of(Budget, 'rungs')}, trained as every config once at the top rung where a replica ladder "
         "saves no compute; given (or --eta), the ladder is kept as asked.",
         LADDER,
         annotation=int | None,
@@ -178,7 +174,7 @@ OPTIONS: tuple[Option, ...] = (
     _s("repeat_seeds", "More seeds for each member of the front at the target (noise).", LADDER),
     _b(
         "eta",
-        f"Budget ratio between rungs; the best 1/eta of a rung climb on (default {_fields(Budget)['eta'].default:g}).",
+        f"Budget ratio between rungs; the best 1/eta of a rung climb on (default {default_of(Budget, 'eta'):g}).",
         LADDER,
         annotation=float | None,
         given_only=True,
@@ -282,7 +278,6 @@ class SearchOptions:
     """The values `nas search` was given, by option name; each setting built from them once (module docstring)."""
 
     given: Mapping[str, Any]
-    _rows: dict[str, Option] = field(default_factory=lambda: {o.name: o for o in OPTIONS})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or name not in self.given:

@@ -31,7 +31,7 @@ from workers.status import TrialStatus
 from workers.trial.contract import TrialRequest
 
 from ..answer.discrepancy import aspect, choose_anchors
-from ..answer.level import choose_level_configs
+from ..answer.level import MIN_CONFIGS, choose_level_configs
 from ..answer.target import answer_at_target
 from ..search_answer import trial_shapes
 from ..space import SearchSpace
@@ -73,7 +73,7 @@ def anchor_jobs(
     ladder = budget.ladder
     layout = ladder.layout
     rows = store.rungs(name)
-    measured = [r for r in rows if not _above(r, layout.top_flops)]  # the choice ignores anchors already stored
+    measured = [r for r in rows if 0 <= r.rung < layout.rungs]  # the layout's rungs: no anchor nor level rung
     predictions = answer_at_target(measured, ladder.target_flops).predictions
     shapes = trial_shapes(space, trials)
     losses = {n: p.loss for n, p in predictions.items() if n in shapes and math.isfinite(p.loss)}
@@ -99,8 +99,8 @@ def level_jobs(store: Store, name: str, space: SearchSpace, budget: Budget, sett
         log.info("level: %s", plan.reason)
         return []
     ladder, tickets = budget.ladder, DefineByRun(space, budget)
-    lowest = min(plan.budgets)
-    measured = {r.number for r in store.rungs(name) if r.val_loss is not None and math.isfinite(r.val_loss)}
+    lowest, rows = min(plan.budgets), store.rungs(name)
+    measured = {r.number for r in rows if r.val_loss is not None and math.isfinite(r.val_loss)}
     sizes, configs = {}, {}
     for row in trials:
         ticket = tickets.ticket(row.number, {k: v for k, v in row.config.items() if k in space.sampled})
@@ -113,13 +113,16 @@ def level_jobs(store: Store, name: str, space: SearchSpace, budget: Budget, sett
             continue
         if replica.on_path:
             sizes[row.number], configs[row.number] = float(parameter_count(ticket.configs.arch)), ticket
-    stored = {r.number for r in store.rungs(name) if r.budget_flops < ladder.layout.lowest_flops * (1 - 1e-9)}
+    stored = {r.number for r in rows if r.rung < 0}  # level rungs are numbered below the layout's
     planner = TrialPlanner(
         data_config(settings), settings.seed, ladder.replicas_at(plan.budgets, ladder.level_narrowing)
     )
+    chosen = choose_level_configs(sizes, plan.count)
+    if len(chosen) < MIN_CONFIGS:  # one curve has no shared floor: its runs would buy nothing
+        log.info("level: %d config(s) on the target's path, %d needed for a curve", len(chosen), MIN_CONFIGS)
+        return []
     rungs = tuple(range(-len(plan.budgets), 0))
-    return [ExtraJob(n, rungs, planner.request(configs[n], width_probe=False))
-            for n in choose_level_configs(sizes, plan.count) if n not in stored]  # fmt: skip
+    return [ExtraJob(n, rungs, planner.request(configs[n], width_probe=False)) for n in chosen if n not in stored]
 
 
 def measure_anchors(store: Store, name: str, space: SearchSpace, budget: Budget, settings: SearchSettings) -> int:

@@ -22,7 +22,7 @@ from workers.trial.contract import TrialRequest
 from workers.trial.execute import run_request
 
 from ..answer.forecast import forecast_at_target
-from ..answer.target import Answer, answer_at_target, front_at_target
+from ..answer.target import Answer, front_at_target
 from ..space import SearchSpace
 from ..space.budget import Budget
 from ..space.objectives import DEFAULT_OBJECTIVES, Objective, front_costs
@@ -79,12 +79,7 @@ def repeat_jobs(
     from ..search_answer import search_forecasting
 
     rungs, trials = store.rungs(name), store.trials(name, statuses=[TrialStatus.COMPLETED])
-    forecasting = search_forecasting(space, budget, trials)
-    answer = (
-        answer_at_target(rungs, ladder.target_flops)
-        if forecasting is None
-        else forecast_at_target(rungs, ladder.target_flops, forecasting)
-    )
+    answer = forecast_at_target(rungs, ladder.target_flops, search_forecasting(space, budget, trials))
     stored = {(r.number, r.seed) for r in rungs}
     by_number = {t.number: t for t in trials}
     data, tickets = data_config(settings), DefineByRun(space, budget)

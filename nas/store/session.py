@@ -9,7 +9,8 @@ number; rung keys) turn any other race into an error. On SQLite, writes begin wi
 `url` is the URL to connect with and may hold a password; print `display_url`.
 
 A store opened `read_only` (the reading commands') is one that exists, at this code's schema
-version: opening it creates, migrates and writes nothing, and a write through it is refused.
+version: opening it creates, migrates and writes nothing, and a write through it is refused (on SQLite, closing
+the last connection may still fold a write-ahead log a killed writer left, committed rows only, into the file).
 """
 
 from __future__ import annotations
@@ -89,14 +90,14 @@ def check_schema(engine: Engine) -> None:
 
 class StoreSession:
     """The resnas database at `url`, its schema created or upgraded on open (with `read_only`, only checked:
-    `check_schema`), and the one session every read (`StoreReads`) and write (`StoreWrites`) runs in; `Store`
-    is both.
+    `check_schema`; with `create` False, a SQLite file must exist already), and the one session every read
+    (`StoreReads`) and write (`StoreWrites`) runs in; `Store` is both.
 
     `close()` (or leaving a `with` block) closes its connections; so does dropping the last
     reference to it, so `Store(url).trials(name)` leaves no idle server connection behind.
     """
 
-    def __init__(self, url: str, *, retry_seconds: float | None = None, read_only: bool = False):
+    def __init__(self, url: str, *, retry_seconds: float | None = None, read_only: bool = False, create: bool = True):
         # What to connect with (Optuna's storage and the workers' rung writes too, from whatever working
         # directory Ray gives them: a relative SQLite path is made absolute). May hold a password: never print it.
         self.url = absolute_sqlite(str(url))
@@ -105,7 +106,7 @@ class StoreSession:
         self.read_only = read_only
         engine = None
         try:
-            engine = make_engine(url, existing=read_only)
+            engine = make_engine(url, existing=read_only or not create)
             (check_schema if read_only else ensure_schema)(engine)
         except (StoreError, SQLAlchemyError, SchemaVersionError, ImportError, OSError, ValueError) as err:
             if engine is not None:

@@ -28,9 +28,10 @@ NORM_EPS = 1e-6  # floor of the clamped norms and of the gate mixture
 # ||f_perp||^2 / ||f||^2 up to ~4e-14 (d = 3..16384), so this keeps a 50x margin on ||f_perp|| / ||f||.
 PARALLEL_TOL = 1e-10
 # Where every row's f has at least this share of its square orthogonal to 1 and u, the rotation's norms follow from
-# five row sums to ~1e-6 relative (fp32 cancellation costs a factor ||f||^2 / ||f_perp||^2 of its 2^-24): `rotate`
-# then reads each row a few times and writes u' once; otherwise it projects f_perp out explicitly (`rotate_exact`).
-WELL_CONDITIONED = 0.05
+# five row sums to a few ulps (fp32 cancellation costs a factor ||f||^2 / ||f_perp||^2 of its 2^-24, at most 2
+# here): `rotate` then reads each row a few times and writes u' once; otherwise it projects f_perp out explicitly
+# (`rotate_exact`). A sublayer's output in many dimensions is mostly orthogonal to the stream it is added to.
+WELL_CONDITIONED = 0.5
 
 
 def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
@@ -54,8 +55,8 @@ def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
         w = (1 - k b) u + k (f - m),  k = tan sqrt(d) / ||f_perp||,
         ||w||^2 = (1 - k b)^2 ||u||^2 + 2 (1 - k b) k g + k^2 ||f - m||^2,
 
-    so u' = sqrt(d) w / ||w|| is the same function (gradients included), written in one pass: ||u'||^2 = d to ~1e-6
-    whatever u's own drift. Otherwise (f nearly or exactly parallel to u somewhere) `rotate_exact`."""
+    so u' = sqrt(d) w / ||w|| is the same function (gradients included), written in one pass: ||u'||^2 = d to a few
+    ulps whatever u's own drift. Otherwise (f nearly or exactly parallel to u somewhere) `rotate_exact`."""
     d = u.shape[-1]
     compute = functools.reduce(torch.promote_types, (u.dtype, f.dtype, tan_theta.dtype, torch.float32))
     uc, fc = u.to(compute), f.to(compute)

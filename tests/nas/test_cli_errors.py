@@ -113,8 +113,7 @@ def test_bad_search_input_is_one_line_exit_2_and_writes_nothing(case, tmp_path, 
 
 @pytest.mark.parametrize("command", [["resume", "nosuch"], ["show", "nosuch", "--pareto"], ["status", "nosuch"]])
 def test_unknown_search_name(command, tmp_path, nas):
-    if command[0] != "resume":
-        Store(f"sqlite:///{tmp_path}/r.db").close()  # a reading command reads a store that exists
+    Store(f"sqlite:///{tmp_path}/r.db").close()  # each reads or continues a store that exists
     done = nas(*command, "--storage", f"sqlite:///{tmp_path}/r.db")
     assert done.exit_code == 2
     assert done.stderr.count("\n") == 1 and "nosuch" in done.stderr

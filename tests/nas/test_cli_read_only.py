@@ -1,7 +1,7 @@
 """The reading commands (`show`, `list`, `status`, `effects`, `export`, `dashboard`) open an existing store
 read-only: a missing one is one `error:` line naming its URL, exit code 2, and no file is created; a store
-without resnas's tables, or at an older schema version, is refused and left as it is. `nas resume` (and
-`nas search`) still create the store.
+without resnas's tables, or at an older schema version, is refused and left as it is. `nas search` creates the
+store; `nas resume` needs one that exists.
 
 The CLI runs in-process through typer's `CliRunner`, in an empty working directory (the default store is
 `resnas.db` there).
@@ -111,10 +111,10 @@ def test_a_read_only_store_refuses_writes(tmp_path):
         store.set_search_status("any", "completed")
 
 
-def test_resume_still_creates_the_store(tmp_path, nas):
+def test_resume_of_a_missing_store_creates_none(tmp_path, nas):
     done = nas("resume", "nosuch")
-    assert done.exit_code == 2 and "no search named 'nosuch'" in one_error_line(done)
-    assert Store(default_url(tmp_path)).list_searches() == [] and (tmp_path / "resnas.db").is_file()
+    assert done.exit_code == 2 and "no such file" in one_error_line(done)
+    assert not (tmp_path / "resnas.db").exists()
 
 
 def test_a_read_creates_no_tables_in_an_empty_postgresql_database(postgres_url, nas):

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from nas.answer.discrepancy import BiasPrior
+from nas.answer.discrepancy import BiasPrior, fit_discrepancy
 from nas.answer.error_model import CALL_Z, ErrorModel, TrialFacts, band, measured_model, resolved
 
 PRIOR = BiasPrior(0.03, 0.01, {"nag": 0.05, "ancre": 0.02}, "synthetic", family_sd={"nag": 0.005, "ancre": 0.03})
@@ -73,8 +73,8 @@ def test_an_offset_the_corpora_disagree_on_is_shrunk_and_one_they_agree_on_is_ke
     assert PRIOR.applied_family("ancre") < 0.01  # disputed: shrunk by more than half
     assert PRIOR.applied_family("cascaded") == 0.0
     assert BiasPrior(0.0, 0.01, {"nag": 0.05}).applied_family("nag") == 0.05  # no spread measured: whole
-    correction = MODEL.correction(TrialFacts("ancre", -2.0, S), centre=-2.0)
-    assert correction == pytest.approx(-S * PRIOR.applied_family("ancre"))
+    correction, _ = fit_discrepancy([], noise=0.02, prior=PRIOR, centre=-2.0).correction(-2.0, "ancre", S)
+    assert correction == pytest.approx(-S * PRIOR.applied_family("ancre"))  # the offset as applied, not as measured
 
 
 def test_the_parts_two_trials_share_are_counted_once():
@@ -85,7 +85,9 @@ def test_the_parts_two_trials_share_are_counted_once():
     own = 0.02**2 * 2 + 2 * (MODEL.misfit_ratio["nag"] * 0.02) ** 2
     assert same == pytest.approx(own)
     other = MODEL.gap_variance(a, TrialFacts("ancre", -2.0, S), centre=-1.0, noise=0.02)
-    assert other > same  # two families: both offsets' spreads
+    misfits = (MODEL.misfit_ratio["nag"] * 0.02) ** 2 + (MODEL.misfit_ratio["ancre"] * 0.02) ** 2
+    offsets = (PRIOR.family_sd["nag"] * S) ** 2 + (PRIOR.family_sd["ancre"] * S) ** 2  # two families: both spreads
+    assert other == pytest.approx(0.02**2 * 2 + misfits + offsets)
     assert resolved(CALL_Z * 1.01, 1.0) and not resolved(CALL_Z * 0.99, 1.0)
 
 

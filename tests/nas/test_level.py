@@ -87,7 +87,7 @@ def test_the_top_rungs_offset_is_taken_out_and_its_sd_carried():
 
 def test_the_posterior_sd_covers_the_noise_of_its_points():
     """With noisy points the carried level misses by about what its sd says (over 200 planted searches, the 80%
-    band of the level holds the planted value 65-95% of the time)."""
+    band of the level holds the planted value 75-95% of the time; without E's own variance it falls to about 70%)."""
     hits = []
     for seed in range(200):
         points, top = planted(noise=0.02, seed=seed)
@@ -95,7 +95,7 @@ def test_the_posterior_sd_covers_the_noise_of_its_points():
         assert isinstance(curve, LevelCurve)
         mean, sd = curve.carry(loss(4, TOP), T)
         hits.append(abs(mean - loss(4, T)) <= 1.2816 * sd)
-    assert 0.65 <= np.mean(hits) <= 0.95
+    assert 0.75 <= np.mean(hits) <= 0.95
 
 
 def rung(store, trial, rung_index, seed, flops, width, value):

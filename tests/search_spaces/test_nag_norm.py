@@ -195,3 +195,21 @@ def test_the_one_pass_form_is_the_exact_rotation_with_its_gradients(drift):
     for fast, exact in zip(*grads, strict=True):
         torch.testing.assert_close(fast, exact, rtol=1e-10, atol=1e-10)
     assert norm_drift(rotate(u.float(), f.float(), tan.float())[0]) < NORM_TOL
+
+
+@pytest.mark.parametrize("tan", [1.0, 30.0])
+def test_the_one_pass_form_holds_the_norm_to_rounding_at_its_switch(tan, monkeypatch):
+    """Rows just inside the one-pass form's condition (||f_perp||^2 a hair above WELL_CONDITIONED ||f||^2, d 768,
+    fp32) take it, not `rotate_exact`, and still keep ||u'||^2 = d to a few ulps: where the row sums' cancellation
+    would cost more, the condition sends the rows to the exact path."""
+    from search_spaces.residual_lm import nag_math
+
+    def no_fallback(*args):
+        raise AssertionError("the well-conditioned rows fell back to rotate_exact")
+
+    monkeypatch.setattr(nag_math, "rotate_exact", no_fallback)
+    torch.manual_seed(3)
+    u = unit_rms_direction(512, 768)
+    share = nag_math.WELL_CONDITIONED * 1.02  # of ||f||^2 orthogonal to u
+    f = (5 * (math.sqrt(1 - share) * u.double() + math.sqrt(share) * orthogonal_part(u))).float()
+    assert norm_drift(rotate(u, f, torch.full((512,), tan))[0]) < 1e-6  # fp32 rounding of u' itself: ~3e-7

@@ -19,8 +19,8 @@ slope needs two points); when two do not fit, the search has none and says why.
 The level at T (`nas.answer.level`) takes another: where every config trains once at the top rung, `configs` of
 them (default 3) are also trained at `LEVEL_SHARES` of the top rung (a quarter and a third) on the target's path,
 within `level_share` of the trials' compute (default 5%); as many as fit, no fewer than two (a shared floor needs
-two curves), else none, and the search says why and what would buy it. On `make fidelity`'s corpora these two
-budgets carried the top rung to T best among the pairs tried (T/40 and T/30 against T/40 and T/20, T/90 and T/40).
+two curves), else none, and the search says why and what would buy it (`benchmarks/README.md` says how the two
+budgets were chosen).
 """
 
 from __future__ import annotations

@@ -67,11 +67,6 @@ class RungRecord:
     target_tokens_per_param: float | None = None
     on_path: bool | None = None
 
-    @property
-    def is_replica(self) -> bool:
-        """Whether this rung trained a replica of the trial, not the config itself on a budget ladder."""
-        return self.d_model is not None
-
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RungRecord:
         """The record `dataclasses.asdict` gave (a checkpoint's, a spooled result's)."""
