@@ -27,10 +27,10 @@ NORM_EPS = 1e-6  # floor of the clamped norms and of the gate mixture
 # f_perp is rounding noise when ||f_perp||^2 <= PARALLEL_TOL ||f||^2: fp32 leaves f = c u + b 1 with
 # ||f_perp||^2 / ||f||^2 up to ~4e-14 (d = 3..16384), so this keeps a 50x margin on ||f_perp|| / ||f||.
 PARALLEL_TOL = 1e-10
-# Where a row's f has at least this share of its square orthogonal to 1 and u, the rotation's norms follow from five
-# row sums to a few ulps (fp32 cancellation costs a factor ||f||^2 / ||f_perp||^2 of its 2^-24, at most 2 here):
-# `rotate` reads such a row a few times and writes u' once; the other rows' f_perp is projected out explicitly
-# (`rotate_exact`, on those rows alone: a sublayer's output is mostly orthogonal to the stream it is added to).
+# Where every row's f has at least this share of its square orthogonal to 1 and u, the rotation's norms follow from
+# five row sums to a few ulps (fp32 cancellation costs a factor ||f||^2 / ||f_perp||^2 of its 2^-24, at most 2
+# here): `rotate` then reads each row a few times and writes u' once; otherwise it projects f_perp out explicitly
+# (`rotate_exact`). A sublayer's output in many dimensions is mostly orthogonal to the stream it is added to.
 WELL_CONDITIONED = 0.5
 
 
@@ -46,7 +46,7 @@ def nag_gate(pre: Tensor, mix_weights: Tensor, beta: Tensor) -> Tensor:
 def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
     """Rotate u towards the part of f orthogonal to it by theta. Returns (u', s' - s): `rotate_exact`'s function.
 
-    Where a row is well conditioned (||f_perp||^2 > WELL_CONDITIONED ||f||^2, d > 2), its norms come from five
+    Where every row is well conditioned (||f_perp||^2 > WELL_CONDITIONED ||f||^2, d > 2), its norms come from five
     row sums, each one read of the rows with no temporary (m = mean(f), a = <f, u> / d, ||f||^2, ||u||^2, sum(u)).
     With g = <u, f - m> = <f, u> - m sum(u), `rotate_exact`'s two projections take b = a + c of u,
     c = (g - a ||u||^2) / d, and
@@ -56,7 +56,7 @@ def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
         ||w||^2 = (1 - k b)^2 ||u||^2 + 2 (1 - k b) k g + k^2 ||f - m||^2,
 
     so u' = sqrt(d) w / ||w|| is the same function (gradients included), written in one pass: ||u'||^2 = d to a few
-    ulps whatever u's own drift. Rows where f is nearly or exactly parallel to u take `rotate_exact`, alone."""
+    ulps whatever u's own drift. Otherwise (f nearly or exactly parallel to u somewhere) `rotate_exact`."""
     d = u.shape[-1]
     compute = functools.reduce(torch.promote_types, (u.dtype, f.dtype, tan_theta.dtype, torch.float32))
     uc, fc = u.to(compute), f.to(compute)
@@ -68,20 +68,15 @@ def rotate(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:
     cross = dot - mean * uc.sum(-1, keepdim=True)
     along_u = dot / d + (cross - dot / d * u_sq) / d  # b: both projections onto u
     perp_sq = centred_sq - 2 * along_u * cross + along_u.square() * u_sq
-    if d <= 2:
+    if d <= 2 or not bool((perp_sq > WELL_CONDITIONED * f_sq).all()):
         return rotate_exact(u, f, tan_theta)
-    ill = (perp_sq <= WELL_CONDITIONED * f_sq).squeeze(-1)  # (...,): rows the row sums cannot resolve
     tan = tan_theta.to(compute).unsqueeze(-1)
-    k = tan * math.sqrt(d) * torch.rsqrt(perp_sq.clamp_min(NORM_EPS))  # clamped: an ill row's value is replaced
+    k = tan * math.sqrt(d) * torch.rsqrt(perp_sq)
     c_u = 1.0 - k * along_u
     w_sq = c_u.square() * u_sq + 2 * c_u * k * cross + k.square() * centred_sq
     scale = math.sqrt(d) * torch.rsqrt(w_sq.clamp_min(NORM_EPS))
     u_next = torch.addcmul(uc * (scale * c_u), scale * k, fc - mean)  # (..., d)
-    ds = 0.5 * torch.log1p(tan_theta.to(compute).square())
-    if bool(ill.any()):  # those rows alone take the exact path
-        exact_u, exact_ds = rotate_exact(u[ill], f[ill], tan_theta.expand(ill.shape)[ill])
-        u_next, ds = u_next.index_put((ill,), exact_u), ds.index_put((ill,), exact_ds)
-    return u_next, ds
+    return u_next, 0.5 * torch.log1p(tan_theta.to(compute).square())
 
 
 def rotate_exact(u: Tensor, f: Tensor, tan_theta: Tensor) -> tuple[Tensor, Tensor]:

@@ -213,32 +213,3 @@ def test_the_one_pass_form_holds_the_norm_to_rounding_at_its_switch(tan, monkeyp
     share = nag_math.WELL_CONDITIONED * 1.02  # of ||f||^2 orthogonal to u
     f = (5 * (math.sqrt(1 - share) * u.double() + math.sqrt(share) * orthogonal_part(u))).float()
     assert norm_drift(rotate(u, f, torch.full((512,), tan))[0]) < 1e-6  # fp32 rounding of u' itself: ~3e-7
-
-
-def test_only_the_ill_conditioned_rows_take_the_exact_path(monkeypatch):
-    """A batch mixing rows with f nearly parallel to u and rows well conditioned: `rotate` is `rotate_exact` on
-    every row (values and gradients, fp64), and `rotate_exact` sees the ill-conditioned rows alone."""
-    from search_spaces.residual_lm import nag_math
-
-    torch.manual_seed(4)
-    u = unit_rms_direction(64, 96, torch.float64)
-    ill = torch.arange(64) % 4 == 0
-    f = torch.where(ill[:, None], near_parallel(u, 1e-3), 0.7 * torch.randn(64, 96, dtype=torch.float64))
-    tan = torch.rand(64, dtype=torch.float64) * 2
-    seen = []
-    exact = nag_math.rotate_exact
-
-    def counted(u_rows, f_rows, tan_rows):
-        seen.append(u_rows.shape[0])
-        return exact(u_rows, f_rows, tan_rows)
-
-    monkeypatch.setattr(nag_math, "rotate_exact", counted)
-    grads = []
-    for fn in (nag_math.rotate, exact):
-        leaves = [x.clone().requires_grad_() for x in (u, f, tan)]
-        u_next, ds = fn(*leaves)
-        g = torch.randn_like(u_next, generator=torch.Generator().manual_seed(5))
-        grads.append((u_next.detach(), ds.detach(), *torch.autograd.grad((u_next * g).sum() + ds.sum(), leaves)))
-    assert seen == [int(ill.sum())]
-    for fast, slow in zip(*grads, strict=True):
-        torch.testing.assert_close(fast, slow, rtol=1e-9, atol=1e-9)
